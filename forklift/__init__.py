@@ -1,0 +1,38 @@
+"""forklift: a PostgreSQL-backed durable job queue with a prefork supervisor."""
+
+from __future__ import annotations
+
+from forklift.app import App, JobSpec, Task
+from forklift.backoff import Backoff
+from forklift.errors import (
+    ArgumentError,
+    ConfigError,
+    DatabaseError,
+    Fail,
+    ForkliftError,
+    LeaseLost,
+    MigrationError,
+    Retry,
+    UnknownTaskError,
+)
+from forklift.workers.config import WorkerConfig
+from forklift.workers.context import JobContext
+
+__all__ = [
+    "App",
+    "ArgumentError",
+    "Backoff",
+    "ConfigError",
+    "DatabaseError",
+    "Fail",
+    "ForkliftError",
+    "JobContext",
+    "JobSpec",
+    "LeaseLost",
+    "MigrationError",
+    "Retry",
+    "Task",
+    "UnknownTaskError",
+    "WorkerConfig",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,94 @@
+"""Database connections: DSN lookup, per-connection timeouts, pools, DSN redaction."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from forklift.errors import ConfigError
+
+_URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
+_KV_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """Hide passwords of any DSN (URL or key=value form) inside `text`."""
+    return _KV_PASSWORD.sub(r"\1***", _URL_PASSWORD.sub(r"\1***@", text))
+
+
+def resolve_dsn(dsn: str | None) -> str:
+    """The DSN given, else FORKLIFT_DATABASE_URL, else DATABASE_URL."""
+    found = dsn or os.environ.get("FORKLIFT_DATABASE_URL") or os.environ.get("DATABASE_URL")
+    if not found:
+        raise ConfigError(
+            "no database: pass App(dsn=...) or set FORKLIFT_DATABASE_URL (or DATABASE_URL)"
+        )
+    return found
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Bounds on every database call, in seconds; all well below the lease."""
+
+    connect: float = 5.0
+    statement: float = 10.0
+    lock: float = 5.0
+    idle_in_transaction: float = 20.0
+
+    @classmethod
+    def for_lease(cls, lease: float) -> Timeouts:
+        """Timeouts that keep any single call shorter than a third of the lease."""
+        return cls(
+            connect=min(5.0, max(1.0, lease / 3)),
+            statement=min(10.0, max(1.0, lease / 3)),
+            lock=min(5.0, max(0.5, lease / 4)),
+            idle_in_transaction=min(60.0, max(2.0, lease * 2 / 3)),
+        )
+
+    def options(self) -> str:
+        ms = {
+            "statement_timeout": self.statement,
+            "lock_timeout": self.lock,
+            "idle_in_transaction_session_timeout": self.idle_in_transaction,
+        }
+        return " ".join(f"-c {k}={int(v * 1000)}" for k, v in ms.items())
+
+
+def connect_kwargs(timeouts: Timeouts, application_name: str = "forklift") -> dict[str, Any]:
+    return {
+        "connect_timeout": max(1, round(timeouts.connect)),
+        "options": timeouts.options(),
+        "application_name": application_name,
+    }
+
+
+def connect(
+    dsn: str, timeouts: Timeouts, *, autocommit: bool = True, application_name: str = "forklift"
+) -> psycopg.Connection[Any]:
+    """One bounded connection (for LISTEN, migrations, advisory locks)."""
+    return psycopg.connect(dsn, autocommit=autocommit, **connect_kwargs(timeouts, application_name))
+
+
+def make_pool(
+    dsn: str,
+    timeouts: Timeouts,
+    *,
+    max_size: int,
+    name: str,
+    application_name: str = "forklift",
+) -> ConnectionPool[psycopg.Connection[Any]]:
+    """A closed pool of autocommit connections; the caller opens it (after any fork)."""
+    return ConnectionPool(
+        dsn,
+        min_size=1,
+        max_size=max_size,
+        kwargs={"autocommit": True, **connect_kwargs(timeouts, application_name)},
+        timeout=timeouts.connect * 2,
+        name=name,
+        open=False,
+    )

@@ -1,0 +1,44 @@
+"""Load named queries from `.sql` files once, with the schema name filled in."""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from importlib import resources
+
+from forklift.errors import ConfigError
+
+_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+
+
+def check_schema_name(schema: str) -> str:
+    """Return `schema` if it is a plain lower-case identifier, else raise ConfigError."""
+    if not _IDENTIFIER.match(schema):
+        raise ConfigError(
+            f"schema name {schema!r} must be a lower-case identifier "
+            "(letters, digits, underscore; at most 63 characters)"
+        )
+    return schema
+
+
+def render(text: str, schema: str) -> str:
+    """Fill the `{schema}` placeholders of a query or migration."""
+    return text.replace("{schema}", f'"{check_schema_name(schema)}"')
+
+
+def parse(text: str) -> dict[str, str]:
+    """Split a file of `-- name: x` sections into {name: sql}."""
+    parts = _HEADER.split(text)
+    queries: dict[str, str] = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        lines = [line for line in body.strip().splitlines() if not line.startswith("--")]
+        queries[name] = "\n".join(lines).strip().rstrip(";")
+    return queries
+
+
+@cache
+def load(package: str, filename: str, schema: str) -> dict[str, str]:
+    """The named queries of `package/filename`, rendered for `schema` (cached)."""
+    text = resources.files(package).joinpath(filename).read_text(encoding="utf-8")
+    return {name: render(sql, schema) for name, sql in parse(text).items()}

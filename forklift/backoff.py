@@ -1,0 +1,27 @@
+"""Retry delays: exponential backoff with jitter."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Delay before retry n is `base * factor**(n-1)`, capped at `max`, spread by ±`jitter`."""
+
+    base: float = 1.0
+    factor: float = 2.0
+    max: float = 3600.0
+    jitter: float = 0.2
+
+    def __post_init__(self) -> None:
+        if self.base < 0 or self.factor < 1 or self.max < 0 or not 0 <= self.jitter < 1:
+            raise ValueError("Backoff needs base >= 0, factor >= 1, max >= 0 and 0 <= jitter < 1")
+
+    def delay(self, attempt: int, rng: random.Random | None = None) -> float:
+        """Seconds to wait after failed attempt number `attempt` (1-based)."""
+        exponent = min(max(attempt - 1, 0), 64)  # bounded: no float overflow
+        nominal = min(self.max, self.base * self.factor**exponent)
+        spread = (rng or random).uniform(-self.jitter, self.jitter)
+        return max(0.0, min(self.max, nominal * (1 + spread)))

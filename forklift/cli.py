@@ -1,0 +1,207 @@
+"""The `forklift` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from types import FrameType
+
+from forklift import _config, _db
+from forklift._config import duration, env, positive_int, queue_list
+from forklift.app import App
+from forklift.errors import ForkliftError
+
+log = logging.getLogger("forklift.cli")
+
+EPILOG = """\
+The database comes from --dsn, then FORKLIFT_DATABASE_URL, then DATABASE_URL.
+Every flag also reads a FORKLIFT_* environment variable, named in its help.
+"""
+
+
+def _add_db(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dsn", help="PostgreSQL URL (env FORKLIFT_DATABASE_URL, DATABASE_URL)")
+    p.add_argument(
+        "--schema",
+        default=env("SCHEMA", str, "forklift"),
+        help="schema holding forklift's tables (env FORKLIFT_SCHEMA; default: forklift)",
+    )
+
+
+def _app_for(args: argparse.Namespace) -> App:
+    target = getattr(args, "app", None)
+    if target:
+        app = _config.load_app(target)
+        if args.dsn:
+            app._dsn = args.dsn
+        return app
+    return App(args.dsn, schema=args.schema)
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    app = _app_for(args)
+    applied = app.migrate()
+    if applied:
+        print(f"applied migrations {', '.join(f'{v:04d}' for v in applied)} to {app.schema}")
+    else:
+        print(f"schema {app.schema} is up to date")
+    return 0
+
+
+def cmd_enqueue(args: argparse.Namespace) -> int:
+    app = _app_for(args)
+    try:
+        payload = json.loads(args.args)
+    except json.JSONDecodeError as exc:
+        raise ForkliftError(f"--args is not valid JSON: {exc}") from None
+    if not isinstance(payload, dict):
+        raise ForkliftError("--args must be a JSON object of keyword arguments")
+    job_id = app.enqueue(
+        args.task,
+        payload,
+        idempotency_key=args.key,
+        delay=args.delay,
+        queue=args.queue,
+        priority=args.priority,
+    )
+    print(job_id)
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from forklift.workers import Worker, WorkerConfig
+
+    app = _app_for(args)
+    config = WorkerConfig(
+        queues=args.queues,
+        concurrency=args.concurrency,
+        lease=args.lease,
+        poll_interval=args.poll_interval,
+        grace=args.grace,
+        listen=not args.no_listen,
+    )
+    worker = Worker(app, config)
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        # Only flag and wake: the loop does the work (a second INT or any QUIT: fast).
+        fast = signum == signal.SIGQUIT or (signum == signal.SIGINT and worker.stopping)
+        worker.request_stop(fast=fast)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+        signal.signal(sig, on_signal)
+    worker.run()
+    return 0
+
+
+def _add_worker_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--queues",
+        type=queue_list,
+        default=env("QUEUES", queue_list, ("default",)),  # type: ignore[arg-type]
+        help="comma-separated queues to serve (env FORKLIFT_QUEUES; default: default)",
+    )
+    p.add_argument(
+        "--concurrency",
+        type=positive_int,
+        default=env("CONCURRENCY", positive_int, 1),
+        help="handler threads per worker process; 1 for CPU-heavy work, more for I/O-bound "
+        "or tiny jobs (env FORKLIFT_CONCURRENCY; default: 1)",
+    )
+    p.add_argument(
+        "--lease",
+        type=duration,
+        default=env("LEASE", duration, 30.0),
+        help="lease length; renewed every third of it (env FORKLIFT_LEASE; default: 30s)",
+    )
+    p.add_argument(
+        "--poll-interval",
+        type=duration,
+        default=env("POLL_INTERVAL", duration, 2.0),
+        help="fallback poll when no NOTIFY arrives (env FORKLIFT_POLL_INTERVAL; default: 2s)",
+    )
+    p.add_argument(
+        "--grace",
+        type=duration,
+        default=env("GRACE", duration, 30.0),
+        help="on SIGTERM, how long running jobs may finish before they are released "
+        "(env FORKLIFT_GRACE; default: 30s)",
+    )
+    p.add_argument(
+        "--no-listen",
+        action="store_true",
+        default=env("NO_LISTEN", lambda s: s.lower() in ("1", "true", "yes"), False),
+        help="do not LISTEN for new jobs; poll only (env FORKLIFT_NO_LISTEN)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="forklift",
+        description="forklift: a PostgreSQL-backed durable job queue with a prefork supervisor.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--log-level",
+        default=env("LOG_LEVEL", str, "INFO"),
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        type=str.upper,
+        help="log verbosity (env FORKLIFT_LOG_LEVEL; default: INFO)",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser(
+        "migrate", parents=[common], help="apply the schema (idempotent, safe to run concurrently)"
+    )
+    _add_db(p)
+    p.set_defaults(func=cmd_migrate)
+
+    p = sub.add_parser("enqueue", parents=[common], help="enqueue one job")
+    p.add_argument("app", metavar="MODULE:APP", help="the app, e.g. myproject.jobs:app")
+    p.add_argument("task", metavar="TASK", help="the task name")
+    p.add_argument("--args", default="{}", help="keyword arguments as a JSON object")
+    p.add_argument("--key", help="idempotency key: enqueueing the same key again adds nothing")
+    p.add_argument("--delay", type=duration, help="start no sooner than this (e.g. 10s, 5m)")
+    p.add_argument("--queue", help="override the task's queue")
+    p.add_argument("--priority", type=int, help="override the task's priority (higher first)")
+    _add_db(p)
+    p.set_defaults(func=cmd_enqueue)
+
+    p = sub.add_parser(
+        "worker",
+        parents=[common],
+        help="one worker process in the foreground (no supervisor; for debugging)",
+    )
+    p.add_argument("app", metavar="MODULE:APP", help="the app, e.g. myproject.jobs:app")
+    _add_worker_flags(p)
+    _add_db(p)
+    p.set_defaults(func=cmd_worker)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    except ForkliftError as exc:  # a bad FORKLIFT_* variable
+        print(f"forklift: error: {_db.redact(str(exc))}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=args.log_level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return int(args.func(args))
+    except ForkliftError as exc:
+        print(f"forklift: error: {_db.redact(str(exc))}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""The forklift error tree: every error forklift raises is a ForkliftError."""
+
+from __future__ import annotations
+
+
+class ForkliftError(Exception):
+    """A forklift operation failed."""
+
+
+class ConfigError(ForkliftError):
+    """forklift is configured wrongly."""
+
+
+class DatabaseError(ForkliftError):
+    """The database refused or could not complete an operation."""
+
+
+class MigrationError(ForkliftError):
+    """The schema cannot be migrated safely."""
+
+
+class ArgumentError(ForkliftError, ValueError):
+    """Job arguments cannot be stored as JSON in PostgreSQL."""
+
+
+class UnknownTaskError(ForkliftError, LookupError):
+    """No task is registered under that name."""
+
+
+class LeaseLost(ForkliftError):
+    """This worker no longer owns the job's lease; its completion was refused."""
+
+
+class Retry(Exception):
+    """Raise from a handler to retry the job after `delay` seconds (None: the task's backoff).
+
+    It still counts as an attempt; the job goes dead when attempts run out.
+    """
+
+    def __init__(self, reason: str = "retry requested", *, delay: float | None = None) -> None:
+        super().__init__(reason)
+        if delay is not None and delay < 0:
+            raise ValueError("Retry delay must be >= 0 seconds")
+        self.delay = delay
+
+
+class Fail(Exception):
+    """Raise from a handler to mark the job dead at once, without further attempts."""

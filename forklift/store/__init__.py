@@ -1,0 +1,265 @@
+"""The job store: the only caller of the job queries. Typed arguments in, typed rows out."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from forklift import _sql
+from forklift.errors import DatabaseError
+
+Conn = psycopg.Connection[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A job to insert; `args` is already-validated JSON text."""
+
+    task: str
+    args: str
+    queue: str = "default"
+    priority: int = 0
+    max_attempts: int = 5
+    timeout: float | None = None
+    idempotency_key: str | None = None
+    run_at: datetime | None = None
+    delay: float = 0.0
+
+    @property
+    def due_now(self) -> bool:
+        return self.run_at is None and self.delay <= 0
+
+
+@dataclass(slots=True)
+class ClaimedJob:
+    """A job this worker holds the lease of."""
+
+    id: int
+    queue: str
+    task: str
+    args: dict[str, Any]
+    idempotency_key: str | None
+    priority: int
+    attempt: int
+    max_attempts: int
+    timeout: float | None
+    available_at: datetime
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@contextmanager
+def translated(what: str) -> Iterator[None]:
+    """Turn psycopg and pool errors into forklift's DatabaseError."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        raise DatabaseError(f"{what}: {type(exc).__name__}: {exc}") from exc
+    except PoolTimeout as exc:
+        raise DatabaseError(f"{what}: no database connection available: {exc}") from exc
+
+
+class JobStore:
+    """Runs the job queries against a pool (or a caller's connection where stated)."""
+
+    def __init__(self, pool: ConnectionPool[Conn], schema: str) -> None:
+        self.pool = pool
+        self.schema = schema
+        self.channel = f"{schema}_jobs"
+        self.q = _sql.load("forklift.store", "queries.sql", schema)
+
+    # -- producing ---------------------------------------------------------------------
+
+    def job_insert(self, job: NewJob, conn: Conn | None = None) -> int:
+        params = {
+            "queue": job.queue,
+            "task": job.task,
+            "args": job.args,
+            "idempotency_key": job.idempotency_key,
+            "priority": job.priority,
+            "max_attempts": job.max_attempts,
+            "timeout": job.timeout,
+            "run_at": job.run_at,
+            "delay": job.delay,
+        }
+        with translated("enqueue failed"):
+            if conn is not None:
+                return self._insert_on(conn, job, params)
+            with self.pool.connection() as own:
+                return self._insert_on(own, job, params)
+
+    def _insert_on(self, conn: Conn, job: NewJob, params: dict[str, Any]) -> int:
+        row = conn.execute(self.q["job_insert"], params).fetchone()
+        if row is not None:
+            return int(row[0])
+        # The key is taken: by a committed job (found now) or by one whose insert we
+        # waited on; a fresh statement sees it either way.
+        assert job.idempotency_key is not None
+        return self.job_ids_by_key([job.idempotency_key], conn)[job.idempotency_key]
+
+    def job_ids_by_key(self, keys: Sequence[str], conn: Conn) -> dict[str, int]:
+        rows = conn.execute(self.q["job_ids_by_key"], {"keys": list(keys)}).fetchall()
+        return {key: int(id_) for id_, key in rows}
+
+    def job_insert_many(self, jobs: Sequence[NewJob], conn: Conn | None = None) -> list[int]:
+        """Insert jobs in bulk: COPY for plain due-now jobs, one statement for the rest."""
+        with translated("bulk enqueue failed"):
+            if conn is not None:
+                return self._insert_many_on(conn, jobs)
+            with self.pool.connection() as own, own.transaction():
+                return self._insert_many_on(own, jobs)
+
+    def _insert_many_on(self, conn: Conn, jobs: Sequence[NewJob]) -> list[int]:
+        # Unkeyed jobs get reserved ids up front, so every id is known without relying on
+        # the order of RETURNING; keyed jobs are looked up by key.
+        unkeyed = [i for i, j in enumerate(jobs) if j.idempotency_key is None]
+        ids: list[int | None] = [None] * len(jobs)
+        reserved = (
+            conn.execute(self.q["job_ids_reserve"], {"n": len(unkeyed)}).fetchall()
+            if unkeyed
+            else []
+        )
+        for i, (new_id,) in zip(unkeyed, reserved, strict=True):
+            ids[i] = int(new_id)
+        plain = [i for i in unkeyed if jobs[i].due_now]
+        other = [i for i, j in enumerate(jobs) if not (j.idempotency_key is None and j.due_now)]
+        if plain:
+            with conn.cursor().copy(self.q["job_copy"]) as copy:
+                for i in plain:
+                    j = jobs[i]
+                    copy.write_row(
+                        (ids[i], j.queue, j.task, j.args, j.priority, j.max_attempts, j.timeout)
+                    )
+        if other:
+            cols: dict[str, list[Any]] = {"id": [ids[i] for i in other]}
+            for k in [
+                "queue",
+                "task",
+                "args",
+                "idempotency_key",
+                "priority",
+                "max_attempts",
+                "timeout",
+            ]:
+                cols[k] = [getattr(jobs[i], k) for i in other]
+            cols["run_at"] = [jobs[i].run_at for i in other]
+            cols["delay"] = [jobs[i].delay for i in other]
+            rows = conn.execute(self.q["job_insert_many"], cols).fetchall()
+            by_key = {key: int(id_) for id_, key in rows if key is not None}
+            keys = [jobs[i].idempotency_key for i in other]
+            missing = [k for k in keys if k is not None and k not in by_key]
+            if missing:
+                by_key.update(self.job_ids_by_key(missing, conn))
+            for i in other:
+                key = jobs[i].idempotency_key
+                if key is not None:
+                    ids[i] = by_key[key]
+        assert all(i is not None for i in ids)
+        return [int(i) for i in ids]  # type: ignore[arg-type]
+
+    # -- working -----------------------------------------------------------------------
+
+    def job_claim(
+        self, queues: Sequence[str], owner: str, limit: int, lease: float
+    ) -> list[ClaimedJob]:
+        params = {"queues": list(queues), "owner": owner, "limit": limit, "lease": lease}
+        with translated("claim failed"), self.pool.connection() as conn:
+            rows = conn.execute(self.q["job_claim"], params).fetchall()
+        return [
+            ClaimedJob(
+                id=r[0],
+                queue=r[1],
+                task=r[2],
+                args=r[3] if isinstance(r[3], dict) else json.loads(r[3]),
+                idempotency_key=r[4],
+                priority=r[5],
+                attempt=r[6],
+                max_attempts=r[7],
+                timeout=r[8],
+                available_at=r[9],
+            )
+            for r in rows
+        ]
+
+    def job_next_available(self, queues: Sequence[str]) -> float | None:
+        """Seconds until the next ready job of `queues` is due; None if there is none."""
+        with translated("next-available lookup failed"), self.pool.connection() as conn:
+            row = conn.execute(self.q["job_next_available"], {"queues": list(queues)}).fetchone()
+        return None if row is None else float(row[0])
+
+    def lease_renew_many(
+        self, held: Sequence[tuple[int, int]], owner: str, lease: float
+    ) -> set[int]:
+        """Renew (id, attempt) leases; return the ids still held."""
+        params = {
+            "ids": [h[0] for h in held],
+            "attempts": [h[1] for h in held],
+            "owner": owner,
+            "lease": lease,
+        }
+        with translated("lease renewal failed"), self.pool.connection() as conn:
+            return {r[0] for r in conn.execute(self.q["lease_renew_many"], params)}
+
+    def job_complete_many(self, done: Sequence[tuple[int, int]], owner: str) -> set[int]:
+        """Mark (id, attempt) jobs succeeded; return the ids completed (others were lost)."""
+        params = {"ids": [d[0] for d in done], "attempts": [d[1] for d in done], "owner": owner}
+        with translated("completion failed"), self.pool.connection() as conn:
+            return {r[0] for r in conn.execute(self.q["job_complete_many"], params)}
+
+    def job_complete_on(self, conn: Conn, job_id: int, attempt: int, owner: str) -> bool:
+        """Mark one job succeeded inside the caller's open transaction (the effect's)."""
+        params = {"ids": [job_id], "attempts": [attempt], "owner": owner}
+        return conn.execute(self.q["job_complete_many"], params).fetchone() is not None
+
+    def job_fail(
+        self,
+        job_id: int,
+        attempt: int,
+        owner: str,
+        *,
+        dead: bool,
+        delay: float,
+        error: str,
+        traceback: str | None,
+    ) -> str | None:
+        """Record a failed attempt; return the new state, or None if the lease was lost."""
+        params = {
+            "id": job_id,
+            "attempt": attempt,
+            "owner": owner,
+            "dead": dead,
+            "delay": delay,
+            "error": error,
+            "traceback": traceback,
+        }
+        with translated("failure record failed"), self.pool.connection() as conn:
+            row = conn.execute(self.q["job_fail"], params).fetchone()
+        return None if row is None else str(row[0])
+
+    def job_release_many(self, held: Sequence[tuple[int, int]], owner: str) -> set[int]:
+        """Give (id, attempt) jobs back to ready without counting the attempt."""
+        params = {
+            "ids": [h[0] for h in held],
+            "attempts": [h[1] for h in held],
+            "owner": owner,
+            "channel": self.channel,
+        }
+        with translated("release failed"), self.pool.connection() as conn:
+            return {r[0] for r in conn.execute(self.q["job_release_many"], params)}
+
+    # -- maintenance -------------------------------------------------------------------
+
+    def job_rescue_exhausted(self) -> list[int]:
+        with translated("rescue failed"), self.pool.connection() as conn:
+            return [r[0] for r in conn.execute(self.q["job_rescue_exhausted"])]
+
+    def job_prune(self, keep_finished: float, keep_dead: float, limit: int = 5000) -> int:
+        params = {"keep_finished": keep_finished, "keep_dead": keep_dead, "limit": limit}
+        with translated("prune failed"), self.pool.connection() as conn:
+            return conn.execute(self.q["job_prune"], params).rowcount

@@ -1,0 +1,189 @@
+-- Every query of the job store. Each starts with `-- name: <name>` and a one-line
+-- description; {schema} is replaced by the quoted schema name when loaded.
+
+-- name: job_insert
+-- Insert one job; with an idempotency key already taken, insert nothing.
+INSERT INTO {schema}.jobs
+    (queue, task, args, idempotency_key, priority, max_attempts, timeout, available_at)
+VALUES (
+    %(queue)s::text, %(task)s::text, %(args)s::jsonb, %(idempotency_key)s::text,
+    %(priority)s::smallint, %(max_attempts)s::integer, %(timeout)s::float8,
+    coalesce(%(run_at)s::timestamptz, now()) + make_interval(secs => %(delay)s::float8)
+)
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id;
+
+-- name: job_insert_many
+-- Insert many jobs (reserved ids, or NULL to draw one); taken keys insert nothing.
+INSERT INTO {schema}.jobs
+    (id, queue, task, args, idempotency_key, priority, max_attempts, timeout, available_at)
+SELECT coalesce(id, nextval(pg_get_serial_sequence('{schema}.jobs', 'id'))),
+       queue, task, args, idempotency_key, priority, max_attempts, timeout,
+       coalesce(run_at, now()) + make_interval(secs => delay)
+FROM unnest(
+    %(id)s::bigint[], %(queue)s::text[], %(task)s::text[], %(args)s::jsonb[],
+    %(idempotency_key)s::text[], %(priority)s::smallint[], %(max_attempts)s::integer[],
+    %(timeout)s::float8[], %(run_at)s::timestamptz[], %(delay)s::float8[]
+) AS j(id, queue, task, args, idempotency_key, priority, max_attempts, timeout, run_at, delay)
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id, idempotency_key;
+
+-- name: job_ids_by_key
+-- The ids of existing jobs by idempotency key.
+SELECT id, idempotency_key FROM {schema}.jobs
+WHERE idempotency_key = ANY(%(keys)s::text[]);
+
+-- name: job_ids_reserve
+-- Reserve n job ids from the identity sequence (for COPY).
+SELECT nextval(pg_get_serial_sequence('{schema}.jobs', 'id'))
+FROM generate_series(1, %(n)s::integer);
+
+-- name: job_copy
+-- Bulk-load jobs that are due now and carry no idempotency key, with reserved ids.
+COPY {schema}.jobs
+    (id, queue, task, args, priority, max_attempts, timeout)
+FROM STDIN;
+
+-- name: job_claim
+-- Claim up to `limit` due jobs of the given queues for `owner`, in priority order, plus
+-- running jobs whose lease expired (their attempt is recorded as lost). One statement.
+WITH ready AS (
+    SELECT c.id, c.priority, c.available_at
+    FROM unnest(%(queues)s::text[]) AS q(name),
+    LATERAL (
+        SELECT j.id, j.priority, j.available_at
+        FROM {schema}.jobs j
+        WHERE j.state = 'ready' AND j.queue = q.name AND j.available_at <= now()
+        ORDER BY j.priority DESC, j.available_at, j.id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+), expired AS (
+    SELECT j.id, j.priority, j.lease_until AS available_at
+    FROM {schema}.jobs j
+    WHERE j.state = 'running' AND j.lease_until < now()
+      AND j.attempts < j.max_attempts AND j.queue = ANY(%(queues)s::text[])
+    ORDER BY j.lease_until
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT id FROM (SELECT * FROM expired UNION ALL SELECT * FROM ready) AS p
+    ORDER BY priority DESC, available_at, id
+    LIMIT %(limit)s
+)
+UPDATE {schema}.jobs AS j SET
+    state = 'running',
+    attempts = j.attempts + 1,
+    lease_owner = %(owner)s::text,
+    lease_until = now() + make_interval(secs => %(lease)s::float8),
+    started_at = now(),
+    last_error = CASE WHEN j.state = 'running'
+        THEN 'LeaseExpired: lease of ' || j.lease_owner || ' expired' ELSE j.last_error END,
+    errors = CASE WHEN j.state = 'running'
+        THEN j.errors || jsonb_build_object(
+            'attempt', j.attempts, 'at', now(), 'worker', j.lease_owner,
+            'error', 'LeaseExpired: lease of ' || j.lease_owner || ' expired')
+        ELSE j.errors END
+FROM picked
+WHERE j.id = picked.id
+RETURNING j.id, j.queue, j.task, j.args, j.idempotency_key, j.priority, j.attempts,
+          j.max_attempts, j.timeout, j.available_at;
+
+-- name: job_next_available
+-- Seconds until the earliest ready job of the given queues is due (database clock).
+SELECT greatest(0, extract(epoch FROM available_at - now()))::float8 FROM {schema}.jobs
+WHERE state = 'ready' AND queue = ANY(%(queues)s::text[])
+ORDER BY available_at
+LIMIT 1;
+
+-- name: lease_renew_many
+-- Extend the leases `owner` still holds; returns the ids renewed (missing ones are lost).
+WITH mine AS (
+    SELECT j.id FROM {schema}.jobs j
+    JOIN unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS h(id, attempt)
+      ON j.id = h.id AND j.attempts = h.attempt
+    WHERE j.state = 'running' AND j.lease_owner = %(owner)s::text
+    ORDER BY j.id
+    FOR UPDATE OF j
+)
+UPDATE {schema}.jobs AS j SET lease_until = now() + make_interval(secs => %(lease)s::float8)
+FROM mine
+WHERE j.id = mine.id
+RETURNING j.id;
+
+-- name: job_complete_many
+-- Mark jobs succeeded, fenced by owner and attempt; returns the ids completed.
+WITH mine AS (
+    SELECT j.id FROM {schema}.jobs j
+    JOIN unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS h(id, attempt)
+      ON j.id = h.id AND j.attempts = h.attempt
+    WHERE j.state = 'running' AND j.lease_owner = %(owner)s::text
+    ORDER BY j.id
+    FOR UPDATE OF j
+)
+UPDATE {schema}.jobs AS j SET
+    state = 'succeeded', completed_at = now(), lease_owner = NULL, lease_until = NULL
+FROM mine
+WHERE j.id = mine.id
+RETURNING j.id;
+
+-- name: job_fail
+-- Record a failed attempt: back to ready after `delay` seconds, or dead; fenced.
+UPDATE {schema}.jobs SET
+    state = CASE WHEN %(dead)s::boolean THEN 'dead' ELSE 'ready' END::{schema}.job_state,
+    available_at = CASE WHEN %(dead)s::boolean THEN available_at
+        ELSE now() + make_interval(secs => %(delay)s::float8) END,
+    completed_at = CASE WHEN %(dead)s::boolean THEN now() END,
+    lease_owner = NULL,
+    lease_until = NULL,
+    last_error = %(error)s::text,
+    errors = errors || jsonb_build_object(
+        'attempt', attempts, 'at', now(), 'worker', %(owner)s::text,
+        'error', %(error)s::text, 'traceback', %(traceback)s::text)
+WHERE id = %(id)s::bigint AND attempts = %(attempt)s::integer
+  AND state = 'running' AND lease_owner = %(owner)s::text
+RETURNING state::text;
+
+-- name: job_release_many
+-- Give jobs back (graceful stop): ready now, attempt not counted; fenced. Wakes workers.
+WITH released AS (
+    UPDATE {schema}.jobs AS j SET
+        state = 'ready', attempts = j.attempts - 1, available_at = now(),
+        lease_owner = NULL, lease_until = NULL
+    FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS h(id, attempt)
+    WHERE j.id = h.id AND j.attempts = h.attempt
+      AND j.state = 'running' AND j.lease_owner = %(owner)s::text
+    RETURNING j.id, j.queue
+), woken AS (
+    SELECT count(pg_notify(%(channel)s::text, q.queue)) AS n
+    FROM (SELECT DISTINCT queue FROM released) AS q
+)
+SELECT released.id FROM released, woken;
+
+-- name: job_rescue_exhausted
+-- Expired leases with no attempts left go dead (lost to a vanished worker).
+UPDATE {schema}.jobs AS j SET
+    state = 'dead', completed_at = now(), lease_owner = NULL, lease_until = NULL,
+    last_error = 'LeaseExpired: lease of ' || j.lease_owner || ' expired, no attempts left',
+    errors = j.errors || jsonb_build_object(
+        'attempt', j.attempts, 'at', now(), 'worker', j.lease_owner,
+        'error', 'LeaseExpired: lease of ' || j.lease_owner || ' expired, no attempts left')
+WHERE j.id IN (
+    SELECT id FROM {schema}.jobs
+    WHERE state = 'running' AND lease_until < now() AND attempts >= max_attempts
+    LIMIT 1000
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING j.id;
+
+-- name: job_prune
+-- Delete finished jobs past their retention, a bounded batch at a time.
+DELETE FROM {schema}.jobs
+WHERE id IN (
+    SELECT id FROM {schema}.jobs
+    WHERE (state IN ('succeeded', 'cancelled')
+           AND completed_at < now() - make_interval(secs => %(keep_finished)s::float8))
+       OR (state = 'dead' AND completed_at < now() - make_interval(secs => %(keep_dead)s::float8))
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+);

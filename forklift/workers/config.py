@@ -1,0 +1,47 @@
+"""WorkerConfig: the knobs of one worker process, with their defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """How one worker process claims and runs jobs."""
+
+    queues: tuple[str, ...] = ("default",)
+    # Handler threads in this process; 1 suits CPU-heavy work (one process per core),
+    # more suits I/O-bound or tiny jobs. The worker never claims more than it can run.
+    concurrency: int = 1
+    # Seconds a claim is good for without renewal; renewed every lease / 3.
+    lease: float = 30.0
+    # Fallback poll when no notification arrives (NOTIFY is only a hint).
+    poll_interval: float = 2.0
+    listen: bool = True
+    # Seconds a graceful stop waits for running jobs before releasing them.
+    grace: float = 30.0
+    # Exit cleanly after this many jobs (None: never); the supervisor replaces the process.
+    max_jobs: int | None = None
+    # Run the rescuer and the retention cleaner from this worker.
+    maintenance: bool = True
+    maintenance_interval: float = 10.0
+    keep_finished: float = 86400.0
+    keep_dead: float = 7 * 86400.0
+
+    def __post_init__(self) -> None:
+        if not self.queues or any(not q for q in self.queues):
+            raise ValueError("queues must name at least one non-empty queue")
+        if self.concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        if self.lease < 1:
+            raise ValueError("lease must be >= 1 second")
+        if self.poll_interval <= 0:
+            raise ValueError("poll_interval must be > 0")
+        if self.grace < 0:
+            raise ValueError("grace must be >= 0")
+        if self.max_jobs is not None and self.max_jobs < 1:
+            raise ValueError("max_jobs must be >= 1")
+
+    @property
+    def heartbeat_interval(self) -> float:
+        return self.lease / 3

@@ -1,0 +1,583 @@
+"""Worker: the claim → heartbeat → handle loop of one process.
+
+Threads: the main loop claims and dispatches; `concurrency` executor threads run
+handlers; a heartbeat thread renews leases; a completer group-commits successes; a
+listener turns NOTIFY into wake-ups. Everything is created in run(), after any fork.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import random
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from forklift import _db
+from forklift._events import emit
+from forklift.app import App
+from forklift.errors import DatabaseError, ForkliftError
+from forklift.store import ClaimedJob, JobStore
+from forklift.workers import executor
+from forklift.workers.config import WorkerConfig
+from forklift.workers.context import JobContext
+from forklift.workers.executor import Outcome
+from forklift.workers.wakeup import Wakeup
+
+log = logging.getLogger(__name__)
+
+_COMPLETE_BATCH = 1000
+
+
+def make_owner() -> str:
+    """A lease owner id unique to this process incarnation: host:pid:nonce."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+class Worker:
+    """One process's job loop. __init__ does no I/O; run() boots and blocks until stopped."""
+
+    def __init__(
+        self,
+        app: App,
+        config: WorkerConfig | None = None,
+        *,
+        on_job_start: Callable[[ClaimedJob], None] | None = None,
+        on_job_end: Callable[[ClaimedJob, str], None] | None = None,
+    ) -> None:
+        self.app = app
+        self.config = config or WorkerConfig()
+        self.owner = ""
+        self.jobs_done = 0
+        self.on_job_start = on_job_start
+        self.on_job_end = on_job_end
+        self._stopping = False
+        self._fast_stop = False
+        self._wakeup: Wakeup | None = None
+
+    # -- control (safe from signal handlers) --------------------------------------------
+
+    def request_stop(self, *, fast: bool = False) -> None:
+        """Stop claiming; finish within the grace period (or release now, if fast)."""
+        self._stopping = True
+        self._fast_stop = self._fast_stop or fast
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    # -- boot and shutdown --------------------------------------------------------------
+
+    def _boot(self) -> None:
+        cfg = self.config
+        self.owner = make_owner()
+        random.seed()
+        self._wakeup = Wakeup()
+        if self._stopping:
+            self._wakeup.set()
+        self._timeouts = _db.Timeouts.for_lease(cfg.lease)
+        self._pool: ConnectionPool[psycopg.Connection[Any]] = _db.make_pool(
+            self.app.dsn,
+            self._timeouts,
+            # claims, renewals, completions, failures, plus one effect transaction per thread
+            max_size=cfg.concurrency + 3,
+            name=f"worker-{os.getpid()}",
+            application_name=f"forklift-worker:{os.getpid()}",
+        )
+        self._pool.open(wait=False)
+        self.store = JobStore(self._pool, self.app.schema)
+        self._held: dict[int, JobContext] = {}
+        self._held_lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._work: queue.SimpleQueue[JobContext | None] = queue.SimpleQueue()
+        self._done: queue.SimpleQueue[JobContext | None] = queue.SimpleQueue()
+        self._closing = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._execute_loop, name=f"forklift-exec-{i}", daemon=True)
+            for i in range(cfg.concurrency)
+        ]
+        self._threads.append(
+            threading.Thread(target=self._heartbeat_loop, name="forklift-heartbeat", daemon=True)
+        )
+        self._threads.append(
+            threading.Thread(target=self._complete_loop, name="forklift-completer", daemon=True)
+        )
+        if cfg.listen:
+            self._threads.append(
+                threading.Thread(target=self._listen_loop, name="forklift-listener", daemon=True)
+            )
+        for t in self._threads:
+            t.start()
+        emit(
+            log,
+            "worker.started",
+            owner=self.owner,
+            queues=",".join(cfg.queues),
+            concurrency=cfg.concurrency,
+        )
+
+    def _shutdown(self) -> None:
+        self._closing.set()
+        for _ in range(self.config.concurrency):
+            self._work.put(None)
+        self._done.put(None)
+        for t in self._threads:
+            if t.name == "forklift-completer":
+                t.join(timeout=self._timeouts.statement + 1)
+        self._pool.close(timeout=2.0)
+        assert self._wakeup is not None
+        self._wakeup.close()
+        emit(log, "worker.stopped", owner=self.owner, jobs=self.jobs_done)
+
+    # -- the main loop ------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Claim and run jobs until request_stop(); then drain, release and return."""
+        self._boot()
+        try:
+            self._claim_loop()
+            self._drain()
+        finally:
+            self._shutdown()
+
+    def _claim_loop(self) -> None:
+        cfg = self.config
+        assert self._wakeup is not None
+        next_maintenance = time.monotonic()
+        errors = 0
+        while not self._stopping:
+            if cfg.maintenance and time.monotonic() >= next_maintenance:
+                self.maintain_once()
+                next_maintenance = time.monotonic() + cfg.maintenance_interval
+            free = self._free_slots()
+            if free <= 0:
+                self._wakeup.wait(cfg.poll_interval)
+                continue
+            self._wakeup.clear()  # wake-ups from now on are news to the claim below
+            try:
+                jobs = self.store.job_claim(cfg.queues, self.owner, free, cfg.lease)
+                errors = 0
+            except DatabaseError as exc:
+                errors += 1
+                delay = min(5.0, 0.1 * 2**errors)
+                emit(log, "worker.claim_failed", logging.WARNING, error=exc, retry_in=delay)
+                self._wakeup.wait(delay)
+                continue
+            if self._stopping:
+                # Invariant: a graceful stop starts no new work. Give these back at once.
+                self._release([self._adopt(j) for j in jobs], "claimed while stopping")
+                break
+            for job in jobs:
+                self._work.put(self._adopt(job))
+            if len(jobs) < free:
+                self._wakeup.wait(self._idle_wait())
+
+    def _free_slots(self) -> int:
+        cfg = self.config
+        with self._held_lock:
+            free = cfg.concurrency - len(self._held)
+        if cfg.max_jobs is not None:
+            left = cfg.max_jobs - self.jobs_done - len(self._held)
+            if left <= 0 and not self._held:
+                emit(log, "worker.recycle", owner=self.owner, jobs=self.jobs_done)
+                self._stopping = True
+            free = min(free, left)
+        return free
+
+    def _idle_wait(self) -> float:
+        """Sleep until the next delayed job is due, or the poll interval, whichever first."""
+        try:
+            due_in = self.store.job_next_available(self.config.queues)
+        except DatabaseError:
+            return self.config.poll_interval
+        if due_in is None:
+            return self.config.poll_interval
+        return min(self.config.poll_interval, due_in + 0.001)
+
+    def _adopt(self, job: ClaimedJob) -> JobContext:
+        ctx = JobContext(job, self._pool)
+        with self._held_lock:
+            self._held[job.id] = ctx
+        emit(
+            log,
+            "job.claimed",
+            logging.DEBUG,
+            job=job.id,
+            task=job.task,
+            attempt=job.attempt,
+            owner=self.owner,
+        )
+        return ctx
+
+    def _forget(self, ctx: JobContext, outcome: str) -> None:
+        with self._held_lock:
+            if self._held.get(ctx.job_id) is ctx:
+                del self._held[ctx.job_id]
+        self.jobs_done += 1
+        if self.on_job_end is not None:
+            self.on_job_end(ctx.job, outcome)
+        assert self._wakeup is not None
+        self._wakeup.set()
+
+    def _drain(self) -> None:
+        """Wait up to the grace period for held jobs to finish; release the rest."""
+        assert self._wakeup is not None
+        deadline = time.monotonic() + (0.0 if self._fast_stop else self.config.grace)
+        while self._held_snapshot() and time.monotonic() < deadline and not self._fast_stop:
+            self._wakeup.wait(min(0.5, deadline - time.monotonic()))
+        left = self._held_snapshot()
+        if left:
+            for ctx in left:
+                ctx.cancelled.set()
+            self._release(left, "stopping past grace" if not self._fast_stop else "fast stop")
+
+    def _held_snapshot(self) -> list[JobContext]:
+        with self._held_lock:
+            return list(self._held.values())
+
+    def _release(self, contexts: Sequence[JobContext], why: str) -> None:
+        if not contexts:
+            return
+        with self._flush_lock:
+            try:
+                released = self.store.job_release_many(
+                    [(c.job_id, c.attempt) for c in contexts], self.owner
+                )
+            except DatabaseError as exc:
+                emit(log, "job.release_failed", logging.ERROR, jobs=len(contexts), error=exc)
+                released = set()
+            for ctx in contexts:
+                ctx.finished = True
+        for ctx in contexts:
+            if ctx.job_id in released:
+                emit(
+                    log,
+                    "job.released",
+                    logging.WARNING,
+                    job=ctx.job_id,
+                    task=ctx.task,
+                    attempt=ctx.attempt,
+                    owner=self.owner,
+                    reason=why,
+                )
+            with self._held_lock:
+                self._held.pop(ctx.job_id, None)
+
+    # -- executors ----------------------------------------------------------------------
+
+    def _execute_loop(self) -> None:
+        while True:
+            ctx = self._work.get()
+            if ctx is None:
+                return
+            try:
+                self._execute(ctx)
+            except Exception:  # never lose the thread: a bug here must not stall capacity
+                log.exception("internal error while running job %s", ctx.job_id)
+                self._forget(ctx, "error")
+
+    def _execute(self, ctx: JobContext) -> None:
+        job = ctx.job
+        if self._stopping and self._fast_stop:
+            return  # _drain releases it
+        if self.on_job_start is not None:
+            self.on_job_start(job)
+        started = time.monotonic()
+        task = self.app.tasks.get(job.task)
+        if task is None:
+            outcome = executor.give_up(
+                f"UnknownTaskError: no task named {job.task!r} is registered in this worker"
+            )
+        else:
+            try:
+                bound = task.signature.bind(ctx, **job.args)
+            except TypeError as exc:
+                outcome = executor.give_up(f"ArgumentError: {job.task}: {exc}")
+            else:
+                outcome = executor.call(task.fn, bound.args, bound.kwargs)
+        if outcome.succeeded and ctx.in_transaction:
+            failed = self._commit_effect(ctx)
+            if failed is None:
+                return
+            outcome = failed
+        elif ctx.in_transaction:
+            ctx.end_transaction(commit=False)
+        if outcome.succeeded:
+            ctx.duration = time.monotonic() - started
+            self._done.put(ctx)  # group-committed by the completer
+        else:
+            self._record_failure(ctx, outcome, time.monotonic() - started)
+
+    def _commit_effect(self, ctx: JobContext) -> Outcome | None:
+        """Complete the job inside the handler's transaction; commit both or neither.
+
+        Returns None when the outcome is recorded, or the failure to record instead.
+        """
+        conn = ctx.connection
+        assert conn is not None
+        with ctx.outcome_lock:
+            try:
+                owned = self.store.job_complete_on(conn, ctx.job_id, ctx.attempt, self.owner)
+            except psycopg.Error as exc:
+                ctx.end_transaction(commit=False)
+                return executor.failure(exc)
+            if not owned:
+                ctx.end_transaction(commit=False)
+                ctx.finished = True
+                emit(
+                    log,
+                    "job.lease_lost",
+                    logging.WARNING,
+                    job=ctx.job_id,
+                    task=ctx.task,
+                    attempt=ctx.attempt,
+                    owner=self.owner,
+                    effect="rolled back",
+                )
+                self._forget(ctx, "lease_lost")
+                return None  # nothing more to record: the job is not ours any more
+            try:
+                ctx.end_transaction(commit=True)
+            except psycopg.Error as exc:
+                return executor.failure(exc)
+            ctx.finished = True
+        emit(
+            log,
+            "job.succeeded",
+            logging.DEBUG,
+            job=ctx.job_id,
+            task=ctx.task,
+            attempt=ctx.attempt,
+            owner=self.owner,
+        )
+        self._forget(ctx, "succeeded")
+        return None
+
+    def _record_failure(self, ctx: JobContext, outcome: Outcome, duration: float) -> None:
+        job = ctx.job
+        dead = outcome.give_up or job.attempt >= job.max_attempts
+        if outcome.retry_delay is not None:
+            delay = outcome.retry_delay
+        else:
+            task = self.app.tasks.get(job.task)
+            delay = task.backoff.delay(job.attempt) if task is not None else 0.0
+        with ctx.outcome_lock:
+            try:
+                state = self.store.job_fail(
+                    job.id,
+                    job.attempt,
+                    self.owner,
+                    dead=dead,
+                    delay=delay,
+                    error=outcome.error,
+                    traceback=outcome.traceback,
+                )
+            except DatabaseError as exc:
+                # The lease will expire and another attempt will record what happens.
+                emit(log, "job.fail_record_failed", logging.ERROR, job=job.id, error=exc)
+                state = "unrecorded"
+            ctx.finished = True
+        if state is None:
+            emit(
+                log,
+                "job.lease_lost",
+                logging.WARNING,
+                job=job.id,
+                task=job.task,
+                attempt=job.attempt,
+                owner=self.owner,
+            )
+            self._forget(ctx, "lease_lost")
+            return
+        if dead:
+            emit(
+                log,
+                "job.dead",
+                logging.ERROR,
+                job=job.id,
+                task=job.task,
+                attempt=job.attempt,
+                owner=self.owner,
+                error=outcome.error,
+            )
+        else:
+            emit(
+                log,
+                "job.failed",
+                logging.WARNING,
+                job=job.id,
+                task=job.task,
+                attempt=job.attempt,
+                owner=self.owner,
+                retry_in=round(delay, 3),
+                error=outcome.error,
+            )
+        self._forget(ctx, "dead" if dead else "failed")
+
+    # -- completer ----------------------------------------------------------------------
+
+    def _complete_loop(self) -> None:
+        while True:
+            first = self._done.get()
+            if first is None:
+                self._flush_all_pending()
+                return
+            batch = [first]
+            while len(batch) < _COMPLETE_BATCH:
+                try:
+                    more = self._done.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    self._flush(batch)
+                    self._flush_all_pending()
+                    return
+                batch.append(more)
+            self._flush(batch)
+
+    def _flush_all_pending(self) -> None:
+        rest = []
+        while True:
+            try:
+                ctx = self._done.get_nowait()
+            except queue.Empty:
+                break
+            if ctx is not None:
+                rest.append(ctx)
+        if rest:
+            self._flush(rest)
+
+    def _flush(self, batch: list[JobContext]) -> None:
+        """Group-commit successes; retry through a database outage until the lease ends."""
+        give_up_at = time.monotonic() + self.config.lease
+        delay = 0.05
+        while True:
+            try:
+                with self._flush_lock:
+                    done = self.store.job_complete_many(
+                        [(c.job_id, c.attempt) for c in batch], self.owner
+                    )
+                    for ctx in batch:
+                        ctx.finished = True
+                break
+            except DatabaseError as exc:
+                if time.monotonic() >= give_up_at or self._closing.is_set():
+                    emit(log, "job.complete_failed", logging.ERROR, jobs=len(batch), error=exc)
+                    done = set()
+                    break
+                time.sleep(delay)
+                delay = min(1.0, delay * 2)
+        for ctx in batch:
+            if ctx.job_id in done:
+                emit(
+                    log,
+                    "job.succeeded",
+                    logging.DEBUG,
+                    job=ctx.job_id,
+                    task=ctx.task,
+                    attempt=ctx.attempt,
+                    owner=self.owner,
+                )
+                self._forget(ctx, "succeeded")
+            else:
+                emit(
+                    log,
+                    "job.lease_lost",
+                    logging.WARNING,
+                    job=ctx.job_id,
+                    task=ctx.task,
+                    attempt=ctx.attempt,
+                    owner=self.owner,
+                    effect="completion refused",
+                )
+                self._forget(ctx, "lease_lost")
+
+    # -- heartbeat ----------------------------------------------------------------------
+
+    def _heartbeat_loop(self) -> None:
+        while not self._closing.wait(self.config.heartbeat_interval):
+            try:
+                self.renew_once()
+            except ForkliftError as exc:
+                emit(log, "lease.renew_failed", logging.WARNING, error=exc)
+
+    def renew_once(self) -> int:
+        """Renew every held lease in one statement; mark the ones found gone as lost."""
+        with self._flush_lock:
+            held = [c for c in self._held_snapshot() if not c.finished]
+            if not held:
+                return 0
+            kept = self.store.lease_renew_many(
+                [(c.job_id, c.attempt) for c in held], self.owner, self.config.lease
+            )
+        for ctx in held:
+            if ctx.job_id in kept:
+                continue
+            with ctx.outcome_lock:
+                if ctx.finished:
+                    continue
+                ctx.lease_lost = True
+                ctx.cancelled.set()
+            emit(
+                log,
+                "job.lease_lost",
+                logging.WARNING,
+                job=ctx.job_id,
+                task=ctx.task,
+                attempt=ctx.attempt,
+                owner=self.owner,
+                effect="handler told to stop",
+            )
+        return len(kept)
+
+    # -- listener -----------------------------------------------------------------------
+
+    def _listen_loop(self) -> None:
+        channel = self.store.channel
+        queues = set(self.config.queues)
+        assert self._wakeup is not None
+        delay = 0.5
+        while not self._closing.is_set():
+            try:
+                with _db.connect(
+                    self.app.dsn, self._timeouts, application_name="forklift-listener"
+                ) as conn:
+                    conn.execute(f'LISTEN "{channel}"')
+                    delay = 0.5
+                    self._wakeup.set()  # anything sent while we were away: look now
+                    while not self._closing.is_set():
+                        for note in conn.notifies(timeout=0.5):
+                            if note.payload in queues:
+                                self._wakeup.set()
+            except psycopg.Error as exc:
+                if self._closing.is_set():
+                    return
+                emit(log, "listener.reconnect", logging.WARNING, error=exc, retry_in=delay)
+                self._closing.wait(delay)
+                delay = min(10.0, delay * 2)
+
+    # -- maintenance --------------------------------------------------------------------
+
+    def maintain_once(self) -> tuple[int, int]:
+        """Dead-letter exhausted expired leases and prune old finished jobs."""
+        try:
+            rescued = self.store.job_rescue_exhausted()
+            pruned = self.store.job_prune(self.config.keep_finished, self.config.keep_dead)
+        except DatabaseError as exc:
+            emit(log, "maintenance.failed", logging.WARNING, error=exc)
+            return 0, 0
+        for job_id in rescued:
+            emit(
+                log, "job.dead", logging.ERROR, job=job_id, error="lease expired, no attempts left"
+            )
+        return len(rescued), pruned

@@ -1,0 +1,55 @@
+"""A test app: its DSN and schema come from FORKLIFT_DATABASE_URL and FORKLIFT_SCHEMA."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import forklift
+
+app = forklift.App()
+SCHEMA = app.schema
+
+
+@app.task(name="noop")
+def noop(ctx: forklift.JobContext) -> None:
+    pass
+
+
+@app.task(name="effect")
+def effect(ctx: forklift.JobContext, *, key: str, n: int = 0, sleep: float = 0.0) -> None:
+    """Insert one effect row per run; the unique key exposes any double commit."""
+    if sleep:
+        time.sleep(sleep)
+    with ctx.transaction() as conn:
+        conn.execute(
+            f"INSERT INTO {SCHEMA}.effects (job_id, key, n) VALUES (%s, %s, %s)",
+            (ctx.job_id, key, n),
+        )
+
+
+@app.task(name="sleep")
+def sleep(ctx: forklift.JobContext, *, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not ctx.cancelled.is_set():
+        time.sleep(0.01)
+
+
+@app.task(name="fail", max_attempts=3, backoff=forklift.Backoff(base=0.05, jitter=0.0))
+def fail(ctx: forklift.JobContext, *, message: str = "boom") -> None:
+    raise RuntimeError(message)
+
+
+@app.task(name="give_up")
+def give_up(ctx: forklift.JobContext) -> None:
+    raise forklift.Fail("not worth retrying")
+
+
+@app.task(name="retry_later", max_attempts=2)
+def retry_later(ctx: forklift.JobContext, *, delay: float) -> None:
+    raise forklift.Retry("try again", delay=delay)
+
+
+@app.task(name="exit")
+def exit_process(ctx: forklift.JobContext, *, code: int = 3) -> None:
+    os._exit(code)
