@@ -61,13 +61,14 @@ CREATE INDEX jobs_finished_idx ON {schema}.jobs (completed_at)
     WHERE state IN ('succeeded', 'dead', 'cancelled');
 
 -- One NOTIFY per queue per inserting statement (identical notifications in one
--- transaction are folded by PostgreSQL), only for jobs that are due now.
+-- transaction are folded by PostgreSQL). Delayed jobs notify too: an idle worker wakes,
+-- finds nothing due, and sleeps until the new job's time instead of its poll interval.
 CREATE FUNCTION {schema}.jobs_notify_ready() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
     q text;
 BEGIN
-    FOR q IN SELECT DISTINCT n.queue FROM new_jobs n WHERE n.available_at <= now() LOOP
+    FOR q IN SELECT DISTINCT n.queue FROM new_jobs n LOOP
         PERFORM pg_notify(TG_TABLE_SCHEMA || '_jobs', q);
     END LOOP;
     RETURN NULL;

@@ -1,0 +1,133 @@
+"""Worker processes under the real CLI: racing, freezing, signals."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+import forklift
+from tests.conftest import wait_for
+
+
+@pytest.fixture
+def spawn(env: dict[str, str]) -> Iterator[Any]:
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(*flags: str) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "forklift", "worker", "tests.apps.basic:app", *flags],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.kill()
+        proc.communicate(timeout=10)
+
+
+def scalar(db: psycopg.Connection[Any], sql: str, *params: Any) -> Any:
+    row = db.execute(sql, params).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def test_racing_workers_commit_every_effect_exactly_once(
+    dsn: str, schema: str, db: psycopg.Connection[Any], spawn: Any
+) -> None:
+    n = 5000
+    app = forklift.App(dsn, schema=schema)
+    app.enqueue_many([("effect", {"key": str(i), "n": i}) for i in range(n)])
+    workers = [spawn("--concurrency", "4", "--log-level", "WARNING") for _ in range(3)]
+    wait_for(
+        lambda: scalar(db, f"SELECT count(*) FROM {schema}.jobs WHERE state = 'succeeded'") == n,
+        timeout=90,
+        interval=0.2,
+        what=f"{n} jobs succeeded",
+    )
+    assert scalar(db, f"SELECT count(*) FROM {schema}.effects") == n
+    assert scalar(db, f"SELECT count(DISTINCT key) FROM {schema}.effects") == n
+    assert scalar(db, f"SELECT max(attempts) FROM {schema}.jobs") == 1
+    # Several processes really shared the work.
+    owners = scalar(
+        db,
+        "SELECT count(DISTINCT split_part(application_name, ':', 2)) FROM pg_stat_activity"
+        " WHERE application_name LIKE 'forklift-worker:%%'",
+    )
+    assert owners == 3
+    for w in workers:
+        w.send_signal(signal.SIGTERM)
+    for w in workers:
+        assert w.wait(timeout=15) == 0
+    app.close()
+
+
+def test_frozen_worker_cannot_complete_a_job_taken_over(
+    dsn: str, schema: str, db: psycopg.Connection[Any], spawn: Any
+) -> None:
+    app = forklift.App(dsn, schema=schema)
+    job_id = app.enqueue("effect", {"key": "once", "sleep": 1.0})
+    frozen = spawn("--lease", "2", "--log-level", "INFO")
+    wait_for(
+        lambda: scalar(db, f"SELECT state FROM {schema}.jobs WHERE id = %s", job_id) == "running",
+        what="first worker running the job",
+    )
+    frozen.send_signal(signal.SIGSTOP)
+    wait_for(
+        lambda: scalar(db, f"SELECT lease_until < now() FROM {schema}.jobs WHERE id = %s", job_id),
+        timeout=10,
+        what="lease expired",
+    )
+    spawn("--lease", "2", "--log-level", "WARNING")
+    wait_for(
+        lambda: scalar(db, f"SELECT state FROM {schema}.jobs WHERE id = %s", job_id) == "succeeded",
+        timeout=15,
+        what="second worker completed the job",
+    )
+    frozen.send_signal(signal.SIGCONT)
+    # The frozen one wakes mid-handler; its effect and completion must both be refused.
+    time.sleep(0.2)
+    frozen.send_signal(signal.SIGTERM)
+    out, _ = frozen.communicate(timeout=15)
+    assert "job.lease_lost" in out
+    assert scalar(db, f"SELECT count(*) FROM {schema}.effects") == 1
+    row = db.execute(
+        f"SELECT attempts, errors->0->>'error' FROM {schema}.jobs WHERE id = %s", (job_id,)
+    ).fetchone()
+    assert row is not None
+    assert row[0] == 2 and row[1].startswith("LeaseExpired")
+    app.close()
+
+
+def test_sigterm_exits_zero_and_releases_the_job(
+    dsn: str, schema: str, db: psycopg.Connection[Any], spawn: Any
+) -> None:
+    app = forklift.App(dsn, schema=schema)
+    job_id = app.enqueue("sleep", {"seconds": 60})
+    proc = spawn("--grace", "1")
+    wait_for(
+        lambda: scalar(db, f"SELECT state FROM {schema}.jobs WHERE id = %s", job_id) == "running",
+        what="job running",
+    )
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == 0
+    assert time.monotonic() - started < 5
+    row = db.execute(
+        f"SELECT state, attempts, lease_owner FROM {schema}.jobs WHERE id = %s", (job_id,)
+    ).fetchone()
+    assert row == ("ready", 0, None)
+    app.close()

@@ -1,0 +1,48 @@
+"""Integration fixtures: the test app bound to this test's schema, workers in threads."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import forklift
+from forklift.workers import Worker, WorkerConfig
+from tests.apps import basic
+
+
+@pytest.fixture
+def app(dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[forklift.App]:
+    """tests.apps.basic's app, pointed at this test's schema."""
+    monkeypatch.setattr(basic.app, "_dsn", dsn)
+    monkeypatch.setattr(basic.app, "schema", schema)
+    monkeypatch.setattr(basic, "SCHEMA", schema)
+    basic.app.close()
+    yield basic.app
+    basic.app.close()
+
+
+RunWorker = Callable[..., Worker]
+
+
+@pytest.fixture
+def run_worker(app: forklift.App) -> Iterator[RunWorker]:
+    """Start Worker(app, WorkerConfig(**kwargs)).run() in a thread; stopped at teardown."""
+    started: list[tuple[Worker, threading.Thread]] = []
+
+    def start(**kwargs: Any) -> Worker:
+        kwargs.setdefault("maintenance", False)
+        worker = Worker(app, WorkerConfig(**kwargs))
+        thread = threading.Thread(target=worker.run, daemon=True)
+        thread.start()
+        started.append((worker, thread))
+        return worker
+
+    yield start
+    for worker, _ in started:
+        worker.request_stop(fast=True)
+    for _, thread in started:
+        thread.join(timeout=15)
+        assert not thread.is_alive(), "worker did not stop"

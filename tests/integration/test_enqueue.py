@@ -1,0 +1,166 @@
+"""The producer API: ids, idempotency keys, the caller's transaction, refused arguments."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+import forklift
+
+
+def count(db: psycopg.Connection[Any], schema: str, where: str = "true") -> int:
+    return int(db.execute(f"SELECT count(*) FROM {schema}.jobs WHERE {where}").fetchone()[0])  # type: ignore[index]
+
+
+def test_enqueue_returns_id_with_task_defaults(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    from tests.apps import basic
+
+    job_id = basic.fail.enqueue(message="x")
+    row = db.execute(
+        f"SELECT task, args, queue, priority, max_attempts, state FROM {schema}.jobs WHERE id = %s",
+        (job_id,),
+    ).fetchone()
+    assert row == ("fail", {"message": "x"}, "default", 0, 3, "ready")
+
+
+def test_same_idempotency_key_returns_the_existing_job(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    first = app.enqueue("noop", idempotency_key="k1")
+    again = app.enqueue("noop", idempotency_key="k1")
+    other = app.enqueue("noop", idempotency_key="k2")
+    assert first == again != other
+    assert count(db, schema) == 2
+
+
+def test_enqueue_joins_the_callers_transaction(
+    app: forklift.App, dsn: str, db: psycopg.Connection[Any], schema: str
+) -> None:
+    with psycopg.connect(dsn) as conn:
+        rolled_back = app.enqueue("noop", conn=conn)
+        conn.rollback()
+        kept = app.enqueue("noop", conn=conn)
+        assert count(db, schema) == 0  # not visible before the caller commits
+        conn.commit()
+    assert count(db, schema, f"id = {kept}") == 1
+    assert count(db, schema, f"id = {rolled_back}") == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        ({"key": "a\x00b"}, "['key']"),
+        ({"key": "k", "n": float("nan")}, "['n']"),
+        ({"key": "k", "n": float("inf")}, "['n']"),
+        ({"key": {1: "x"}}, "key 1"),
+        ({"key": object()}, "['key']"),
+    ],
+)
+def test_bad_arguments_are_refused_naming_the_key(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, args: dict[str, Any], fragment: str
+) -> None:
+    with pytest.raises(forklift.ArgumentError) as err:
+        app.enqueue("effect", args)
+    assert fragment in str(err.value)
+    assert count(db, schema) == 0
+
+
+def test_arguments_that_do_not_fit_a_known_handler_are_refused(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    with pytest.raises(forklift.ArgumentError, match="key"):
+        app.enqueue("effect", {"n": 1})
+    with pytest.raises(forklift.ArgumentError, match="unexpected"):
+        app.enqueue("effect", {"key": "k", "bogus": 1})
+    assert count(db, schema) == 0
+
+
+def test_unknown_task_can_be_enqueued_for_other_workers(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    job_id = app.enqueue("elsewhere.task", {"x": [1, 2]}, queue="remote", priority=3)
+    row = db.execute(
+        f"SELECT task, queue, priority FROM {schema}.jobs WHERE id = %s", (job_id,)
+    ).fetchone()
+    assert row == ("elsewhere.task", "remote", 3)
+
+
+def test_delay_and_run_at(app: forklift.App, db: psycopg.Connection[Any], schema: str) -> None:
+    delayed = app.enqueue("noop", delay=timedelta(minutes=5))
+    at = datetime.now(UTC) + timedelta(hours=1)
+    scheduled = app.enqueue("noop", run_at=at)
+    gap = db.execute(
+        f"SELECT extract(epoch FROM available_at - created_at) FROM {schema}.jobs WHERE id = %s",
+        (delayed,),
+    ).fetchone()[0]  # type: ignore[index]
+    assert 299 <= float(gap) <= 301
+    when = db.execute(
+        f"SELECT available_at FROM {schema}.jobs WHERE id = %s", (scheduled,)
+    ).fetchone()[0]  # type: ignore[index]
+    assert abs((when - at).total_seconds()) < 0.001
+    with pytest.raises(forklift.ArgumentError, match="timezone"):
+        app.enqueue("noop", run_at=datetime.now())
+    with pytest.raises(forklift.ArgumentError, match=">= 0"):
+        app.enqueue("noop", delay=-1)
+
+
+def test_enqueue_many_keeps_input_order_and_dedupes_keys(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    existing = app.enqueue("noop", idempotency_key="old")
+    specs: list[forklift.JobSpec | tuple[str, dict[str, Any]]] = [
+        ("effect", {"key": "0"}),
+        forklift.JobSpec("effect", {"key": "1"}, idempotency_key="new"),
+        forklift.JobSpec("effect", {"key": "2"}, delay=60),
+        forklift.JobSpec("noop", {}, idempotency_key="old"),
+        ("effect", {"key": "4"}),
+        forklift.JobSpec("effect", {"key": "5"}, idempotency_key="new"),
+    ]
+    ids = app.enqueue_many(specs)
+    assert len(ids) == 6
+    assert ids[3] == existing
+    assert ids[1] == ids[5]
+    assert len(set(ids)) == 5
+    for i in (0, 2, 4):
+        args = db.execute(f"SELECT args FROM {schema}.jobs WHERE id = %s", (ids[i],)).fetchone()
+        assert args == ({"key": str(i)},)
+    assert count(db, schema) == 5
+
+
+def test_enqueue_many_is_all_or_nothing(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    with pytest.raises(forklift.ArgumentError):
+        app.enqueue_many([("noop", {}), ("noop", {"bad": float("nan")})])
+    assert count(db, schema) == 0
+
+
+def test_enqueue_many_in_callers_transaction(
+    app: forklift.App, dsn: str, db: psycopg.Connection[Any], schema: str
+) -> None:
+    with psycopg.connect(dsn) as conn:
+        app.enqueue_many([("noop", {}) for _ in range(10)], conn=conn)
+        conn.rollback()
+    assert count(db, schema) == 0
+
+
+def test_task_enqueue_refuses_reserved_parameter_names(app: forklift.App) -> None:
+    @app.task(name="has_queue_param")
+    def has_queue_param(ctx: forklift.JobContext, *, queue: str) -> None:
+        pass
+
+    try:
+        with pytest.raises(forklift.ConfigError, match=r"app\.enqueue"):
+            has_queue_param.enqueue(queue="x")
+    finally:
+        del app.tasks["has_queue_param"]
+
+
+def test_registering_a_name_twice_is_refused(app: forklift.App) -> None:
+    with pytest.raises(forklift.ConfigError, match="twice"):
+        app.task(name="noop")(lambda ctx: None)

@@ -1,0 +1,295 @@
+"""The worker loop against a real PostgreSQL: every state transition and its fence."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psycopg
+
+import forklift
+from tests.conftest import wait_for
+from tests.integration.conftest import RunWorker
+
+
+def job(db: psycopg.Connection[Any], schema: str, job_id: int) -> dict[str, Any]:
+    cur = db.cursor(row_factory=psycopg.rows.dict_row)
+    row = cur.execute(f"SELECT * FROM {schema}.jobs WHERE id = %s", (job_id,)).fetchone()
+    assert row is not None
+    return row
+
+
+def state_is(db: psycopg.Connection[Any], schema: str, job_id: int, state: str) -> bool:
+    return bool(job(db, schema, job_id)["state"] == state)
+
+
+def effects(db: psycopg.Connection[Any], schema: str) -> list[tuple[Any, ...]]:
+    return db.execute(f"SELECT job_id, key, n FROM {schema}.effects ORDER BY job_id").fetchall()
+
+
+def test_success_commits_effect_and_completion_together(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    job_id = app.enqueue("effect", {"key": "a", "n": 7})
+    run_worker()
+    wait_for(lambda: state_is(db, schema, job_id, "succeeded"), what="job succeeded")
+    row = job(db, schema, job_id)
+    assert row["attempts"] == 1
+    assert row["lease_owner"] is None and row["lease_until"] is None
+    assert row["started_at"] is not None and row["completed_at"] is not None
+    assert effects(db, schema) == [(job_id, "a", 7)]
+
+
+def test_noop_jobs_are_group_committed(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    ids = app.enqueue_many([("noop", {}) for _ in range(500)])
+    run_worker(concurrency=16)
+    wait_for(
+        lambda: (
+            db.execute(f"SELECT count(*) FROM {schema}.jobs WHERE state = 'succeeded'").fetchone()[
+                0
+            ]  # type: ignore[index]
+            == len(ids)
+        ),
+        what="all noop jobs succeeded",
+    )
+
+
+def test_failure_retries_with_backoff_then_dead(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    job_id = app.enqueue("fail", {"message": "bad thing"})
+    run_worker()
+    wait_for(lambda: state_is(db, schema, job_id, "dead"), what="job dead")
+    row = job(db, schema, job_id)
+    assert row["attempts"] == 3  # the task's max_attempts
+    assert row["last_error"] == "RuntimeError: bad thing"
+    history = row["errors"]
+    assert [e["attempt"] for e in history] == [1, 2, 3]
+    assert all(e["error"] == "RuntimeError: bad thing" for e in history)
+    assert all("Traceback" in e["traceback"] and e["worker"] for e in history)
+    assert row["completed_at"] is not None and row["lease_owner"] is None
+
+
+def test_retry_waits_its_backoff(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    job_id = app.enqueue("retry_later", {"delay": 1.5})
+    run_worker()
+    wait_for(
+        lambda: job(db, schema, job_id)["attempts"] == 1 and state_is(db, schema, job_id, "ready"),
+        what="first attempt failed",
+    )
+    first = job(db, schema, job_id)
+    wait_for(lambda: state_is(db, schema, job_id, "dead"), what="second attempt dead")
+    second = job(db, schema, job_id)
+    # The retry became available 1.5 s after the failure and did not start before that.
+    waited = (first["available_at"] - first["started_at"]).total_seconds()
+    assert 1.4 <= waited <= 2.5
+    assert second["started_at"] >= first["available_at"]
+    assert second["last_error"] == "Retry: try again"
+
+
+def test_fail_goes_dead_at_once(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    job_id = app.enqueue("give_up")
+    run_worker()
+    wait_for(lambda: state_is(db, schema, job_id, "dead"), what="job dead")
+    row = job(db, schema, job_id)
+    assert row["attempts"] == 1
+    assert row["last_error"] == "Fail: not worth retrying"
+
+
+def test_unknown_task_and_bad_arguments_end_dead_with_a_clear_error(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    unknown = app.enqueue("no_such_task", {"x": 1})
+    # Enqueued under a name the producer does not check (as another service would).
+    with app.store.pool.connection() as conn:
+        bad = conn.execute(
+            f"INSERT INTO {schema}.jobs (task, args) VALUES ('effect', '{{\"nope\": 1}}')"
+            " RETURNING id"
+        ).fetchone()[0]  # type: ignore[index]
+    run_worker()
+    wait_for(lambda: state_is(db, schema, unknown, "dead"), what="unknown task dead")
+    wait_for(lambda: state_is(db, schema, bad, "dead"), what="bad args dead")
+    assert "UnknownTaskError" in job(db, schema, unknown)["last_error"]
+    assert "no_such_task" in job(db, schema, unknown)["last_error"]
+    assert job(db, schema, unknown)["attempts"] == 1
+    bad_error = job(db, schema, bad)["last_error"]
+    assert bad_error.startswith("ArgumentError: effect:")
+    assert "key" in bad_error or "nope" in bad_error
+
+
+def test_handler_exception_in_effect_rolls_back_effect(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    @app.task(name="effect_then_fail", max_attempts=1)
+    def effect_then_fail(ctx: forklift.JobContext) -> None:
+        with ctx.transaction() as conn:
+            conn.execute(
+                f"INSERT INTO {schema}.effects (job_id, key) VALUES (%s, 'x')", (ctx.job_id,)
+            )
+        raise ValueError("after the effect")
+
+    try:
+        job_id = app.enqueue("effect_then_fail")
+        run_worker()
+        wait_for(lambda: state_is(db, schema, job_id, "dead"), what="job dead")
+        assert effects(db, schema) == []
+        assert job(db, schema, job_id)["last_error"] == "ValueError: after the effect"
+    finally:
+        del app.tasks["effect_then_fail"]
+
+
+def test_delayed_job_starts_on_time(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    # poll_interval far away: only the next-due computation can start it on time.
+    run_worker(poll_interval=30.0)
+    time.sleep(0.2)  # let the worker go idle first (it then sleeps until woken or due)
+    job_id = app.enqueue("noop", delay=1.0)
+    wait_for(lambda: state_is(db, schema, job_id, "succeeded"), timeout=5, what="delayed job")
+    row = job(db, schema, job_id)
+    late = (row["started_at"] - row["available_at"]).total_seconds()
+    assert 0 <= late < 0.5
+    assert (row["available_at"] - row["created_at"]).total_seconds() >= 0.99
+
+
+def test_notify_wakes_an_idle_worker(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    run_worker(poll_interval=60.0)  # no polling to speak of: only NOTIFY can wake it
+    wait_for(
+        lambda: (
+            db.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'forklift-listener'"
+                " AND query LIKE 'LISTEN%%'"
+            ).fetchone()[0]
+            >= 1
+        ),  # type: ignore[index]
+        what="listener connected",
+    )
+    time.sleep(0.3)  # idle now
+    job_id = app.enqueue("noop")
+    wait_for(lambda: state_is(db, schema, job_id, "succeeded"), timeout=3, what="woken by NOTIFY")
+    row = job(db, schema, job_id)
+    assert (row["started_at"] - row["created_at"]).total_seconds() < 1.0
+
+
+def test_polling_fallback_without_listen(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    run_worker(listen=False, poll_interval=0.3)
+    time.sleep(0.5)
+    job_id = app.enqueue("noop")
+    wait_for(lambda: state_is(db, schema, job_id, "succeeded"), timeout=5, what="found by polling")
+
+
+def test_graceful_stop_releases_what_outlasts_grace(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    long_job = app.enqueue("sleep", {"seconds": 30})
+    worker = run_worker(grace=0.5)
+    wait_for(lambda: state_is(db, schema, long_job, "running"), what="long job running")
+    worker.request_stop()
+    wait_for(lambda: state_is(db, schema, long_job, "ready"), timeout=5, what="released")
+    row = job(db, schema, long_job)
+    assert row["attempts"] == 0  # a release does not burn an attempt
+    assert row["lease_owner"] is None
+
+
+def test_graceful_stop_lets_a_short_job_finish(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    short = app.enqueue("sleep", {"seconds": 0.5})
+    worker = run_worker(grace=10)
+    wait_for(lambda: state_is(db, schema, short, "running"), what="short job running")
+    worker.request_stop()
+    wait_for(lambda: state_is(db, schema, short, "succeeded"), timeout=5, what="finished")
+
+
+def test_lost_lease_refuses_completion_and_rolls_back_effect(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    job_id = app.enqueue("effect", {"key": "lost", "sleep": 1.0})
+    run_worker(lease=30)
+    wait_for(lambda: state_is(db, schema, job_id, "running"), what="running")
+    # Another owner takes the job over (as after an expired lease).
+    db.execute(
+        f"UPDATE {schema}.jobs SET lease_owner = 'thief', attempts = attempts + 1 WHERE id = %s",
+        (job_id,),
+    )
+    time.sleep(1.5)  # the handler finishes and tries to complete
+    row = job(db, schema, job_id)
+    assert row["state"] == "running" and row["lease_owner"] == "thief"
+    assert effects(db, schema) == []
+
+
+def test_heartbeat_marks_a_lost_lease_cancelled(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    job_id = app.enqueue("sleep", {"seconds": 30})
+    worker = run_worker(lease=1.5)  # heartbeat every 0.5 s
+    wait_for(lambda: state_is(db, schema, job_id, "running"), what="running")
+    db.execute(f"UPDATE {schema}.jobs SET lease_owner = 'thief' WHERE id = %s", (job_id,))
+    # The sleep task polls ctx.cancelled: once the heartbeat notices, it returns early.
+    wait_for(lambda: not worker._held, timeout=5, what="handler stopped after lease loss")
+    row = job(db, schema, job_id)
+    assert row["state"] == "running" and row["lease_owner"] == "thief"
+
+
+def test_expired_lease_is_reclaimed_and_recorded(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    job_id = app.enqueue("noop")
+    db.execute(
+        f"UPDATE {schema}.jobs SET state = 'running', attempts = 1, lease_owner = 'gone:1:x',"
+        " lease_until = now() - interval '1 second' WHERE id = %s",
+        (job_id,),
+    )
+    run_worker()
+    wait_for(lambda: state_is(db, schema, job_id, "succeeded"), what="reclaimed and done")
+    row = job(db, schema, job_id)
+    assert row["attempts"] == 2
+    assert row["errors"][0]["error"].startswith("LeaseExpired")
+    assert row["errors"][0]["worker"] == "gone:1:x"
+
+
+def test_expired_lease_without_attempts_left_goes_dead(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    job_id = app.enqueue("noop", max_attempts=1)
+    db.execute(
+        f"UPDATE {schema}.jobs SET state = 'running', attempts = 1, lease_owner = 'gone:1:x',"
+        " lease_until = now() - interval '1 second' WHERE id = %s",
+        (job_id,),
+    )
+    run_worker(maintenance=True)
+    wait_for(lambda: state_is(db, schema, job_id, "dead"), what="rescued to dead")
+    assert "no attempts left" in job(db, schema, job_id)["last_error"]
+
+
+def test_priority_orders_claims(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    low = app.enqueue("noop", priority=-5)
+    mid = app.enqueue("noop")
+    high = app.enqueue("noop", priority=5)
+    run_worker()
+    wait_for(lambda: state_is(db, schema, low, "succeeded"), what="all done")
+    order = [job(db, schema, i)["started_at"] for i in (high, mid, low)]
+    assert order == sorted(order)
+
+
+def test_queues_are_served_only_by_their_workers(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    other = app.enqueue("noop", queue="other")
+    mine = app.enqueue("noop", queue="mine")
+    run_worker(queues=("mine",))
+    wait_for(lambda: state_is(db, schema, mine, "succeeded"), what="mine done")
+    time.sleep(0.3)
+    assert state_is(db, schema, other, "ready")
