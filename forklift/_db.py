@@ -42,12 +42,16 @@ class Timeouts:
 
     @classmethod
     def for_lease(cls, lease: float) -> Timeouts:
-        """Timeouts that keep any single call shorter than a third of the lease."""
+        """Timeouts that keep any single call within a third of the lease.
+
+        libpq waits at least 2 s to connect whatever it is told, so leases under 6 s get
+        that floor on the connect timeout only.
+        """
         return cls(
-            connect=min(5.0, max(1.0, lease / 3)),
-            statement=min(10.0, max(1.0, lease / 3)),
-            lock=min(5.0, max(0.5, lease / 4)),
-            idle_in_transaction=min(60.0, max(2.0, lease * 2 / 3)),
+            connect=min(5.0, max(2.0, lease / 3)),
+            statement=min(10.0, lease / 3),
+            lock=min(5.0, lease / 4),
+            idle_in_transaction=min(60.0, lease * 2 / 3),
         )
 
     def options(self) -> str:
@@ -61,7 +65,7 @@ class Timeouts:
 
 def connect_kwargs(timeouts: Timeouts, application_name: str = "forklift") -> dict[str, Any]:
     return {
-        "connect_timeout": max(1, round(timeouts.connect)),
+        "connect_timeout": max(2, round(timeouts.connect)),
         "options": timeouts.options(),
         "application_name": application_name,
     }

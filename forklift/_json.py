@@ -45,6 +45,13 @@ def check(value: Any, path: str = "", depth: int = 0) -> None:
                 raise ArgumentError(f"{_where(path)}: key {key!r} is not a string")
             if "\x00" in key:
                 raise ArgumentError(f"{_where(path)}: key {key!r} contains a NUL character")
+            if not key.isascii():
+                try:
+                    key.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise ArgumentError(
+                        f"{_where(path)}: key {key!r} is not valid Unicode"
+                    ) from None
             check(item, f"{path}[{key!r}]", depth + 1)
         return
     raise ArgumentError(
@@ -60,4 +67,13 @@ def dumps_args(args: Mapping[str, Any]) -> str:
             f"args: expected a dict of keyword arguments, got {type(args).__name__}"
         )
     check(args)
-    return json.dumps(args, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return json.dumps(
+        args, separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_as_dict
+    )
+
+
+def _as_dict(value: Any) -> Any:
+    # check() admitted any Mapping; json only encodes dicts itself.
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"{type(value).__name__} is not JSON")

@@ -14,10 +14,10 @@ _HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
 def check_schema_name(schema: str) -> str:
     """Return `schema` if it is a plain lower-case identifier, else raise ConfigError."""
-    if not _IDENTIFIER.match(schema):
+    if not _IDENTIFIER.fullmatch(schema) or schema.startswith("pg_"):
         raise ConfigError(
             f"schema name {schema!r} must be a lower-case identifier "
-            "(letters, digits, underscore; at most 63 characters)"
+            "(letters, digits, underscore; at most 63 characters; not starting with pg_)"
         )
     return schema
 
@@ -32,7 +32,9 @@ def parse(text: str) -> dict[str, str]:
     parts = _HEADER.split(text)
     queries: dict[str, str] = {}
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        lines = [line for line in body.strip().splitlines() if not line.startswith("--")]
+        if name in queries:
+            raise ValueError(f"query {name!r} is defined twice")
+        lines = [line for line in body.strip().splitlines() if not line.lstrip().startswith("--")]
         queries[name] = "\n".join(lines).strip().rstrip(";")
     return queries
 

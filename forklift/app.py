@@ -16,7 +16,7 @@ from psycopg_pool import ConnectionPool
 from forklift import _db, _json, _sql
 from forklift.backoff import Backoff
 from forklift.errors import ArgumentError, ConfigError, UnknownTaskError
-from forklift.store import JobStore, NewJob
+from forklift.store import JobStore, NewJob, translated
 
 if TYPE_CHECKING:
     from forklift.workers.context import JobContext
@@ -324,7 +324,8 @@ class App:
             if self._store is None or self._pool_pid != os.getpid():
                 # A pool inherited across fork is never touched: its sockets are the parent's.
                 self._pool = _db.make_pool(self.dsn, _db.Timeouts(), max_size=4, name="producer")
-                self._pool.open()
+                with translated("cannot connect"):
+                    self._pool.open(wait=True, timeout=_db.Timeouts().connect * 2)
                 self._pool_pid = os.getpid()
                 self._store = JobStore(self._pool, self.schema)
             return self._store
@@ -333,7 +334,10 @@ class App:
         """Apply pending schema migrations; return the versions applied."""
         from forklift.schema import migrate
 
-        with _db.connect(self.dsn, _db.Timeouts(statement=60.0, lock=30.0)) as conn:
+        timeouts = _db.Timeouts(statement=60.0, lock=30.0)
+        with translated("cannot connect to migrate"):
+            conn = _db.connect(self.dsn, timeouts, application_name="forklift-migrate")
+        with conn:
             return migrate(conn, self.schema)
 
     def close(self) -> None:

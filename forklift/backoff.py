@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
@@ -16,12 +17,20 @@ class Backoff:
     jitter: float = 0.2
 
     def __post_init__(self) -> None:
-        if self.base < 0 or self.factor < 1 or self.max < 0 or not 0 <= self.jitter < 1:
-            raise ValueError("Backoff needs base >= 0, factor >= 1, max >= 0 and 0 <= jitter < 1")
+        values = (self.base, self.factor, self.max, self.jitter)
+        if not all(math.isfinite(v) for v in values) or (
+            self.base < 0 or self.factor < 1 or self.max < 0 or not 0 <= self.jitter < 1
+        ):
+            raise ValueError(
+                "Backoff needs finite base >= 0, factor >= 1, max >= 0 and 0 <= jitter < 1"
+            )
 
     def delay(self, attempt: int, rng: random.Random | None = None) -> float:
         """Seconds to wait after failed attempt number `attempt` (1-based)."""
-        exponent = min(max(attempt - 1, 0), 64)  # bounded: no float overflow
-        nominal = min(self.max, self.base * self.factor**exponent)
+        exponent = max(attempt - 1, 0)
+        try:
+            nominal = min(self.max, self.base * float(self.factor) ** exponent)
+        except OverflowError:  # a huge attempt number: the cap has long been reached
+            nominal = self.max
         spread = (rng or random).uniform(-self.jitter, self.jitter)
         return max(0.0, min(self.max, nominal * (1 + spread)))

@@ -1,0 +1,133 @@
+"""Named-query files: parsing, schema-name checks, and the store's queries rendered for a schema."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+import pytest
+
+import forklift
+from forklift import _sql
+
+QUERIES = """\
+-- A file header, before any query: ignored.
+-- {schema} is replaced when loaded.
+
+-- name: job_first
+-- The first query.
+SELECT 1
+FROM {schema}.jobs;
+
+-- name: job_second
+-- The second query, with a description
+-- that runs over two lines.
+UPDATE {schema}.jobs SET n = n + 1
+WHERE id = %(id)s::bigint
+RETURNING id;
+-- a trailing comment
+-- name: job_third
+SELECT 3
+"""
+
+
+def test_parse_splits_named_sections() -> None:
+    assert _sql.parse(QUERIES) == {
+        "job_first": "SELECT 1\nFROM {schema}.jobs",
+        "job_second": "UPDATE {schema}.jobs SET n = n + 1\nWHERE id = %(id)s::bigint\nRETURNING id",
+        "job_third": "SELECT 3",
+    }
+
+
+def test_parse_drops_comment_lines() -> None:
+    for name, sql in _sql.parse(QUERIES).items():
+        assert not any(line.startswith("--") for line in sql.splitlines()), name
+        assert not sql.endswith(";"), name
+
+
+def test_parse_without_headers_is_empty() -> None:
+    assert _sql.parse("-- just a comment\nSELECT 1;\n") == {}
+    assert _sql.parse("") == {}
+
+
+def test_parse_header_needs_the_exact_form() -> None:
+    # "-- name:" must start the line; a mention inside a description is not a header.
+    text = "-- name: real\n-- see -- name: fake\nSELECT 1;\n"
+    assert _sql.parse(text) == {"real": "SELECT 1"}
+
+
+@pytest.mark.parametrize(
+    "name", ["forklift", "t_abc1", "_private", "a", "jobs2", "a" * 63, "select"]
+)
+def test_schema_name_accepted(name: str) -> None:
+    assert _sql.check_schema_name(name) == name
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Forklift",
+        "FORKLIFT",
+        "a-b",
+        "a;drop",
+        "a; DROP SCHEMA public CASCADE; --",
+        'a"b',
+        "a b",
+        "a.b",
+        "",
+        " ",
+        "1abc",
+        "é",
+        "a" * 64,
+        "a" * 200,
+        "forklift\n",
+        "\nforklift",
+        "forklift\x00",
+    ],
+)
+def test_schema_name_refused(name: str) -> None:
+    with pytest.raises(forklift.ConfigError):
+        _sql.check_schema_name(name)
+
+
+def test_render_quotes_the_schema() -> None:
+    assert _sql.render("SELECT * FROM {schema}.jobs", "t_x") == 'SELECT * FROM "t_x".jobs'
+
+
+def test_render_refuses_a_bad_schema() -> None:
+    with pytest.raises(forklift.ConfigError):
+        _sql.render("SELECT * FROM {schema}.jobs", "x;drop")
+
+
+def _names_used_by_the_store() -> set[str]:
+    source = resources.files("forklift.store").joinpath("__init__.py").read_text("utf-8")
+    return set(re.findall(r"""self\.q\[["'](\w+)["']\]""", source))
+
+
+def test_store_queries_load_for_the_schema() -> None:
+    used = _names_used_by_the_store()
+    assert len(used) >= 10, used  # the grep itself works
+    queries = _sql.load("forklift.store", "queries.sql", "forklift")
+    assert used <= set(queries), sorted(used - set(queries))
+    for name, sql in queries.items():
+        assert sql, name
+        assert "{schema}" not in sql, name
+        assert '"forklift".' in sql, name
+        assert not re.search(r"(?m)^--", sql), name
+        assert not sql.rstrip().endswith(";"), name
+
+
+def test_store_query_names_are_unique_and_noun_first() -> None:
+    text = resources.files("forklift.store").joinpath("queries.sql").read_text("utf-8")
+    headers = re.findall(r"(?m)^-- name: (\w+)\s*$", text)
+    assert len(headers) == len(set(headers)), headers
+    assert set(headers) == set(_sql.parse(text))
+
+
+def test_load_is_per_schema() -> None:
+    a = _sql.load("forklift.store", "queries.sql", "t_one")
+    b = _sql.load("forklift.store", "queries.sql", "t_two")
+    assert a.keys() == b.keys()
+    for name in a:
+        assert a[name].replace('"t_one"', '"t_two"') == b[name]
+        assert '"t_two"' not in a[name]
