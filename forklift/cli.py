@@ -5,15 +5,20 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
+import traceback
 from collections.abc import Sequence
 from types import FrameType
+
+import psycopg
 
 from forklift import _config, _db
 from forklift._config import duration, env, positive_int, queue_list
 from forklift.app import App
 from forklift.errors import ForkliftError
+from forklift.workers.config import WorkerConfig
 
 log = logging.getLogger("forklift.cli")
 
@@ -73,18 +78,10 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from forklift.workers import Worker, WorkerConfig
+    from forklift.workers import Worker
 
     app = _app_for(args)
-    config = WorkerConfig(
-        queues=args.queues,
-        concurrency=args.concurrency,
-        lease=args.lease,
-        poll_interval=args.poll_interval,
-        grace=args.grace,
-        listen=not args.no_listen,
-    )
-    worker = Worker(app, config)
+    worker = Worker(app, _worker_config(args))
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         # Only flag and wake: the loop does the work (a second INT or any QUIT: fast).
@@ -95,6 +92,59 @@ def cmd_worker(args: argparse.Namespace) -> int:
         signal.signal(sig, on_signal)
     worker.run()
     return 0
+
+
+def _autoscale(text: str) -> tuple[int, int]:
+    low, sep, high = text.partition(":")
+    try:
+        pair = (int(low), int(high))
+    except ValueError:
+        pair = (0, 0)
+    if not sep or not 1 <= pair[0] <= pair[1]:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected MIN:MAX with 1 <= MIN <= MAX")
+    return pair
+
+
+def _worker_config(args: argparse.Namespace) -> WorkerConfig:
+    return WorkerConfig(
+        queues=args.queues,
+        concurrency=args.concurrency,
+        lease=args.lease,
+        poll_interval=args.poll_interval,
+        grace=args.grace,
+        listen=not args.no_listen,
+    )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from forklift.supervisor import Supervisor, SupervisorConfig
+    from forklift.supervisor.reload import reimport
+
+    try:
+        app = _config.load_app(args.app)
+    except ForkliftError:
+        raise
+    except BaseException:
+        # The app does not import: say why once and stop; forking would only loop.
+        traceback.print_exc()
+        print(f"forklift: error: could not import {args.app}", file=sys.stderr)
+        return 3
+    if args.dsn:
+        app._dsn = args.dsn
+    app.dsn  # noqa: B018 - fail now, not in every child, when no database is configured
+    config = SupervisorConfig(
+        workers=args.workers,
+        worker=_worker_config(args),
+        max_jobs_per_child=args.max_jobs_per_child,
+        max_memory_per_child=args.max_memory_per_child,
+        autoscale=args.autoscale,
+        child_timeout=args.child_timeout,
+        kill_grace=args.kill_grace,
+        metrics_addr=args.metrics_addr,
+    )
+    if args.metrics_addr:
+        log.warning("--metrics-addr is accepted but not served yet (observability work)")
+    return Supervisor(app, config, app_target=args.app, reimport=reimport).run()
 
 
 def _add_worker_flags(p: argparse.ArgumentParser) -> None:
@@ -173,6 +223,69 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_enqueue)
 
     p = sub.add_parser(
+        "run",
+        parents=[common],
+        help="the supervisor: fork worker processes and keep them healthy (foreground)",
+        description="Import the app once, fork worker processes, restart the ones that crash, "
+        "record how they died on the jobs they held, and stop gracefully on SIGTERM. "
+        "Signals: TERM/INT graceful stop (second INT or QUIT: release now and exit); "
+        "HUP rolling restart with freshly imported code; TTIN/TTOU one worker more/fewer.",
+    )
+    p.add_argument("app", metavar="MODULE:APP", help="the app, e.g. myproject.jobs:app")
+    p.add_argument(
+        "--workers",
+        type=positive_int,
+        default=env("WORKERS", positive_int, os.cpu_count() or 1),
+        help="worker processes (env FORKLIFT_WORKERS; default: the CPU count)",
+    )
+    p.add_argument(
+        "--max-jobs-per-child",
+        type=positive_int,
+        default=env("MAX_JOBS_PER_CHILD", positive_int, None),
+        help="recycle a worker after this many jobs (env FORKLIFT_MAX_JOBS_PER_CHILD)",
+    )
+    p.add_argument(
+        "--max-memory-per-child",
+        type=float,
+        metavar="MIB",
+        default=env("MAX_MEMORY_PER_CHILD", float, None),
+        help="recycle a worker whose RSS passes this after its job; kill it (and charge its "
+        "jobs) past 1.5x (env FORKLIFT_MAX_MEMORY_PER_CHILD)",
+    )
+    p.add_argument(
+        "--autoscale",
+        type=_autoscale,
+        metavar="MIN:MAX",
+        default=env("AUTOSCALE", _autoscale, None),
+        help="scale between MIN and MAX workers by backlog and idleness; overrides --workers "
+        "(env FORKLIFT_AUTOSCALE)",
+    )
+    p.add_argument(
+        "--child-timeout",
+        type=duration,
+        default=env("CHILD_TIMEOUT", duration, 30.0),
+        help="kill a worker that has not reported for this long (env FORKLIFT_CHILD_TIMEOUT; "
+        "default: 30s)",
+    )
+    p.add_argument(
+        "--kill-grace",
+        type=duration,
+        default=env("KILL_GRACE", duration, 3.0),
+        help="SIGTERM-to-SIGKILL wait when killing a worker for a timeout, and after the "
+        "shutdown grace (env FORKLIFT_KILL_GRACE; default: 3s)",
+    )
+    p.add_argument(
+        "--metrics-addr",
+        metavar="HOST:PORT",
+        default=env("METRICS_ADDR", str, None),
+        help="where /metrics, /healthz and /readyz will be served (env FORKLIFT_METRICS_ADDR; "
+        "accepted, not served yet)",
+    )
+    _add_worker_flags(p)
+    _add_db(p)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
         "worker",
         parents=[common],
         help="one worker process in the foreground (no supervisor; for debugging)",
@@ -198,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         return int(args.func(args))
-    except ForkliftError as exc:
+    except (ForkliftError, psycopg.Error) as exc:
         print(f"forklift: error: {_db.redact(str(exc))}", file=sys.stderr)
         return 1
 

@@ -37,9 +37,9 @@ log = logging.getLogger(__name__)
 _COMPLETE_BATCH = 1000
 
 
-def make_owner() -> str:
-    """A lease owner id unique to this process incarnation: host:pid:nonce."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+def make_owner(pid: int | None = None, nonce: str | None = None) -> str:
+    """A lease owner id unique to one process incarnation: host:pid:nonce."""
+    return f"{socket.gethostname()}:{pid or os.getpid()}:{nonce or secrets.token_hex(3)}"
 
 
 class Worker:
@@ -50,12 +50,13 @@ class Worker:
         app: App,
         config: WorkerConfig | None = None,
         *,
+        owner: str | None = None,
         on_job_start: Callable[[ClaimedJob], None] | None = None,
         on_job_end: Callable[[ClaimedJob, str], None] | None = None,
     ) -> None:
         self.app = app
         self.config = config or WorkerConfig()
-        self.owner = ""
+        self.owner = owner or ""
         self.jobs_done = 0
         self.on_job_start = on_job_start
         self.on_job_end = on_job_end
@@ -80,8 +81,8 @@ class Worker:
 
     def _boot(self) -> None:
         cfg = self.config
-        self.owner = make_owner()
-        random.seed()
+        self.owner = self.owner or make_owner()
+        random.seed()  # a forked child must not share its parent's jitter sequence
         self._wakeup = Wakeup()
         if self._stopping:
             self._wakeup.set()

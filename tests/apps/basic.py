@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 
 import forklift
@@ -50,6 +51,28 @@ def retry_later(ctx: forklift.JobContext, *, delay: float) -> None:
     raise forklift.Retry("try again", delay=delay)
 
 
-@app.task(name="exit")
+@app.task(name="exit", max_attempts=3)
 def exit_process(ctx: forklift.JobContext, *, code: int = 3) -> None:
     os._exit(code)
+
+
+@app.task(name="spin", timeout=1.0, max_attempts=2)
+def spin(ctx: forklift.JobContext) -> None:
+    """Burn CPU forever, ignoring ctx.cancelled: only the supervisor can end it."""
+    while True:
+        sum(range(1000))
+
+
+@app.task(name="hog", max_attempts=2)
+def hog(ctx: forklift.JobContext, *, mib_per_step: int = 20) -> None:
+    """Leak memory steadily (as a real leak would) until something stops it."""
+    leak: list[bytes] = []
+    while True:
+        leak.append(b"x" * (mib_per_step * 2**20))  # written, so resident
+        time.sleep(0.05)
+
+
+@app.task(name="wedge")
+def wedge(ctx: forklift.JobContext) -> None:
+    """Hold the GIL in native code for ages (catastrophic regex backtracking)."""
+    re.match(r"(a+)+$", "a" * 64 + "b")

@@ -1,0 +1,478 @@
+"""The supervisor: fork children, reap them, attribute their deaths, keep their number.
+
+The main loop is a short list of named steps (wait, read reports, dispatch signals,
+reap, police, scale, keep the count); signal handlers only queue. Each step is a
+method a test can call.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import secrets
+import select
+import signal
+import time
+from collections.abc import Callable
+
+from setproctitle import setproctitle
+
+from forklift import _db
+from forklift._events import emit
+from forklift.app import App
+from forklift.errors import DatabaseError
+from forklift.supervisor.autoscale import Autoscaler
+from forklift.supervisor.boot import child_main, rss_of
+from forklift.supervisor.child import Child
+from forklift.supervisor.config import SupervisorConfig
+from forklift.supervisor.death import describe_exit, signal_name
+from forklift.supervisor.restarts import RestartPolicy
+from forklift.supervisor.signals import SignalQueue
+from forklift.supervisor.store import SupervisorStore
+from forklift.workers.worker import make_owner
+
+log = logging.getLogger(__name__)
+
+TICK = 0.25
+AUTOSCALE_EVERY = 2.0
+
+
+class Supervisor:
+    """The parent process. __init__ does no I/O; run() blocks until stopped, returns 0."""
+
+    def __init__(
+        self,
+        app: App,
+        config: SupervisorConfig | None = None,
+        *,
+        app_target: str | None = None,
+        reimport: Callable[[str], App] | None = None,
+    ) -> None:
+        self.app = app
+        self.config = config or SupervisorConfig()
+        self.app_target = app_target
+        self._reimport = reimport
+        self.children: dict[int, Child] = {}
+        self.signals = SignalQueue()
+        self.restarts = RestartPolicy()
+        low_high = self.config.autoscale
+        self.autoscaler = Autoscaler(*low_high) if low_high else None
+        self.target = low_high[0] if low_high else self.config.workers
+        self.generation = 0
+        self.stopping: str | None = None  # "graceful" or "fast"
+        self.deadline: float | None = None
+        self.restart_at = 0.0
+        self.crash_loop = False
+        self.pending: list[tuple[str, str, str]] = []  # (owner, error, "fail"|"release")
+        self.last_tick = time.monotonic()
+        self._next_autoscale = 0.0
+        timeouts = _db.Timeouts.for_lease(self.config.worker.lease)
+        self.store = SupervisorStore(app.dsn, app.schema, timeouts)
+
+    # -- state others read (health endpoints, tests) ------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        return self.stopping is None and not self.crash_loop and self._live_count() > 0
+
+    def _live(self) -> list[Child]:
+        return [c for c in self.children.values() if not c.retiring and not c.killing]
+
+    def _live_count(self) -> int:
+        return len(self._live())
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def run(self) -> int:
+        self.signals.install()
+        gc.collect()
+        gc.freeze()  # preloaded objects stay on shared copy-on-write pages in children
+        emit(
+            log,
+            "supervisor.started",
+            pid=os.getpid(),
+            workers=self.target,
+            queues=",".join(self.config.worker.queues),
+        )
+        while True:
+            self.last_tick = time.monotonic()
+            self.maintain_count()
+            self.update_title()
+            self.wait()
+            self.read_reports()
+            self.dispatch_signals()
+            self.reap()
+            if self.stopping and not self.children:
+                break
+            self.retry_pending()
+            self.enforce_timeouts()
+            self.enforce_memory()
+            self.kill_unresponsive()
+            self.escalate_kills()
+            self.enforce_deadline()
+            self.roll_reload()
+            self.autoscale()
+        emit(log, "supervisor.stopped", pid=os.getpid())
+        return 0
+
+    def wait(self) -> None:
+        """Sleep until a signal, a child report, or the next tick."""
+        fds = [self.signals.read_fd] + [c.pipe for c in self.children.values()]
+        timeout = TICK
+        if self.restart_at > time.monotonic():
+            timeout = min(timeout, self.restart_at - time.monotonic())
+        try:
+            readable, _, _ = select.select(fds, [], [], max(0.0, timeout))
+        except (InterruptedError, OSError, ValueError):
+            return
+        if self.signals.read_fd in readable:
+            self.signals.drain_pipe()
+
+    def read_reports(self) -> None:
+        now = time.monotonic()
+        for child in list(self.children.values()):
+            child.read(now)
+
+    # -- signals ------------------------------------------------------------------------
+
+    def dispatch_signals(self) -> None:
+        while (signum := self.signals.pop()) is not None:
+            name = signal_name(signum).lower()
+            handler = getattr(self, f"handle_{name}", None)
+            if handler is not None:
+                handler()
+
+    def handle_sigterm(self) -> None:
+        self.stop(fast=False)
+
+    def handle_sigint(self) -> None:
+        self.stop(fast=self.stopping is not None)  # the second Ctrl-C is a fast stop
+
+    def handle_sigquit(self) -> None:
+        self.stop(fast=True)
+
+    def handle_sighup(self) -> None:
+        if self.stopping:
+            return
+        if self.app_target and self._reimport is not None:
+            try:
+                self.app = self._reimport(self.app_target)
+            except Exception:
+                log.exception(
+                    "reload: importing %s failed; children keep the running code", self.app_target
+                )
+                return
+            gc.collect()
+            gc.freeze()
+        self.generation += 1
+        emit(log, "supervisor.reload", generation=self.generation)
+
+    def handle_sigttin(self) -> None:
+        self._set_target(self.target + 1)
+
+    def handle_sigttou(self) -> None:
+        self._set_target(self.target - 1)
+
+    def _set_target(self, n: int) -> None:
+        low, high = self.config.autoscale or (1, 10_000)
+        self.target = max(low, min(high, n))
+        emit(log, "supervisor.scale", workers=self.target)
+
+    def stop(self, *, fast: bool) -> None:
+        """Begin (or hurry) shutdown: children finish within grace, the rest is released."""
+        if self.stopping == "fast" or (self.stopping == "graceful" and not fast):
+            return
+        self.stopping = "fast" if fast else "graceful"
+        cfg = self.config
+        budget = cfg.kill_grace if fast else cfg.worker.grace + cfg.kill_grace
+        self.deadline = time.monotonic() + budget
+        emit(
+            log,
+            "supervisor.stopping",
+            mode=self.stopping,
+            children=len(self.children),
+            deadline_in=round(budget, 1),
+        )
+        for child in self.children.values():
+            child.retiring = child.retiring or "shutdown"
+            self._signal(child, signal.SIGQUIT if fast else signal.SIGTERM)
+
+    # -- children -----------------------------------------------------------------------
+
+    def maintain_count(self) -> None:
+        """Start missing children (after any restart backoff); retire extra ones."""
+        if self.stopping:
+            return
+        live = self._live()
+        if len(live) > self.target:
+            for child in sorted(live, key=lambda c: c.started)[self.target :]:
+                self.retire(child, "scale down")
+            return
+        now = time.monotonic()
+        while len(live) < self.target and now >= self.restart_at:
+            live.append(self.spawn())
+
+    def spawn(self) -> Child:
+        used = {c.index for c in self.children.values()}
+        index = next(i for i in range(1, len(used) + 2) if i not in used)
+        nonce = secrets.token_hex(3)
+        read_fd, write_fd = os.pipe()
+        parent_pid = os.getpid()
+        pid = os.fork()
+        if pid == 0:  # the child: nothing of the parent's loop survives here
+            os.close(read_fd)
+            for other in self.children.values():
+                other.close()
+            self.signals.reset_in_child()
+            child_main(
+                self.app,
+                self.config,
+                index=index,
+                total=self.target,
+                owner=make_owner(os.getpid(), nonce),
+                report_fd=write_fd,
+                parent_pid=parent_pid,
+            )
+        os.close(write_fd)
+        os.set_blocking(read_fd, False)
+        now = time.monotonic()
+        child = Child(pid, index, make_owner(pid, nonce), read_fd, now, now)
+        child.generation = self.generation
+        child.idle_since = now
+        self.children[pid] = child
+        emit(log, "child.started", pid=pid, index=index, owner=child.owner)
+        return child
+
+    def retire(self, child: Child, why: str) -> None:
+        """Ask a child to finish its jobs and exit (no attribution: it is not failing)."""
+        child.retiring = why
+        self._signal(child, signal.SIGTERM)
+        emit(log, "child.retiring", pid=child.pid, reason=why)
+
+    def kill(self, child: Child, reason: str, *, at_once: bool = False) -> None:
+        """Kill a child for `reason` (which its jobs will carry): TERM, then KILL."""
+        if child.killing:
+            return
+        child.killing = reason
+        child.kill_at = time.monotonic() + (0 if at_once else self.config.kill_grace)
+        self._signal(child, signal.SIGKILL if at_once else signal.SIGTERM)
+        emit(log, "child.killing", logging.WARNING, pid=child.pid, reason=reason)
+
+    def _signal(self, child: Child, signum: int) -> None:
+        try:
+            os.kill(child.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    def reap(self) -> None:
+        """Collect every exited child; record its death on the jobs it held."""
+        while True:
+            try:
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            child = self.children.pop(pid, None)
+            if child is None:
+                continue
+            child.read(time.monotonic())
+            child.close()
+            self.on_exit(child, status, usage.ru_maxrss * 1024)
+
+    def on_exit(self, child: Child, status: int, peak_rss: int) -> None:
+        now = time.monotonic()
+        uptime = now - child.started
+        peak = max(peak_rss, child.peak_rss)
+        clean = os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        how = describe_exit(status, peak, child.killing)
+        if child.killing and child.timed_out:
+            # The overdue job was charged before the kill; the others were bystanders.
+            self._record(child.owner, how, "release")
+        elif child.killing:
+            self._record(child.owner, how, "fail")
+        elif child.retiring == "shutdown" and not clean:
+            self._record(child.owner, how, "release")  # killed at the shutdown deadline
+        elif not clean or child.jobs:
+            self._record(child.owner, how, "fail")
+        if clean and not child.killing:
+            emit(
+                log,
+                "child.exited",
+                pid=child.pid,
+                index=child.index,
+                reason="clean exit",
+                retiring=child.retiring or "on its own",
+                uptime=round(uptime, 1),
+            )
+            if uptime >= self.restarts.fast_crash:
+                self.restarts.healthy()
+            return
+        level = logging.WARNING if child.killing or child.retiring else logging.ERROR
+        emit(
+            log,
+            "child.exited",
+            level,
+            pid=child.pid,
+            index=child.index,
+            reason=how,
+            uptime=round(uptime, 1),
+        )
+        if child.retiring or self.stopping:
+            return
+        delay = self.restarts.crashed(now, uptime)
+        was_loop, self.crash_loop = self.crash_loop, self.restarts.in_crash_loop(now)
+        if self.crash_loop and not was_loop:
+            emit(
+                log,
+                "supervisor.crash_loop",
+                logging.ERROR,
+                crashes=self.restarts.loop_crashes,
+                window=self.restarts.window,
+            )
+        if delay > 0:
+            self.restart_at = max(self.restart_at, now + delay)
+            emit(log, "child.restart_backoff", logging.WARNING, delay=round(delay, 2))
+        elif not self.crash_loop:
+            self.restart_at = now
+
+    def _record(self, owner: str, how: str, mode: str) -> None:
+        """Attribute a death to the owner's jobs now; queue it if the database is away."""
+        try:
+            self._apply(owner, how, mode)
+        except DatabaseError as exc:
+            emit(log, "child.attribution_deferred", logging.WARNING, owner=owner, error=exc)
+            self.pending.append((owner, how, mode))
+
+    def _apply(self, owner: str, how: str, mode: str) -> None:
+        if mode == "release":
+            for job_id in self.store.job_release_owner(owner):
+                emit(log, "job.released", logging.WARNING, job=job_id, owner=owner, reason=how)
+            return
+        for job_id, state, attempt in self.store.job_fail_orphaned(owner, how):
+            emit(
+                log,
+                "job.dead" if state == "dead" else "job.failed",
+                logging.ERROR if state == "dead" else logging.WARNING,
+                job=job_id,
+                attempt=attempt,
+                owner=owner,
+                error=how,
+            )
+
+    def retry_pending(self) -> None:
+        pending, self.pending = self.pending, []
+        for owner, how, mode in pending:
+            self._record(owner, how, mode)
+
+    # -- policing -----------------------------------------------------------------------
+
+    def enforce_timeouts(self) -> None:
+        """A job past its task's timeout: charge it now, then kill its child."""
+        now = time.monotonic()
+        for child in list(self.children.values()):
+            for job in list(child.jobs.values()):
+                if not job.overdue(now) or job.job_id in child.timed_out:
+                    continue
+                assert job.timeout is not None
+                child.timed_out.append(job.job_id)
+                error = f"TimeoutError: {job.task}#{job.job_id} timed out after {job.timeout:g} s"
+                try:
+                    for job_id, state, attempt in self.store.job_fail_orphaned(
+                        child.owner, error, ids=[job.job_id]
+                    ):
+                        emit(
+                            log,
+                            "job.timed_out",
+                            logging.ERROR,
+                            job=job_id,
+                            state=state,
+                            attempt=attempt,
+                            owner=child.owner,
+                        )
+                except DatabaseError as exc:
+                    emit(log, "job.timeout_record_failed", logging.ERROR, job=job.job_id, error=exc)
+                    child.timed_out.remove(job.job_id)
+                    self.kill(
+                        child, f"job {job.task}#{job.job_id} timed out after {job.timeout:g} s"
+                    )
+                    continue
+                self.kill(child, f"job {job.task}#{job.job_id} timed out after {job.timeout:g} s")
+
+    def enforce_memory(self) -> None:
+        """Kill a child far past the memory limit before the kernel's OOM killer does."""
+        limit = self.config.max_memory_per_child
+        if limit is None:
+            return
+        hard = limit * self.config.hard_memory_factor * 2**20
+        for child in list(self.children.values()):
+            rss = rss_of(child.pid)
+            child.peak_rss = max(child.peak_rss, rss)
+            if rss > hard and not child.killing:
+                self.kill(
+                    child,
+                    f"memory limit: RSS {rss / 2**20:.0f} MiB passed "
+                    f"{self.config.hard_memory_factor:g} x the {limit:g} MiB limit",
+                    at_once=True,
+                )
+
+    def kill_unresponsive(self) -> None:
+        now = time.monotonic()
+        for child in list(self.children.values()):
+            silent = now - child.last_seen
+            if silent > self.config.child_timeout and not child.killing:
+                self.kill(child, f"unresponsive: no report for {silent:.0f} s", at_once=True)
+
+    def escalate_kills(self) -> None:
+        now = time.monotonic()
+        for child in self.children.values():
+            if child.kill_at is not None and now >= child.kill_at:
+                self._signal(child, signal.SIGKILL)
+                child.kill_at = now + 1.0
+
+    def enforce_deadline(self) -> None:
+        """Past the shutdown budget: SIGKILL what is left (its jobs get released on reap)."""
+        if self.deadline is None or time.monotonic() < self.deadline:
+            return
+        for child in self.children.values():
+            self._signal(child, signal.SIGKILL)
+        self.deadline = time.monotonic() + 1.0
+
+    # -- reload and scaling -------------------------------------------------------------
+
+    def roll_reload(self) -> None:
+        """Replace children of an older generation one at a time (no job is dropped)."""
+        if self.stopping:
+            return
+        if any(c.retiring == "reload" for c in self.children.values()):
+            return
+        stale = [c for c in self._live() if c.generation < self.generation]
+        if stale:
+            self.retire(min(stale, key=lambda c: c.started), "reload")
+
+    def autoscale(self) -> None:
+        if self.autoscaler is None or self.stopping:
+            return
+        now = time.monotonic()
+        if now < self._next_autoscale:
+            return
+        self._next_autoscale = now + AUTOSCALE_EVERY
+        try:
+            backlog = self.store.job_backlog(self.config.worker.queues)
+        except DatabaseError:
+            return
+        live = self._live()
+        busy = sum(1 for c in live if c.busy)
+        idle = [now - c.idle_since for c in live if c.idle_since is not None]
+        delta = self.autoscaler.decide(now, len(live), backlog, busy, max(idle, default=0.0))
+        if delta:
+            self._set_target(len(live) + delta)
+
+    def update_title(self) -> None:
+        state = self.stopping or ("crash loop" if self.crash_loop else "running")
+        busy = sum(1 for c in self.children.values() if c.busy)
+        setproctitle(
+            f"forklift supervisor [{','.join(self.config.worker.queues)}]: {state}, "
+            f"{len(self.children)}/{self.target} workers, {busy} busy"
+        )

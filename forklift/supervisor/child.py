@@ -1,0 +1,108 @@
+"""What the parent knows about one child, and the line protocol the child reports in.
+
+The child writes short lines to a pipe (each below PIPE_BUF, so writes from several
+threads never interleave):  `H <rss_bytes>` heartbeat, `S <job_id> <timeout|-> <task>`
+job started, `E <job_id>` job ended.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RunningJob:
+    job_id: int
+    task: str
+    started: float
+    timeout: float | None
+
+    def overdue(self, now: float) -> bool:
+        return self.timeout is not None and now - self.started > self.timeout
+
+
+@dataclass
+class Child:
+    """A forked worker process as the parent tracks it."""
+
+    pid: int
+    index: int
+    owner: str
+    pipe: int
+    started: float
+    last_seen: float
+    rss: int = 0
+    peak_rss: int = 0
+    jobs: dict[int, RunningJob] = field(default_factory=dict)
+    idle_since: float | None = None
+    # Set when the parent asked it to go: "recycle", "scale down", "reload", "shutdown".
+    retiring: str | None = None
+    # Set when the parent is killing it, with the reason the jobs will carry.
+    killing: str | None = None
+    kill_at: float | None = None
+    timed_out: list[int] = field(default_factory=list)
+    generation: int = 0
+    _buffer: bytes = b""
+
+    def read(self, now: float) -> bool:
+        """Consume the child's reports; return False once its pipe is closed."""
+        while True:
+            try:
+                chunk = os.read(self.pipe, 65536)
+            except BlockingIOError:
+                return True
+            except OSError:
+                return False
+            if not chunk:
+                return False
+            self._buffer += chunk
+            *lines, self._buffer = self._buffer.split(b"\n")
+            for line in lines:
+                self._apply(line.decode("utf-8", "replace"), now)
+
+    def _apply(self, line: str, now: float) -> None:
+        self.last_seen = now
+        kind, _, rest = line.partition(" ")
+        if kind == "H":
+            self.rss = int(rest or 0)
+            self.peak_rss = max(self.peak_rss, self.rss)
+        elif kind == "S":
+            job_id, timeout, task = ([*rest.split(" ", 2), "", ""])[:3]
+            self.jobs[int(job_id)] = RunningJob(
+                int(job_id), task, now, None if timeout == "-" else float(timeout)
+            )
+            self.idle_since = None
+        elif kind == "E":
+            self.jobs.pop(int(rest), None)
+            if not self.jobs:
+                self.idle_since = now
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.jobs)
+
+    def close(self) -> None:
+        try:
+            os.close(self.pipe)
+        except OSError:
+            pass
+
+
+def report_heartbeat(fd: int, rss: int) -> None:
+    _write(fd, f"H {rss}\n")
+
+
+def report_start(fd: int, job_id: int, timeout: float | None, task: str) -> None:
+    _write(fd, f"S {job_id} {'-' if timeout is None else timeout} {task[:200]}\n")
+
+
+def report_end(fd: int, job_id: int) -> None:
+    _write(fd, f"E {job_id}\n")
+
+
+def _write(fd: int, line: str) -> None:
+    try:
+        os.write(fd, line.encode("utf-8"))
+    except OSError:
+        pass  # the parent is gone; the child notices through getppid()

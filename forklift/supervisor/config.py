@@ -1,0 +1,46 @@
+"""SupervisorConfig: the knobs of `forklift run`, with their defaults."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from forklift.workers.config import WorkerConfig
+
+
+@dataclass(frozen=True)
+class SupervisorConfig:
+    """How the parent keeps its children."""
+
+    workers: int = field(default_factory=lambda: os.cpu_count() or 1)
+    worker: WorkerConfig = field(default_factory=WorkerConfig)
+    # Recycle a child after this many jobs (None: never).
+    max_jobs_per_child: int | None = None
+    # Recycle a child whose RSS passes this many MiB after its current job; kill it
+    # (and attribute its jobs) past `hard_memory_factor` times the limit.
+    max_memory_per_child: float | None = None
+    hard_memory_factor: float = 1.5
+    # Autoscale between (min, max) children by backlog; None keeps `workers` fixed.
+    autoscale: tuple[int, int] | None = None
+    # A child silent this long is wedged and gets killed.
+    child_timeout: float = 30.0
+    # SIGTERM before SIGKILL when the supervisor kills a child (timeout, memory, hang).
+    kill_grace: float = 3.0
+    metrics_addr: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise ValueError("workers must be >= 1")
+        if self.max_jobs_per_child is not None and self.max_jobs_per_child < 1:
+            raise ValueError("max_jobs_per_child must be >= 1")
+        if self.max_memory_per_child is not None and self.max_memory_per_child <= 0:
+            raise ValueError("max_memory_per_child must be > 0 MiB")
+        if self.autoscale is not None:
+            low, high = self.autoscale
+            if not 1 <= low <= high:
+                raise ValueError("autoscale needs 1 <= MIN <= MAX")
+
+    @property
+    def shutdown_budget(self) -> float:
+        """Longest a graceful stop takes: grace, then kill_grace, then a margin."""
+        return self.worker.grace + self.kill_grace + 2.0

@@ -1,0 +1,294 @@
+"""`forklift run` with real fork and real signals: restarts, attribution, shutdown, scaling."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+import forklift
+from tests.acceptance.conftest import scalar, wait_state
+from tests.conftest import wait_for
+
+
+def owner_pid(db: psycopg.Connection[Any], schema: str, job_id: int) -> int:
+    owner = scalar(db, f"SELECT lease_owner FROM {schema}.jobs WHERE id = %s", job_id)
+    return int(owner.split(":")[1])
+
+
+def test_sigkilled_child_is_replaced_and_its_job_retried_at_once(
+    dsn: str, schema: str, db: psycopg.Connection[Any], forklift_cli: Any
+) -> None:
+    sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "2")
+    wait_for(lambda: len(sup.children()) == 2, what="two children")
+    app = forklift.App(dsn, schema=schema)
+    job_id = app.enqueue("effect", {"key": "k", "sleep": 1.5})
+    wait_state(db, schema, job_id, "running")
+    victim = owner_pid(db, schema, job_id)
+    os.kill(victim, signal.SIGKILL)
+    killed_at = time.monotonic()
+    # Charged and ready again without waiting for the 30 s lease to expire.
+    wait_for(
+        lambda: (
+            scalar(db, f"SELECT attempts FROM {schema}.jobs WHERE id = %s", job_id) == 2
+            and scalar(db, f"SELECT state FROM {schema}.jobs WHERE id = %s", job_id) == "running"
+        ),
+        timeout=5,
+        what="job running again",
+    )
+    assert time.monotonic() - killed_at < 2.0
+    wait_state(db, schema, job_id, "succeeded")
+    error = scalar(db, f"SELECT errors->0->>'error' FROM {schema}.jobs WHERE id = %s", job_id)
+    assert "killed by SIGKILL" in error and "out of memory" in error
+    assert scalar(db, f"SELECT count(*) FROM {schema}.effects") == 1
+    wait_for(
+        lambda: len(sup.children()) == 2 and victim not in sup.children(), what="replacement child"
+    )
+    sup.signal(signal.SIGTERM)
+    assert sup.wait(timeout=15) == 0
+    app.close()
+
+
+def test_sigterm_releases_a_job_longer_than_grace_and_exits_zero(
+    dsn: str, schema: str, db: psycopg.Connection[Any], forklift_cli: Any
+) -> None:
+    app = forklift.App(dsn, schema=schema)
+    long_job = app.enqueue("sleep", {"seconds": 60})
+    sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "1", "--grace", "1")
+    wait_state(db, schema, long_job, "running")
+    started = time.monotonic()
+    sup.signal(signal.SIGTERM)
+    assert sup.wait(timeout=15) == 0
+    assert time.monotonic() - started < 1 + 4
+    row = db.execute(
+        f"SELECT state, attempts, lease_owner FROM {schema}.jobs WHERE id = %s", (long_job,)
+    ).fetchone()
+    assert row == ("ready", 0, None)
+    assert "job.released" in sup.output
+    app.close()
+
+
+def test_sigterm_lets_a_short_job_finish(
+    dsn: str, schema: str, db: psycopg.Connection[Any], forklift_cli: Any
+) -> None:
+    app = forklift.App(dsn, schema=schema)
+    job_id = app.enqueue("effect", {"key": "short", "sleep": 1.0})
+    sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "1", "--grace", "10")
+    wait_state(db, schema, job_id, "running")
+    sup.signal(signal.SIGTERM)
+    assert sup.wait(timeout=15) == 0
+    assert scalar(db, f"SELECT state FROM {schema}.jobs WHERE id = %s", job_id) == "succeeded"
+    assert scalar(db, f"SELECT count(*) FROM {schema}.effects") == 1
+    app.close()
+
+
+def test_sigterm_past_the_deadline_kills_a_wedged_child_and_releases_its_job(
+    dsn: str, schema: str, db: psycopg.Connection[Any], forklift_cli: Any
+) -> None:
+    # The handler holds the GIL in native code: the child cannot even run its signal
+    # handler. The supervisor SIGKILLs it at grace + kill grace and releases the job.
+    app = forklift.App(dsn, schema=schema)
+    job_id = app.enqueue("wedge")
+    sup = forklift_cli(
+        "run", "tests.apps.basic:app", "--workers", "1", "--grace", "0.5", "--kill-grace", "0.5"
+    )
+    wait_state(db, schema, job_id, "running")
+    time.sleep(0.2)  # well inside the regex by now
+    started = time.monotonic()
+    sup.signal(signal.SIGTERM)
+    assert sup.wait(timeout=15) == 0
+    assert time.monotonic() - started < 0.5 + 0.5 + 3
+    row = db.execute(
+        f"SELECT state, attempts, lease_owner FROM {schema}.jobs WHERE id = %s", (job_id,)
+    ).fetchone()
+    assert row == ("ready", 0, None)
+    assert "killed by SIGKILL" in sup.output
+    app.close()
+
+
+def test_a_handler_that_exits_the_process_ends_dead_and_supervisor_survives(
+    dsn: str, schema: str, db: psycopg.Connection[Any], forklift_cli: Any
+) -> None:
+    app = forklift.App(dsn, schema=schema)
+    poison = app.enqueue("exit", {"code": 3}, max_attempts=3)
+    sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "1")
+    wait_state(db, schema, poison, "dead", timeout=20)
+    row = db.execute(
+        f"SELECT attempts, last_error, jsonb_array_length(errors) FROM {schema}.jobs WHERE id = %s",
+        (poison,),
+    ).fetchone()
+    assert row is not None
+    assert row[0] == 3 and row[2] == 3
+    assert "exited with code 3" in row[1]
+    # Still serving.
+    after = app.enqueue("noop")
+    wait_state(db, schema, after, "succeeded", timeout=20)
+    assert sup.popen.poll() is None
+    sup.signal(signal.SIGTERM)
+    assert sup.wait(timeout=15) == 0
+    app.close()
+
+
+def test_a_job_past_its_timeout_is_killed_and_charged(
+    dsn: str, schema: str, db: psycopg.Connection[Any], forklift_cli: Any
+) -> None:
+    app = forklift.App(dsn, schema=schema)
+    job_id = app.enqueue("spin", max_attempts=2)  # the worker's task says timeout=1.0
+    sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "1", "--kill-grace", "0.5")
+    wait_state(db, schema, job_id, "dead", timeout=30)
+    errors = scalar(db, f"SELECT errors FROM {schema}.jobs WHERE id = %s", job_id)
+    assert len(errors) == 2
+    assert all("timed out after 1 s" in e["error"] for e in errors)
+    after = app.enqueue("noop")
+    wait_state(db, schema, after, "succeeded", timeout=20)
+    sup.signal(signal.SIGTERM)
+    assert sup.wait(timeout=15) == 0
+    app.close()
+
+
+def test_a_child_past_the_memory_limit_is_killed_and_its_job_charged(
+    dsn: str, schema: str, db: psycopg.Connection[Any], forklift_cli: Any
+) -> None:
+    app = forklift.App(dsn, schema=schema)
+    job_id = app.enqueue("hog", max_attempts=2)
+    sup = forklift_cli(
+        "run", "tests.apps.basic:app", "--workers", "1", "--max-memory-per-child", "150"
+    )
+    wait_state(db, schema, job_id, "dead", timeout=30)
+    errors = scalar(db, f"SELECT errors FROM {schema}.jobs WHERE id = %s", job_id)
+    assert len(errors) == 2
+    assert all("memory limit" in e["error"] and "SIGKILL" in e["error"] for e in errors)
+    after = app.enqueue("noop")
+    wait_state(db, schema, after, "succeeded", timeout=20)
+    assert sup.popen.poll() is None
+    sup.signal(signal.SIGTERM)
+    assert sup.wait(timeout=15) == 0
+    app.close()
+
+
+def test_max_jobs_per_child_recycles_children(
+    dsn: str, schema: str, db: psycopg.Connection[Any], forklift_cli: Any
+) -> None:
+    app = forklift.App(dsn, schema=schema)
+    app.enqueue_many([("noop", {}) for _ in range(20)])
+    sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "1", "--max-jobs-per-child", "5")
+    wait_for(
+        lambda: scalar(db, f"SELECT count(*) FROM {schema}.jobs WHERE state = 'succeeded'") == 20,
+        timeout=30,
+        what="all jobs done",
+    )
+    wait_for(lambda: sup.output.count("child.started") >= 4, what="four children in turn")
+    assert sup.output.count("reason=clean exit") >= 3
+    assert "restart_backoff" not in sup.output
+    sup.signal(signal.SIGTERM)
+    assert sup.wait(timeout=15) == 0
+    app.close()
+
+
+def test_crash_loop_backs_off_and_keeps_the_supervisor_up(
+    dsn: str, schema: str, db: psycopg.Connection[Any], forklift_cli: Any
+) -> None:
+    app = forklift.App(dsn, schema=schema)
+    app.enqueue_many([forklift.JobSpec("exit", {"code": 9}, max_attempts=1) for _ in range(6)])
+    sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "1")
+    wait_for(lambda: "supervisor.crash_loop" in sup.output, timeout=30, what="crash loop seen")
+    delays = [
+        float(line.split("delay=")[1].split()[0])
+        for line in sup.output.splitlines()
+        if "child.restart_backoff" in line
+    ]
+    assert delays[:4] == sorted(delays[:4]) and delays[0] < delays[3]
+    assert sup.popen.poll() is None
+    sup.signal(signal.SIGTERM)
+    assert sup.wait(timeout=40) == 0
+    app.close()
+
+
+def test_ttin_and_ttou_add_and_remove_a_child(forklift_cli: Any) -> None:
+    sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "1")
+    wait_for(lambda: len(sup.children()) == 1, what="one child")
+    sup.signal(signal.SIGTTIN)
+    wait_for(lambda: len(sup.children()) == 2, what="two children")
+    sup.signal(signal.SIGTTIN)
+    wait_for(lambda: len(sup.children()) == 3, what="three children")
+    sup.signal(signal.SIGTTOU)
+    wait_for(lambda: len(sup.children()) == 2, what="back to two")
+    sup.signal(signal.SIGTERM)
+    assert sup.wait(timeout=15) == 0
+
+
+def test_hup_rolls_children_onto_fresh_code_without_dropping_a_job(
+    dsn: str,
+    schema: str,
+    db: psycopg.Connection[Any],
+    forklift_cli: Any,
+    env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    code = tmp_path / "reloadable.py"
+    source = (
+        "import time\nimport forklift\napp = forklift.App()\nVERSION = {v}\n"
+        "@app.task(name='which')\n"
+        "def which(ctx, *, sleep: float = 0.0):\n"
+        "    time.sleep(sleep)\n"
+        "    with ctx.transaction() as conn:\n"
+        "        conn.execute(f'INSERT INTO {{app.schema}}.effects (job_id, n) "
+        "VALUES (%s, %s)', (ctx.job_id, VERSION))\n"
+    )
+    code.write_text(source.format(v=1))
+    env["PYTHONPATH"] = f"{tmp_path}{os.pathsep}{env['PYTHONPATH']}"
+    sup = forklift_cli("run", "reloadable:app", "--workers", "2")
+    wait_for(lambda: len(sup.children()) == 2, what="two children")
+    old = set(sup.children())
+    app = forklift.App(dsn, schema=schema)
+    running = app.enqueue("which", {"sleep": 1.5})
+    wait_state(db, schema, running, "running")
+    code.write_text(source.format(v=2))
+    sup.signal(signal.SIGHUP)
+    wait_for(
+        lambda: not old & set(sup.children()) and len(sup.children()) == 2,
+        timeout=20,
+        what="every child replaced",
+    )
+    wait_state(db, schema, running, "succeeded")
+    assert scalar(db, f"SELECT n FROM {schema}.effects WHERE job_id = %s", running) == 1
+    fresh = app.enqueue("which")
+    wait_state(db, schema, fresh, "succeeded")
+    assert scalar(db, f"SELECT n FROM {schema}.effects WHERE job_id = %s", fresh) == 2
+    assert scalar(db, f"SELECT attempts FROM {schema}.jobs WHERE id = %s", running) == 1
+    sup.signal(signal.SIGTERM)
+    assert sup.wait(timeout=15) == 0
+    app.close()
+
+
+def test_an_app_that_does_not_import_exits_at_once(forklift_cli: Any) -> None:
+    sup = forklift_cli("run", "tests.apps.does_not_exist:app", "--workers", "2")
+    assert sup.wait(timeout=15) != 0
+    assert "ModuleNotFoundError" in sup.output
+    assert "child.started" not in sup.output
+
+
+def test_children_stop_when_the_supervisor_dies(
+    dsn: str, schema: str, db: psycopg.Connection[Any], forklift_cli: Any
+) -> None:
+    app = forklift.App(dsn, schema=schema)
+    job_id = app.enqueue("sleep", {"seconds": 60})
+    sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "1", "--grace", "1")
+    wait_state(db, schema, job_id, "running")
+    child = sup.children()[0]
+    sup.popen.kill()
+    sup.popen.wait(timeout=5)
+    # The orphan notices its parent is gone, stops gracefully and releases its job.
+    wait_state(db, schema, job_id, "ready", timeout=10)
+    wait_for(
+        lambda: (
+            not Path(f"/proc/{child}").exists()
+            or "zombie" in Path(f"/proc/{child}/status").read_text()
+        ),
+        what="orphan exited",
+    )
+    app.close()
