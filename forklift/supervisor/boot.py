@@ -87,7 +87,9 @@ def _run(
     report_fd: int,
     parent_pid: int,
 ) -> int:
-    worker_config = config.worker
+    # One child per supervisor runs the rescuer and the retention cleaner; both are
+    # safe to run concurrently across replicas (SKIP LOCKED, bounded batches).
+    worker_config = replace(config.worker, maintenance=config.worker.maintenance and index == 1)
     if config.max_jobs_per_child is not None:
         worker_config = replace(worker_config, max_jobs=config.max_jobs_per_child)
     title = ChildTitle(index, total, worker_config.queues)
