@@ -12,52 +12,87 @@ from forklift.errors import ArgumentError
 _MAX_DEPTH = 100
 
 
-def _where(path: str) -> str:
-    return path or "args"
+class _Refused(Exception):
+    """A value jsonb cannot hold; `path` collects the keys on the way back up."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        self.path: list[str] = []
 
 
-def check(value: Any, path: str = "", depth: int = 0) -> None:
-    """Raise ArgumentError naming the key path of the first value jsonb cannot hold."""
-    if depth > _MAX_DEPTH:
-        raise ArgumentError(f"{_where(path)}: nested deeper than {_MAX_DEPTH} levels")
-    if value is None or isinstance(value, bool | int):
+def _check_text(text: str, what: str) -> None:
+    if "\x00" in text:
+        raise _Refused(f"{what} contains a NUL character (\\u0000)")
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise _Refused(f"{what} is not valid Unicode") from None
+
+
+def _check(value: Any, depth: int) -> None:
+    # Exact-type fast paths first: this runs for every value of every enqueued job.
+    kind = type(value)
+    if kind is str:
+        _check_text(value, "string")
+    elif kind is int or kind is bool or value is None:
         return
-    if isinstance(value, float):
+    elif kind is float:
         if not math.isfinite(value):
-            raise ArgumentError(f"{_where(path)}: {value!r} is not valid JSON (NaN/Infinity)")
-        return
-    if isinstance(value, str):
-        if "\x00" in value:
-            raise ArgumentError(f"{_where(path)}: string contains a NUL character (\\u0000)")
-        if not value.isascii():
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:
-                raise ArgumentError(f"{_where(path)}: string is not valid Unicode") from None
-        return
-    if isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            check(item, f"{path}[{i}]", depth + 1)
-        return
-    if isinstance(value, Mapping):
+            raise _Refused(f"{value!r} is not valid JSON (NaN/Infinity)")
+    elif kind is dict or isinstance(value, Mapping):
+        if depth >= _MAX_DEPTH:
+            raise _Refused(f"nested deeper than {_MAX_DEPTH} levels")
         for key, item in value.items():
-            if not isinstance(key, str):
-                raise ArgumentError(f"{_where(path)}: key {key!r} is not a string")
-            if "\x00" in key:
-                raise ArgumentError(f"{_where(path)}: key {key!r} contains a NUL character")
-            if not key.isascii():
-                try:
-                    key.encode("utf-8")
-                except UnicodeEncodeError:
-                    raise ArgumentError(
-                        f"{_where(path)}: key {key!r} is not valid Unicode"
-                    ) from None
-            check(item, f"{path}[{key!r}]", depth + 1)
+            if type(key) is not str and not isinstance(key, str):
+                raise _Refused(f"key {key!r} is not a string")
+            _check_text(key, f"key {key!r}")
+            try:
+                _check(item, depth + 1)
+            except _Refused as refused:
+                refused.path.append(f"[{key!r}]")
+                raise
+    elif kind is list or kind is tuple or isinstance(value, list | tuple):
+        if depth >= _MAX_DEPTH:
+            raise _Refused(f"nested deeper than {_MAX_DEPTH} levels")
+        for i, item in enumerate(value):
+            try:
+                _check(item, depth + 1)
+            except _Refused as refused:
+                refused.path.append(f"[{i}]")
+                raise
+    elif isinstance(value, str):
+        _check_text(value, "string")
+    elif isinstance(value, int):  # bool and int subclasses (IntEnum)
         return
-    raise ArgumentError(
-        f"{_where(path)}: {type(value).__name__} is not JSON "
-        "(use str, int, float, bool, None, list or dict)"
-    )
+    elif isinstance(value, float):
+        _check(float(value), depth)
+    else:
+        raise _Refused(
+            f"{type(value).__name__} is not JSON (use str, int, float, bool, None, list or dict)"
+        )
+
+
+def check(value: Any) -> None:
+    """Raise ArgumentError naming the key path of the first value jsonb cannot hold."""
+    try:
+        _check(value, 0)
+    except _Refused as refused:
+        path = "".join(reversed(refused.path)) or "args"
+        raise ArgumentError(f"{path}: {refused.reason}") from None
+
+
+def _as_dict(value: Any) -> Any:
+    # check() admitted any Mapping; json only encodes dicts itself.
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+# One encoder, built once: json.dumps() with options builds a new one per call.
+_ENCODER = json.JSONEncoder(
+    separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_as_dict
+)
 
 
 def dumps_args(args: Mapping[str, Any]) -> str:
@@ -67,13 +102,4 @@ def dumps_args(args: Mapping[str, Any]) -> str:
             f"args: expected a dict of keyword arguments, got {type(args).__name__}"
         )
     check(args)
-    return json.dumps(
-        args, separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_as_dict
-    )
-
-
-def _as_dict(value: Any) -> Any:
-    # check() admitted any Mapping; json only encodes dicts itself.
-    if isinstance(value, Mapping):
-        return dict(value)
-    raise TypeError(f"{type(value).__name__} is not JSON")
+    return _ENCODER.encode(args)

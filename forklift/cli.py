@@ -17,7 +17,8 @@ import psycopg
 from forklift import _config, _db
 from forklift._config import duration, env, positive_int, queue_list
 from forklift.app import App
-from forklift.errors import ForkliftError
+from forklift.errors import ConfigError, ForkliftError
+from forklift.supervisor.config import SupervisorConfig
 from forklift.workers.config import WorkerConfig
 
 log = logging.getLogger("forklift.cli")
@@ -106,18 +107,21 @@ def _autoscale(text: str) -> tuple[int, int]:
 
 
 def _worker_config(args: argparse.Namespace) -> WorkerConfig:
-    return WorkerConfig(
-        queues=args.queues,
-        concurrency=args.concurrency,
-        lease=args.lease,
-        poll_interval=args.poll_interval,
-        grace=args.grace,
-        listen=not args.no_listen,
-    )
+    try:
+        return WorkerConfig(
+            queues=args.queues,
+            concurrency=args.concurrency,
+            lease=args.lease,
+            poll_interval=args.poll_interval,
+            grace=args.grace,
+            listen=not args.no_listen,
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from forklift.supervisor import Supervisor, SupervisorConfig
+    from forklift.supervisor import Supervisor
     from forklift.supervisor.reload import reimport
 
     try:
@@ -132,19 +136,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.dsn:
         app._dsn = args.dsn
     app.dsn  # noqa: B018 - fail now, not in every child, when no database is configured
-    config = SupervisorConfig(
+    try:
+        config = _supervisor_config(args)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if args.metrics_addr:
+        log.warning("--metrics-addr is accepted but not served yet (observability work)")
+    return Supervisor(app, config, app_target=args.app, reimport=reimport).run()
+
+
+def _supervisor_config(args: argparse.Namespace) -> SupervisorConfig:
+    return SupervisorConfig(
         workers=args.workers,
         worker=_worker_config(args),
         max_jobs_per_child=args.max_jobs_per_child,
         max_memory_per_child=args.max_memory_per_child,
         autoscale=args.autoscale,
+        autoscale_idle=args.autoscale_idle,
         child_timeout=args.child_timeout,
         kill_grace=args.kill_grace,
         metrics_addr=args.metrics_addr,
     )
-    if args.metrics_addr:
-        log.warning("--metrics-addr is accepted but not served yet (observability work)")
-    return Supervisor(app, config, app_target=args.app, reimport=reimport).run()
 
 
 def _add_worker_flags(p: argparse.ArgumentParser) -> None:
@@ -259,6 +271,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=env("AUTOSCALE", _autoscale, None),
         help="scale between MIN and MAX workers by backlog and idleness; overrides --workers "
         "(env FORKLIFT_AUTOSCALE)",
+    )
+    p.add_argument(
+        "--autoscale-idle",
+        type=duration,
+        default=env("AUTOSCALE_IDLE", duration, 15.0),
+        help="with --autoscale, retire a worker after it idled this long "
+        "(env FORKLIFT_AUTOSCALE_IDLE; default: 15s)",
     )
     p.add_argument(
         "--child-timeout",

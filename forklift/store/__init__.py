@@ -18,7 +18,7 @@ from forklift.errors import DatabaseError
 Conn = psycopg.Connection[Any]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class NewJob:
     """A job to insert; `args` is already-validated JSON text."""
 

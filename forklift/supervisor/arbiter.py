@@ -57,7 +57,12 @@ class Supervisor:
         self.signals = SignalQueue()
         self.restarts = RestartPolicy()
         low_high = self.config.autoscale
-        self.autoscaler = Autoscaler(*low_high) if low_high else None
+        idle = self.config.autoscale_idle
+        self.autoscaler = (
+            Autoscaler(*low_high, idle_for=idle, down_cooldown=min(10.0, idle))
+            if low_high
+            else None
+        )
         self.target = low_high[0] if low_high else self.config.workers
         self.generation = 0
         self.stopping: str | None = None  # "graceful" or "fast"
@@ -463,7 +468,8 @@ class Supervisor:
         except DatabaseError:
             return
         live = self._live()
-        busy = sum(1 for c in live if c.busy)
+        slots = self.config.worker.concurrency
+        busy = sum(1 for c in live if len(c.jobs) >= slots)
         idle = [now - c.idle_since for c in live if c.idle_since is not None]
         delta = self.autoscaler.decide(now, len(live), backlog, busy, max(idle, default=0.0))
         if delta:

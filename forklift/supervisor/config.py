@@ -22,6 +22,8 @@ class SupervisorConfig:
     hard_memory_factor: float = 1.5
     # Autoscale between (min, max) children by backlog; None keeps `workers` fixed.
     autoscale: tuple[int, int] | None = None
+    # Autoscale down after a child has idled this long (and at most once per this).
+    autoscale_idle: float = 15.0
     # A child silent this long is wedged and gets killed.
     child_timeout: float = 30.0
     # SIGTERM before SIGKILL when the supervisor kills a child (timeout, memory, hang).
@@ -35,6 +37,12 @@ class SupervisorConfig:
             raise ValueError("max_jobs_per_child must be >= 1")
         if self.max_memory_per_child is not None and self.max_memory_per_child <= 0:
             raise ValueError("max_memory_per_child must be > 0 MiB")
+        if self.child_timeout < 1:
+            raise ValueError("child_timeout must be >= 1 second (children report every 0.5 s)")
+        if self.kill_grace < 0:
+            raise ValueError("kill_grace must be >= 0")
+        if self.autoscale_idle <= 0:
+            raise ValueError("autoscale_idle must be > 0")
         if self.autoscale is not None:
             low, high = self.autoscale
             if not 1 <= low <= high:
