@@ -14,7 +14,7 @@ from types import FrameType
 
 import psycopg
 
-from forklift import _config, _db
+from forklift import _config, _db, _logging
 from forklift._config import duration, env, positive_int, queue_list
 from forklift.app import App
 from forklift.errors import ConfigError, ForkliftError
@@ -95,6 +95,75 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    from forklift.admin import AdminStore
+
+    app = _app_for(args)
+    stats = AdminStore(app.dsn, app.schema).queue_stats()
+    if args.json:
+        print(json.dumps([vars(s) for s in stats], indent=2))
+        return 0
+    header = ("queue", "ready", "scheduled", "running", "dead", "oldest ready", "done/min")
+    rows = [
+        (
+            s.queue,
+            s.ready,
+            s.scheduled,
+            s.running,
+            s.dead,
+            _age(s.oldest_ready_age),
+            s.succeeded_last_minute,
+        )
+        for s in stats
+    ]
+    _table(header, rows, empty="no jobs")
+    return 0
+
+
+def cmd_ps(args: argparse.Namespace) -> int:
+    from forklift.admin import AdminStore
+
+    app = _app_for(args)
+    procs = AdminStore(app.dsn, app.schema).process_list()
+    if args.json:
+        print(json.dumps([vars(p) for p in procs], indent=2))
+        return 0
+    header = ("host", "pid", "kind", "queues", "job", "uptime", "rss", "seen")
+    rows = [
+        (
+            p.host,
+            p.pid,
+            p.kind if p.kind == "supervisor" else "  worker",
+            ",".join(p.queues),
+            p.current_job or "-",
+            _age(p.uptime),
+            f"{p.rss_bytes / 2**20:.0f} MiB" if p.rss_bytes else "-",
+            f"{p.heartbeat_age:.0f}s ago",
+        )
+        for p in procs
+    ]
+    _table(header, rows, empty="no forklift processes registered")
+    return 0
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[object]], *, empty: str) -> None:
+    if not rows:
+        print(empty)
+        return
+    cells = [[str(c) for c in header], *[[str(c) for c in r] for r in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    for r in cells:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+
+
 def _autoscale(text: str) -> tuple[int, int]:
     low, sep, high = text.partition(":")
     try:
@@ -140,8 +209,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = _supervisor_config(args)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    if args.metrics_addr:
-        log.warning("--metrics-addr is accepted but not served yet (observability work)")
     return Supervisor(app, config, app_target=args.app, reimport=reimport).run()
 
 
@@ -155,7 +222,7 @@ def _supervisor_config(args: argparse.Namespace) -> SupervisorConfig:
         autoscale_idle=args.autoscale_idle,
         child_timeout=args.child_timeout,
         kill_grace=args.kill_grace,
-        metrics_addr=args.metrics_addr,
+        metrics_addr=None if args.metrics_addr in ("", "off") else args.metrics_addr,
     )
 
 
@@ -208,6 +275,13 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--log-format",
+        default=env("LOG_FORMAT", str, "json"),
+        choices=["json", "text"],
+        help="logs on stdout: one JSON object per line, or plain text "
+        "(env FORKLIFT_LOG_FORMAT; default: json)",
+    )
     common.add_argument(
         "--log-level",
         default=env("LOG_LEVEL", str, "INFO"),
@@ -296,13 +370,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--metrics-addr",
         metavar="HOST:PORT",
-        default=env("METRICS_ADDR", str, None),
-        help="where /metrics, /healthz and /readyz will be served (env FORKLIFT_METRICS_ADDR; "
-        "accepted, not served yet)",
+        default=env("METRICS_ADDR", str, "127.0.0.1:9090"),
+        help="serve /metrics (all workers as one), /healthz and /readyz here; 'off' to "
+        "disable; port 0 picks a free one (env FORKLIFT_METRICS_ADDR; "
+        "default: 127.0.0.1:9090)",
     )
     _add_worker_flags(p)
     _add_db(p)
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "status", parents=[common], help="queues: ready, scheduled, running, dead, oldest age"
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_db(p)
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("ps", parents=[common], help="live supervisors and workers, all hosts")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_db(p)
+    p.set_defaults(func=cmd_ps)
 
     p = sub.add_parser(
         "worker",
@@ -323,11 +410,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ForkliftError as exc:  # a bad FORKLIFT_* variable
         print(f"forklift: error: {_db.redact(str(exc))}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=args.log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    # Daemons log to stdout (journald, kubectl logs); one-shot commands keep stdout for
+    # their answer and log to stderr.
+    daemon = args.command in ("run", "worker")
+    _logging.setup(args.log_level, args.log_format, sys.stdout if daemon else sys.stderr)
     try:
         return int(args.func(args))
     except (ForkliftError, psycopg.Error) as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -51,7 +51,7 @@ class ClaimedJob:
     max_attempts: int
     timeout: float | None
     available_at: datetime
-    extra: dict[str, Any] = field(default_factory=dict)
+    wait: float = 0.0  # seconds from available to claimed (database clock)
 
 
 @contextmanager
@@ -166,9 +166,16 @@ class JobStore:
     # -- working -----------------------------------------------------------------------
 
     def job_claim(
-        self, queues: Sequence[str], owner: str, limit: int, lease: float
+        self, queues: Sequence[str], owner: str, limit: int, lease: float, *, expired: bool
     ) -> list[ClaimedJob]:
-        params = {"queues": list(queues), "owner": owner, "limit": limit, "lease": lease}
+        """Claim up to `limit` jobs; with `expired`, also jobs whose lease ran out."""
+        params = {
+            "queues": list(queues),
+            "owner": owner,
+            "limit": limit,
+            "lease": lease,
+            "expired": expired,
+        }
         with translated("claim failed"), self.pool.connection() as conn:
             rows = conn.execute(self.q["job_claim"], params).fetchall()
         return [
@@ -183,6 +190,7 @@ class JobStore:
                 max_attempts=r[7],
                 timeout=r[8],
                 available_at=r[9],
+                wait=r[10],
             )
             for r in rows
         ]

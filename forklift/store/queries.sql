@@ -17,7 +17,7 @@ RETURNING id;
 -- Insert many jobs (reserved ids, or NULL to draw one); taken keys insert nothing.
 INSERT INTO {schema}.jobs
     (id, queue, task, args, idempotency_key, priority, max_attempts, timeout, available_at)
-SELECT coalesce(id, nextval(pg_get_serial_sequence('{schema}.jobs', 'id'))),
+SELECT coalesce(id, nextval('{schema}.jobs_id_seq'::regclass)),
        queue, task, args, idempotency_key, priority, max_attempts, timeout,
        coalesce(run_at, now()) + make_interval(secs => delay)
 FROM unnest(
@@ -35,7 +35,7 @@ WHERE idempotency_key = ANY(%(keys)s::text[]);
 
 -- name: job_ids_reserve
 -- Reserve n job ids from the identity sequence (for COPY).
-SELECT nextval(pg_get_serial_sequence('{schema}.jobs', 'id'))
+SELECT nextval('{schema}.jobs_id_seq'::regclass)
 FROM generate_series(1, %(n)s::integer);
 
 -- name: job_copy
@@ -46,7 +46,9 @@ FROM STDIN;
 
 -- name: job_claim
 -- Claim up to `limit` due jobs of the given queues for `owner`, in priority order, plus
--- running jobs whose lease expired (their attempt is recorded as lost). One statement.
+-- (when `expired` is true) running jobs whose lease expired, their attempt recorded as
+-- lost. One statement. The expiry scan is gated: workers ask for it now and then, not
+-- on every claim, since it walks every running row.
 WITH ready AS (
     SELECT c.id, c.priority, c.available_at
     FROM unnest(%(queues)s::text[]) AS q(name),
@@ -61,7 +63,7 @@ WITH ready AS (
 ), expired AS (
     SELECT j.id, j.priority, j.lease_until AS available_at
     FROM {schema}.jobs j
-    WHERE j.state = 'running' AND j.lease_until < now()
+    WHERE %(expired)s::boolean AND j.state = 'running' AND j.lease_until < now()
       AND j.attempts < j.max_attempts AND j.queue = ANY(%(queues)s::text[])
     ORDER BY j.lease_until
     LIMIT %(limit)s
@@ -84,10 +86,10 @@ UPDATE {schema}.jobs AS j SET
             'attempt', j.attempts, 'at', now(), 'worker', j.lease_owner,
             'error', 'LeaseExpired: lease of ' || j.lease_owner || ' expired')
         ELSE j.errors END
-FROM picked
-WHERE j.id = picked.id
+WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.queue, j.task, j.args, j.idempotency_key, j.priority, j.attempts,
-          j.max_attempts, j.timeout, j.available_at;
+          j.max_attempts, j.timeout, j.available_at,
+          greatest(0, extract(epoch FROM now() - j.available_at))::float8;
 
 -- name: job_next_available
 -- Seconds until the earliest ready job of the given queues is due (database clock).

@@ -13,6 +13,7 @@ import os
 import secrets
 import select
 import signal
+import socket
 import time
 from collections.abc import Callable
 
@@ -22,14 +23,17 @@ from forklift import _db
 from forklift._events import emit
 from forklift.app import App
 from forklift.errors import DatabaseError
+from forklift.metrics import Totals
 from forklift.supervisor.autoscale import Autoscaler
 from forklift.supervisor.boot import child_main, rss_of
 from forklift.supervisor.child import Child
 from forklift.supervisor.config import SupervisorConfig
 from forklift.supervisor.death import describe_exit, signal_name
+from forklift.supervisor.ops import Ops
 from forklift.supervisor.restarts import RestartPolicy
 from forklift.supervisor.signals import SignalQueue
-from forklift.supervisor.store import SupervisorStore
+from forklift.supervisor.store import ProcessInfo, SupervisorStore
+from forklift.supervisor.systemd import Notifier
 from forklift.workers.worker import make_owner
 
 log = logging.getLogger(__name__)
@@ -74,12 +78,63 @@ class Supervisor:
         self._next_autoscale = 0.0
         timeouts = _db.Timeouts.for_lease(self.config.worker.lease)
         self.store = SupervisorStore(app.dsn, app.schema, timeouts)
+        self.totals = Totals()
+        self.ops = Ops(self, self.totals, self.config.metrics_addr)
+        self.notifier = Notifier()
+        self.id = ""
+        self.host = socket.gethostname()
+        self.started = time.monotonic()
+        self._told_ready = False
 
-    # -- state others read (health endpoints, tests) ------------------------------------
+    # -- state others read (health endpoints, the ops thread, tests) --------------------
 
     @property
     def ready(self) -> bool:
         return self.stopping is None and not self.crash_loop and self._live_count() > 0
+
+    @property
+    def live_workers(self) -> int:
+        return self._live_count()
+
+    def worker_states(self) -> tuple[int, int]:
+        """(busy, idle) worker processes."""
+        children = list(self.children.values())
+        busy = sum(1 for c in children if c.busy)
+        return busy, len(children) - busy
+
+    def registry_rows(self) -> list[ProcessInfo]:
+        """This supervisor and its workers, as the process registry should show them."""
+        now = time.monotonic()
+        queues = ",".join(self.config.worker.queues)
+        rows = [
+            ProcessInfo(
+                self.id,
+                "supervisor",
+                self.host,
+                os.getpid(),
+                None,
+                queues,
+                None,
+                rss_of(os.getpid()),
+                now - self.started,
+            )
+        ]
+        for c in list(self.children.values()):
+            current = next(iter(c.jobs), None)
+            rows.append(
+                ProcessInfo(
+                    c.owner,
+                    "worker",
+                    self.host,
+                    c.pid,
+                    self.id,
+                    queues,
+                    current,
+                    c.rss or None,
+                    now - c.started,
+                )
+            )
+        return rows
 
     def _live(self) -> list[Child]:
         return [c for c in self.children.values() if not c.retiring and not c.killing]
@@ -90,7 +145,10 @@ class Supervisor:
     # -- the loop -----------------------------------------------------------------------
 
     def run(self) -> int:
+        self.id = make_owner(os.getpid())
+        self.started = time.monotonic()
         self.signals.install()
+        self.ops.start()
         gc.collect()
         gc.freeze()  # preloaded objects stay on shared copy-on-write pages in children
         emit(
@@ -100,16 +158,26 @@ class Supervisor:
             workers=self.target,
             queues=",".join(self.config.worker.queues),
         )
+        try:
+            self._loop()
+        finally:
+            self.ops.stop()
+        emit(log, "supervisor.stopped", pid=os.getpid())
+        return 0
+
+    def _loop(self) -> None:
         while True:
             self.last_tick = time.monotonic()
+            self.notifier.tick(self.last_tick)
             self.maintain_count()
+            self.tell_systemd()
             self.update_title()
             self.wait()
             self.read_reports()
             self.dispatch_signals()
             self.reap()
             if self.stopping and not self.children:
-                break
+                return
             self.retry_pending()
             self.enforce_timeouts()
             self.enforce_memory()
@@ -118,8 +186,12 @@ class Supervisor:
             self.enforce_deadline()
             self.roll_reload()
             self.autoscale()
-        emit(log, "supervisor.stopped", pid=os.getpid())
-        return 0
+
+    def tell_systemd(self) -> None:
+        """READY=1 once the first full set of workers is up (Type=notify units)."""
+        if not self._told_ready and self._live_count() >= self.target:
+            self._told_ready = True
+            self.notifier.ready(f"{self.target} workers")
 
     def wait(self) -> None:
         """Sleep until a signal, a child report, or the next tick."""
@@ -224,12 +296,14 @@ class Supervisor:
         nonce = secrets.token_hex(3)
         read_fd, write_fd = os.pipe()
         parent_pid = os.getpid()
-        pid = os.fork()
+        with self.ops.fork_lock:  # the ops thread is idle and holds no connection
+            pid = os.fork()
         if pid == 0:  # the child: nothing of the parent's loop survives here
             os.close(read_fd)
             for other in self.children.values():
                 other.close()
             self.signals.reset_in_child()
+            self.ops.close_in_child()
             child_main(
                 self.app,
                 self.config,
@@ -244,6 +318,7 @@ class Supervisor:
         now = time.monotonic()
         child = Child(pid, index, make_owner(pid, nonce), read_fd, now, now)
         child.generation = self.generation
+        child.on_metrics = self.totals.add
         child.idle_since = now
         self.children[pid] = child
         emit(log, "child.started", pid=pid, index=index, owner=child.owner)
@@ -255,11 +330,12 @@ class Supervisor:
         self._signal(child, signal.SIGTERM)
         emit(log, "child.retiring", pid=child.pid, reason=why)
 
-    def kill(self, child: Child, reason: str, *, at_once: bool = False) -> None:
+    def kill(self, child: Child, kind: str, reason: str, *, at_once: bool = False) -> None:
         """Kill a child for `reason` (which its jobs will carry): TERM, then KILL."""
         if child.killing:
             return
         child.killing = reason
+        child.kill_kind = kind
         child.kill_at = time.monotonic() + (0 if at_once else self.config.kill_grace)
         self._signal(child, signal.SIGKILL if at_once else signal.SIGTERM)
         emit(log, "child.killing", logging.WARNING, pid=child.pid, reason=reason)
@@ -301,6 +377,7 @@ class Supervisor:
             self._record(child.owner, how, "release")  # killed at the shutdown deadline
         elif not clean or child.jobs:
             self._record(child.owner, how, "fail")
+        replaced = not self.stopping and child.retiring not in ("shutdown", "scale down")
         if clean and not child.killing:
             emit(
                 log,
@@ -311,6 +388,8 @@ class Supervisor:
                 retiring=child.retiring or "on its own",
                 uptime=round(uptime, 1),
             )
+            if replaced:
+                self.totals.restart(child.retiring or "recycle")
             if uptime >= self.restarts.fast_crash:
                 self.restarts.healthy()
             return
@@ -324,6 +403,8 @@ class Supervisor:
             reason=how,
             uptime=round(uptime, 1),
         )
+        if replaced:
+            self.totals.restart(child.kill_kind or child.retiring or "crash")
         if child.retiring or self.stopping:
             return
         delay = self.restarts.crashed(now, uptime)
@@ -336,6 +417,7 @@ class Supervisor:
                 crashes=self.restarts.loop_crashes,
                 window=self.restarts.window,
             )
+            self.notifier.status("workers are crash-looping")
         if delay > 0:
             self.restart_at = max(self.restart_at, now + delay)
             emit(log, "child.restart_backoff", logging.WARNING, delay=round(delay, 2))
@@ -352,16 +434,19 @@ class Supervisor:
 
     def _apply(self, owner: str, how: str, mode: str) -> None:
         if mode == "release":
-            for job_id in self.store.job_release_owner(owner):
-                emit(log, "job.released", logging.WARNING, job=job_id, owner=owner, reason=how)
+            for gone in self.store.job_release_owner(owner):
+                self.totals.job(gone.queue, gone.task, "released")
+                emit(log, "job.released", job=gone.id, owner=owner, reason=how)
             return
-        for job_id, state, attempt in self.store.job_fail_orphaned(owner, how):
+        for job in self.store.job_fail_orphaned(owner, how):
+            self.totals.job(job.queue, job.task, "crashed")
+            dead = job.state == "dead"
             emit(
                 log,
-                "job.dead" if state == "dead" else "job.failed",
-                logging.ERROR if state == "dead" else logging.WARNING,
-                job=job_id,
-                attempt=attempt,
+                "job.dead" if dead else "job.failed",
+                logging.ERROR if dead else logging.WARNING,
+                job=job.id,
+                attempt=job.attempts,
                 owner=owner,
                 error=how,
             )
@@ -381,29 +466,26 @@ class Supervisor:
                 if not job.overdue(now) or job.job_id in child.timed_out:
                     continue
                 assert job.timeout is not None
-                child.timed_out.append(job.job_id)
-                error = f"TimeoutError: {job.task}#{job.job_id} timed out after {job.timeout:g} s"
+                reason = f"job {job.task}#{job.job_id} timed out after {job.timeout:g} s"
                 try:
-                    for job_id, state, attempt in self.store.job_fail_orphaned(
-                        child.owner, error, ids=[job.job_id]
+                    for hit in self.store.job_fail_orphaned(
+                        child.owner, f"TimeoutError: {reason}", ids=[job.job_id]
                     ):
+                        self.totals.job(hit.queue, hit.task, "crashed")
                         emit(
                             log,
                             "job.timed_out",
                             logging.ERROR,
-                            job=job_id,
-                            state=state,
-                            attempt=attempt,
+                            job=hit.id,
+                            state=hit.state,
+                            attempt=hit.attempts,
                             owner=child.owner,
                         )
+                    child.timed_out.append(job.job_id)
                 except DatabaseError as exc:
+                    # Charged on the child's death instead, with the same reason.
                     emit(log, "job.timeout_record_failed", logging.ERROR, job=job.job_id, error=exc)
-                    child.timed_out.remove(job.job_id)
-                    self.kill(
-                        child, f"job {job.task}#{job.job_id} timed out after {job.timeout:g} s"
-                    )
-                    continue
-                self.kill(child, f"job {job.task}#{job.job_id} timed out after {job.timeout:g} s")
+                self.kill(child, "timeout", reason)
 
     def enforce_memory(self) -> None:
         """Kill a child far past the memory limit before the kernel's OOM killer does."""
@@ -417,6 +499,7 @@ class Supervisor:
             if rss > hard and not child.killing:
                 self.kill(
                     child,
+                    "memory",
                     f"memory limit: RSS {rss / 2**20:.0f} MiB passed "
                     f"{self.config.hard_memory_factor:g} x the {limit:g} MiB limit",
                     at_once=True,
@@ -427,7 +510,12 @@ class Supervisor:
         for child in list(self.children.values()):
             silent = now - child.last_seen
             if silent > self.config.child_timeout and not child.killing:
-                self.kill(child, f"unresponsive: no report for {silent:.0f} s", at_once=True)
+                self.kill(
+                    child,
+                    "unresponsive",
+                    f"unresponsive: no report for {silent:.0f} s",
+                    at_once=True,
+                )
 
     def escalate_kills(self) -> None:
         now = time.monotonic()

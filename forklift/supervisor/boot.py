@@ -14,8 +14,9 @@ from types import FrameType
 from setproctitle import setproctitle
 
 from forklift.app import App
+from forklift.metrics import Tally
 from forklift.store import ClaimedJob
-from forklift.supervisor import child as report
+from forklift.supervisor.child import Reporter
 from forklift.supervisor.config import SupervisorConfig
 from forklift.workers.worker import Worker
 
@@ -93,24 +94,28 @@ def _run(
     if config.max_jobs_per_child is not None:
         worker_config = replace(worker_config, max_jobs=config.max_jobs_per_child)
     title = ChildTitle(index, total, worker_config.queues)
+    report = Reporter(report_fd)
+    tally = Tally()
 
     def started(job: ClaimedJob) -> None:
         # The worker's own task definition decides the timeout; the row's copy (the
         # producer's view) covers tasks this worker does not define.
         task = app.tasks.get(job.task)
         timeout = task.timeout if task is not None and task.timeout else job.timeout
-        report.report_start(report_fd, job.id, timeout, job.task)
+        report.start(job.id, timeout, job.task)
         with title.lock:
             title.running[job.id] = job.task
         title.update()
 
     def ended(job: ClaimedJob, outcome: str) -> None:
-        report.report_end(report_fd, job.id)
+        report.end(job.id)
         with title.lock:
             title.running.pop(job.id, None)
         title.update()
 
-    worker = Worker(app, worker_config, owner=owner, on_job_start=started, on_job_end=ended)
+    worker = Worker(
+        app, worker_config, owner=owner, on_job_start=started, on_job_end=ended, tally=tally
+    )
 
     def on_term(signum: int, frame: FrameType | None) -> None:
         worker.request_stop(fast=signum == signal.SIGQUIT)
@@ -128,7 +133,10 @@ def _run(
     def heartbeat() -> None:
         while not closing.wait(0.5):
             rss = rss_of()
-            report.report_heartbeat(report_fd, rss)
+            delta = tally.take()
+            if delta is not None:
+                report.metrics(delta)
+            report.heartbeat(rss)
             if os.getppid() != parent_pid:
                 log.error("supervisor %s is gone; stopping", parent_pid)
                 worker.request_stop()
@@ -148,4 +156,7 @@ def _run(
         worker.run()
     finally:
         closing.set()
+        delta = tally.take()  # the last counts go out before the exit
+        if delta is not None:
+            report.metrics(delta)
     return 0

@@ -1,14 +1,18 @@
 """What the parent knows about one child, and the line protocol the child reports in.
 
-The child writes short lines to a pipe (each below PIPE_BUF, so writes from several
-threads never interleave):  `H <rss_bytes>` heartbeat, `S <job_id> <timeout|-> <task>`
-job started, `E <job_id>` job ended.
+The child writes lines to a pipe, one writer at a time (`Reporter` holds a lock):
+`H <rss_bytes>` heartbeat, `S <job_id> <timeout|-> <task>` job started, `E <job_id>` job
+ended, `M <json>` metric deltas since the last `M`.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -43,6 +47,8 @@ class Child:
     kill_at: float | None = None
     timed_out: list[int] = field(default_factory=list)
     generation: int = 0
+    kill_kind: str | None = None  # timeout, memory, unresponsive
+    on_metrics: Callable[[dict[str, Any]], None] | None = None
     _buffer: bytes = b""
 
     def read(self, now: float) -> bool:
@@ -77,6 +83,11 @@ class Child:
             self.jobs.pop(int(rest), None)
             if not self.jobs:
                 self.idle_since = now
+        elif kind == "M" and self.on_metrics is not None:
+            try:
+                self.on_metrics(json.loads(rest))
+            except (ValueError, TypeError, KeyError):
+                pass  # a torn report from a dying child: its counts are lost, not wrong
 
     @property
     def busy(self) -> bool:
@@ -89,20 +100,42 @@ class Child:
             pass
 
 
+class Reporter:
+    """The child's end of the pipe; one lock, so lines from many threads never mix."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._lock = threading.Lock()
+
+    def heartbeat(self, rss: int) -> None:
+        self._write(f"H {rss}\n")
+
+    def start(self, job_id: int, timeout: float | None, task: str) -> None:
+        self._write(f"S {job_id} {'-' if timeout is None else timeout} {task[:200]}\n")
+
+    def end(self, job_id: int) -> None:
+        self._write(f"E {job_id}\n")
+
+    def metrics(self, delta: dict[str, Any]) -> None:
+        self._write(f"M {json.dumps(delta, separators=(',', ':'))}\n")
+
+    def _write(self, line: str) -> None:
+        data = line.encode("utf-8")
+        with self._lock:
+            try:
+                while data:
+                    data = data[os.write(self.fd, data) :]
+            except OSError:
+                pass  # the parent is gone; the child notices through getppid()
+
+
 def report_heartbeat(fd: int, rss: int) -> None:
-    _write(fd, f"H {rss}\n")
+    Reporter(fd).heartbeat(rss)
 
 
 def report_start(fd: int, job_id: int, timeout: float | None, task: str) -> None:
-    _write(fd, f"S {job_id} {'-' if timeout is None else timeout} {task[:200]}\n")
+    Reporter(fd).start(job_id, timeout, task)
 
 
 def report_end(fd: int, job_id: int) -> None:
-    _write(fd, f"E {job_id}\n")
-
-
-def _write(fd: int, line: str) -> None:
-    try:
-        os.write(fd, line.encode("utf-8"))
-    except OSError:
-        pass  # the parent is gone; the child notices through getppid()
+    Reporter(fd).end(job_id)

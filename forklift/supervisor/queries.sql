@@ -20,7 +20,7 @@ UPDATE {schema}.jobs AS j SET
         'attempt', j.attempts, 'at', now(), 'worker', j.lease_owner, 'error', %(error)s::text)
 WHERE j.state = 'running' AND j.lease_owner = %(owner)s::text
   AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
-RETURNING j.id, j.state::text, j.attempts;
+RETURNING j.id, j.state::text, j.attempts, j.queue, j.task;
 
 -- name: job_release_owner
 -- Give back every job a stopped worker process still holds, attempt not counted.
@@ -29,12 +29,12 @@ WITH released AS (
         state = 'ready', attempts = greatest(j.attempts - 1, 0), available_at = now(),
         lease_owner = NULL, lease_until = NULL
     WHERE j.state = 'running' AND j.lease_owner = %(owner)s::text
-    RETURNING j.id, j.queue
+    RETURNING j.id, j.queue, j.task
 ), woken AS (
     SELECT count(pg_notify(%(channel)s::text, q.queue)) AS n
     FROM (SELECT DISTINCT queue FROM released) AS q
 )
-SELECT released.id FROM released, woken;
+SELECT released.id, released.queue, released.task FROM released, woken;
 
 -- name: job_backlog
 -- Ready jobs due now in the given queues (capped: autoscaling needs "how many", not all).
@@ -43,3 +43,54 @@ SELECT count(*) FROM (
     WHERE state = 'ready' AND queue = ANY(%(queues)s::text[]) AND available_at <= now()
     LIMIT %(cap)s
 ) AS due;
+
+-- name: process_upsert_many
+-- Register or heartbeat a supervisor and its workers in one statement.
+INSERT INTO {schema}.processes
+    (id, kind, host, pid, supervisor_id, queues, current_job, rss_bytes, started_at,
+     heartbeat_at)
+SELECT id, kind, host, pid, supervisor_id, string_to_array(queues, ','), current_job,
+       rss_bytes, now() - make_interval(secs => uptime), now()
+FROM unnest(
+    %(id)s::text[], %(kind)s::text[], %(host)s::text[], %(pid)s::integer[],
+    %(supervisor_id)s::text[], %(queues)s::text[], %(current_job)s::bigint[],
+    %(rss_bytes)s::bigint[], %(uptime)s::float8[]
+) AS p(id, kind, host, pid, supervisor_id, queues, current_job, rss_bytes, uptime)
+ON CONFLICT (id) DO UPDATE SET
+    current_job = excluded.current_job,
+    rss_bytes = excluded.rss_bytes,
+    heartbeat_at = now();
+
+-- name: process_forget
+-- Deregister this supervisor's workers that are gone (and, with no ids kept, itself).
+DELETE FROM {schema}.processes
+WHERE (supervisor_id = %(supervisor_id)s::text AND id <> ALL(%(keep)s::text[]))
+   OR (id = %(supervisor_id)s::text AND cardinality(%(keep)s::text[]) = 0);
+
+-- name: process_prune_stale
+-- Forget processes that stopped heart-beating (a host that vanished) and charge the
+-- jobs their workers held, instead of waiting for the leases to expire.
+WITH stale AS (
+    DELETE FROM {schema}.processes
+    WHERE heartbeat_at < now() - make_interval(secs => %(stale)s::float8)
+    RETURNING id, kind, host
+), charged AS (
+    UPDATE {schema}.jobs AS j SET
+        state = CASE WHEN j.attempts >= j.max_attempts
+            THEN 'dead' ELSE 'ready' END::{schema}.job_state,
+        available_at = CASE WHEN j.attempts >= j.max_attempts THEN j.available_at
+            ELSE now() END,
+        completed_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+        lease_owner = NULL,
+        lease_until = NULL,
+        last_error = 'WorkerLost: worker on host ' || s.host || ' stopped heart-beating',
+        errors = j.errors || jsonb_build_object(
+            'attempt', j.attempts, 'at', now(), 'worker', j.lease_owner,
+            'error', 'WorkerLost: worker on host ' || s.host || ' stopped heart-beating')
+    FROM stale AS s
+    WHERE s.kind = 'worker' AND j.state = 'running' AND j.lease_owner = s.id
+    RETURNING j.id, j.state::text, j.queue, j.task
+)
+SELECT 'process' AS what, id, kind, NULL::text, NULL::text FROM stale
+UNION ALL
+SELECT 'job', id::text, state, queue, task FROM charged;

@@ -13,6 +13,9 @@ class WorkerConfig:
     # Handler threads in this process; 1 suits CPU-heavy work (one process per core),
     # more suits I/O-bound or tiny jobs. The worker never claims more than it can run.
     concurrency: int = 1
+    # Connections for handlers' ctx.transaction() (plus 3 for claims, renewals and
+    # completions); None: min(concurrency, 8). A handler waits for a free one.
+    pool: int | None = None
     # Seconds a claim is good for without renewal; renewed every lease / 3.
     lease: float = 30.0
     # Fallback poll when no notification arrives (NOTIFY is only a hint).
@@ -33,6 +36,8 @@ class WorkerConfig:
             raise ValueError("queues must name at least one non-empty queue")
         if self.concurrency < 1:
             raise ValueError("concurrency must be >= 1")
+        if self.pool is not None and self.pool < 1:
+            raise ValueError("pool must be >= 1")
         if self.lease < 1:
             raise ValueError("lease must be >= 1 second")
         if self.poll_interval <= 0:
@@ -41,6 +46,10 @@ class WorkerConfig:
             raise ValueError("grace must be >= 0")
         if self.max_jobs is not None and self.max_jobs < 1:
             raise ValueError("max_jobs must be >= 1")
+
+    @property
+    def pool_size(self) -> int:
+        return self.pool if self.pool is not None else min(self.concurrency, 8)
 
     @property
     def heartbeat_interval(self) -> float:

@@ -12,6 +12,8 @@ from psycopg_pool import ConnectionPool
 
 from forklift.store import ClaimedJob
 
+_EVENT_LOCK = threading.Lock()
+
 
 class JobContext:
     """Passed to every handler as its first argument.
@@ -24,8 +26,9 @@ class JobContext:
 
     def __init__(self, job: ClaimedJob, pool: ConnectionPool[psycopg.Connection[Any]]) -> None:
         self.job = job
-        self.cancelled = threading.Event()
+        self._cancelled: threading.Event | None = None
         self.lease_lost = False
+        self.slot_freed = False
         # Set once the outcome is written (or refused); guarded by outcome_lock so the
         # heartbeat never calls a job lost that just completed.
         self.finished = False
@@ -34,6 +37,16 @@ class JobContext:
         self._pool = pool
         self._conn: psycopg.Connection[Any] | None = None
         self._tx: ExitStack | None = None
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set when the job should stop early: lease lost, or stopping past grace."""
+        # Made on first use: most handlers never look, and an Event per job costs.
+        if self._cancelled is None:
+            with _EVENT_LOCK:
+                if self._cancelled is None:
+                    self._cancelled = threading.Event()
+        return self._cancelled
 
     @property
     def job_id(self) -> int:

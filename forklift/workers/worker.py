@@ -25,6 +25,7 @@ from forklift import _db
 from forklift._events import emit
 from forklift.app import App
 from forklift.errors import DatabaseError, ForkliftError
+from forklift.metrics import Tally
 from forklift.store import ClaimedJob, JobStore
 from forklift.workers import executor
 from forklift.workers.config import WorkerConfig
@@ -53,6 +54,7 @@ class Worker:
         owner: str | None = None,
         on_job_start: Callable[[ClaimedJob], None] | None = None,
         on_job_end: Callable[[ClaimedJob, str], None] | None = None,
+        tally: Tally | None = None,
     ) -> None:
         self.app = app
         self.config = config or WorkerConfig()
@@ -60,6 +62,7 @@ class Worker:
         self.jobs_done = 0
         self.on_job_start = on_job_start
         self.on_job_end = on_job_end
+        self.tally = tally
         self._stopping = False
         self._fast_stop = False
         self._wakeup: Wakeup | None = None
@@ -90,14 +93,15 @@ class Worker:
         self._pool: ConnectionPool[psycopg.Connection[Any]] = _db.make_pool(
             self.app.dsn,
             self._timeouts,
-            # claims, renewals, completions, failures, plus one effect transaction per thread
-            max_size=cfg.concurrency + 3,
+            # claims, renewals and completions, plus the handlers' effect transactions
+            max_size=cfg.pool_size + 3,
             name=f"worker-{os.getpid()}",
             application_name=f"forklift-worker:{os.getpid()}",
         )
         self._pool.open(wait=False)
         self.store = JobStore(self._pool, self.app.schema)
         self._held: dict[int, JobContext] = {}
+        self._active = 0  # claimed jobs whose handler has not returned yet
         self._held_lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._work: queue.SimpleQueue[JobContext | None] = queue.SimpleQueue()
@@ -155,6 +159,7 @@ class Worker:
         cfg = self.config
         assert self._wakeup is not None
         next_maintenance = time.monotonic()
+        next_expiry_check = time.monotonic()
         errors = 0
         while not self._stopping:
             if cfg.maintenance and time.monotonic() >= next_maintenance:
@@ -165,9 +170,14 @@ class Worker:
                 self._wakeup.wait(cfg.poll_interval)
                 continue
             self._wakeup.clear()  # wake-ups from now on are news to the claim below
+            expired = time.monotonic() >= next_expiry_check
             try:
-                jobs = self.store.job_claim(cfg.queues, self.owner, free, cfg.lease)
+                jobs = self.store.job_claim(
+                    cfg.queues, self.owner, free, cfg.lease, expired=expired
+                )
                 errors = 0
+                if expired:
+                    next_expiry_check = time.monotonic() + cfg.lease / 2
             except DatabaseError as exc:
                 errors += 1
                 delay = min(5.0, 0.1 * 2**errors)
@@ -186,10 +196,13 @@ class Worker:
     def _free_slots(self) -> int:
         cfg = self.config
         with self._held_lock:
-            free = cfg.concurrency - len(self._held)
+            # A slot frees when its handler returns; its completion may still be on its
+            # way to the database (group commit), which must not hold up the next claim.
+            free = cfg.concurrency - self._active
+            held = len(self._held)
         if cfg.max_jobs is not None:
-            left = cfg.max_jobs - self.jobs_done - len(self._held)
-            if left <= 0 and not self._held:
+            left = cfg.max_jobs - self.jobs_done - held
+            if left <= 0 and not held:
                 emit(log, "worker.recycle", owner=self.owner, jobs=self.jobs_done)
                 self._stopping = True
             free = min(free, left)
@@ -209,6 +222,9 @@ class Worker:
         ctx = JobContext(job, self._pool)
         with self._held_lock:
             self._held[job.id] = ctx
+            self._active += 1
+        if self.tally is not None:
+            self.tally.wait(job.queue, job.wait)
         emit(
             log,
             "job.claimed",
@@ -220,11 +236,23 @@ class Worker:
         )
         return ctx
 
+    def _free_slot(self, ctx: JobContext) -> None:
+        with self._held_lock:
+            if ctx.slot_freed:
+                return
+            ctx.slot_freed = True
+            self._active -= 1
+        assert self._wakeup is not None
+        self._wakeup.set()
+
     def _forget(self, ctx: JobContext, outcome: str) -> None:
+        self._free_slot(ctx)
         with self._held_lock:
             if self._held.get(ctx.job_id) is ctx:
                 del self._held[ctx.job_id]
         self.jobs_done += 1
+        if self.tally is not None:
+            self.tally.job(ctx.queue, ctx.task, outcome, ctx.duration)
         if self.on_job_end is not None:
             self.on_job_end(ctx.job, outcome)
         assert self._wakeup is not None
@@ -260,17 +288,19 @@ class Worker:
             for ctx in contexts:
                 ctx.finished = True
         for ctx in contexts:
+            self._free_slot(ctx)
             if ctx.job_id in released:
                 emit(
                     log,
                     "job.released",
-                    logging.WARNING,
                     job=ctx.job_id,
                     task=ctx.task,
                     attempt=ctx.attempt,
                     owner=self.owner,
                     reason=why,
                 )
+                if self.tally is not None:
+                    self.tally.job(ctx.queue, ctx.task, "released", None)
             with self._held_lock:
                 self._held.pop(ctx.job_id, None)
 
@@ -306,6 +336,7 @@ class Worker:
                 outcome = executor.give_up(f"ArgumentError: {job.task}: {exc}")
             else:
                 outcome = executor.call(task.fn, bound.args, bound.kwargs)
+        ctx.duration = time.monotonic() - started
         if outcome.succeeded and ctx.in_transaction:
             failed = self._commit_effect(ctx)
             if failed is None:
@@ -314,10 +345,10 @@ class Worker:
         elif ctx.in_transaction:
             ctx.end_transaction(commit=False)
         if outcome.succeeded:
-            ctx.duration = time.monotonic() - started
+            self._free_slot(ctx)
             self._done.put(ctx)  # group-committed by the completer
         else:
-            self._record_failure(ctx, outcome, time.monotonic() - started)
+            self._record_failure(ctx, outcome)
 
     def _commit_effect(self, ctx: JobContext) -> Outcome | None:
         """Complete the job inside the handler's transaction; commit both or neither.
@@ -364,7 +395,7 @@ class Worker:
         self._forget(ctx, "succeeded")
         return None
 
-    def _record_failure(self, ctx: JobContext, outcome: Outcome, duration: float) -> None:
+    def _record_failure(self, ctx: JobContext, outcome: Outcome) -> None:
         job = ctx.job
         dead = outcome.give_up or job.attempt >= job.max_attempts
         if outcome.retry_delay is not None:
@@ -521,6 +552,8 @@ class Worker:
             kept = self.store.lease_renew_many(
                 [(c.job_id, c.attempt) for c in held], self.owner, self.config.lease
             )
+        if self.tally is not None:
+            self.tally.renewed(len(kept))
         for ctx in held:
             if ctx.job_id in kept:
                 continue

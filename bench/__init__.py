@@ -1,0 +1,1 @@
+"""Benchmarks for forklift (scripts, not tests)."""

@@ -1,0 +1,58 @@
+"""Log setup: one JSON object per line (default) or plain text; DSNs always redacted."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+from forklift._db import redact
+
+
+class JsonFormatter(logging.Formatter):
+    """{"ts", "level", "logger", "event", "msg", ...fields} on one line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+        }
+        event = getattr(record, "event", None)
+        if event:
+            entry["event"] = event
+        entry["msg"] = redact(record.getMessage())
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            for key, value in fields.items():
+                if key not in entry:
+                    entry[key] = (
+                        value
+                        if isinstance(value, int | float | bool) or value is None
+                        else redact(str(value))
+                    )
+        entry["pid"] = record.process
+        if record.exc_info:
+            entry["exc"] = redact(self.formatException(record.exc_info))
+        return json.dumps(entry, ensure_ascii=False)
+
+
+class TextFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
+
+
+def setup(level: str = "INFO", fmt: str = "json", stream: TextIO | None = None) -> None:
+    """Route forklift's (and the app's) logs to `stream` (stdout) in the chosen format."""
+    handler = logging.StreamHandler(stream or sys.stdout)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)

@@ -1,0 +1,66 @@
+"""The operator's store: queue statistics and the process list (status, ps, gauges)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from forklift import _db, _sql
+from forklift.store import translated
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    queue: str
+    ready: int
+    scheduled: int
+    running: int
+    dead: int
+    oldest_ready_age: float
+    succeeded_last_minute: int
+
+
+@dataclass(frozen=True)
+class ProcessRow:
+    id: str
+    kind: str
+    host: str
+    pid: int
+    supervisor_id: str | None
+    queues: list[str]
+    current_job: int | None
+    rss_bytes: int | None
+    uptime: float
+    heartbeat_age: float
+
+
+class AdminStore:
+    """Short, bounded connections; safe to call from the supervisor's ops thread."""
+
+    def __init__(self, dsn: str, schema: str, timeouts: _db.Timeouts | None = None) -> None:
+        self.dsn = dsn
+        self.schema = schema
+        self.timeouts = timeouts or _db.Timeouts(connect=2.0, statement=2.0, lock=1.0)
+        self.q = _sql.load("forklift.admin", "queries.sql", schema)
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        return _db.connect(self.dsn, self.timeouts, application_name="forklift-admin")
+
+    def queue_stats(self) -> list[QueueStats]:
+        with translated("reading queue statistics failed"), self._connect() as conn:
+            rows = conn.execute(self.q["queue_stats"]).fetchall()
+        return [
+            QueueStats(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]), float(r[5]), int(r[6]))
+            for r in rows
+        ]
+
+    def process_list(self) -> list[ProcessRow]:
+        with translated("reading the process registry failed"), self._connect() as conn:
+            rows = conn.execute(self.q["process_list"]).fetchall()
+        return [ProcessRow(*r) for r in rows]
+
+    def ping(self) -> None:
+        with translated("database unreachable"), self._connect() as conn:
+            conn.execute(self.q["ping"])

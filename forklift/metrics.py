@@ -1,0 +1,218 @@
+"""Job metrics: counted in each worker process, summed by the supervisor, exposed once.
+
+A worker keeps small local tallies (`Tally`) and hands the supervisor the deltas every
+half second over its report pipe; the supervisor adds them into `Totals`, which it
+owns, so a child's crash or recycling never makes a counter go down and nothing is
+written to disk. `Totals` is exposed through a prometheus-client collector.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+DURATION_BUCKETS = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+    1800.0,
+)
+WAIT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.05,
+    0.1,
+    0.5,
+    1.0,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+    1800.0,
+    3600.0,
+)
+
+OUTCOMES = ("succeeded", "failed", "dead", "released", "lease_lost", "crashed")
+
+
+@dataclass
+class Histo:
+    """Bucket counts (non-cumulative, one slot per bound plus +Inf), sum and count."""
+
+    counts: list[int]
+    total: float = 0.0
+
+    @classmethod
+    def empty(cls, bounds: tuple[float, ...]) -> Histo:
+        return cls([0] * (len(bounds) + 1))
+
+    def observe(self, bounds: tuple[float, ...], value: float) -> None:
+        self.counts[bisect.bisect_left(bounds, value)] += 1
+        self.total += value
+
+    def add(self, other: list[Any]) -> None:
+        counts, total = other
+        for i, n in enumerate(counts[: len(self.counts)]):
+            self.counts[i] += int(n)
+        self.total += float(total)
+
+    def dump(self) -> list[Any]:
+        return [self.counts, self.total]
+
+
+@dataclass
+class Tally:
+    """What one worker process counted since its last report (thread-safe)."""
+
+    jobs: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    durations: dict[tuple[str, str], Histo] = field(default_factory=dict)
+    waits: dict[str, Histo] = field(default_factory=dict)
+    renewals: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def job(self, queue: str, task: str, outcome: str, duration: float | None) -> None:
+        with self.lock:
+            key = (queue, task, outcome)
+            self.jobs[key] = self.jobs.get(key, 0) + 1
+            if duration is not None:
+                h = self.durations.get((queue, task))
+                if h is None:
+                    h = self.durations[(queue, task)] = Histo.empty(DURATION_BUCKETS)
+                h.observe(DURATION_BUCKETS, duration)
+
+    def wait(self, queue: str, seconds: float) -> None:
+        with self.lock:
+            h = self.waits.get(queue)
+            if h is None:
+                h = self.waits[queue] = Histo.empty(WAIT_BUCKETS)
+            h.observe(WAIT_BUCKETS, seconds)
+
+    def renewed(self, n: int) -> None:
+        with self.lock:
+            self.renewals += n
+
+    def take(self) -> dict[str, Any] | None:
+        """The deltas since the last take() (None if nothing happened), and reset."""
+        with self.lock:
+            if not (self.jobs or self.durations or self.waits or self.renewals):
+                return None
+            delta = {
+                "j": [[q, t, o, n] for (q, t, o), n in self.jobs.items()],
+                "d": [[q, t, h.dump()] for (q, t), h in self.durations.items()],
+                "w": [[q, h.dump()] for q, h in self.waits.items()],
+                "r": self.renewals,
+            }
+            self.jobs, self.durations, self.waits, self.renewals = {}, {}, {}, 0
+            return delta
+
+
+class Totals:
+    """The supervisor's running sums of every child's deltas (never reset)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.jobs: dict[tuple[str, str, str], int] = {}
+        self.durations: dict[tuple[str, str], Histo] = {}
+        self.waits: dict[str, Histo] = {}
+        self.renewals = 0
+        self.restarts: dict[str, int] = {}
+
+    def add(self, delta: dict[str, Any]) -> None:
+        with self.lock:
+            for q, t, o, n in delta.get("j", ()):
+                self.jobs[(q, t, o)] = self.jobs.get((q, t, o), 0) + int(n)
+            for q, t, h in delta.get("d", ()):
+                self.durations.setdefault((q, t), Histo.empty(DURATION_BUCKETS)).add(h)
+            for q, h in delta.get("w", ()):
+                self.waits.setdefault(q, Histo.empty(WAIT_BUCKETS)).add(h)
+            self.renewals += int(delta.get("r", 0))
+
+    def job(self, queue: str, task: str, outcome: str) -> None:
+        with self.lock:
+            self.jobs[(queue, task, outcome)] = self.jobs.get((queue, task, outcome), 0) + 1
+
+    def restart(self, reason: str) -> None:
+        with self.lock:
+            self.restarts[reason] = self.restarts.get(reason, 0) + 1
+
+
+def _histogram(
+    name: str,
+    doc: str,
+    labels: list[str],
+    bounds: tuple[float, ...],
+    series: dict[Any, Histo],
+) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(name, doc, labels=labels)
+    for key, h in sorted(series.items()):
+        values = list(key) if isinstance(key, tuple) else [key]
+        running, buckets = 0, []
+        for bound, n in zip((*bounds, float("inf")), h.counts, strict=True):
+            running += n
+            buckets.append(("+Inf" if bound == float("inf") else repr(bound), running))
+        family.add_metric(values, buckets, h.total)
+    return family
+
+
+class TotalsCollector(Collector):
+    """Exposes Totals as forklift_jobs_total, forklift_job_duration_seconds, ..."""
+
+    def __init__(self, totals: Totals) -> None:
+        self.totals = totals
+
+    def collect(self) -> Iterator[Metric]:
+        t = self.totals
+        with t.lock:
+            jobs = dict(t.jobs)
+            durations = {k: Histo(list(h.counts), h.total) for k, h in t.durations.items()}
+            waits = {k: Histo(list(h.counts), h.total) for k, h in t.waits.items()}
+            renewals = t.renewals
+            restarts = dict(t.restarts)
+        family = CounterMetricFamily(
+            "forklift_jobs", "Job attempts by outcome.", labels=["queue", "task", "outcome"]
+        )
+        for (q, task, outcome), n in sorted(jobs.items()):
+            family.add_metric([q, task, outcome], n)
+        yield family
+        yield _histogram(
+            "forklift_job_duration_seconds",
+            "Handler run time.",
+            ["queue", "task"],
+            DURATION_BUCKETS,
+            durations,
+        )
+        yield _histogram(
+            "forklift_job_wait_seconds",
+            "Time from a job becoming available to its start.",
+            ["queue"],
+            WAIT_BUCKETS,
+            waits,
+        )
+        yield CounterMetricFamily("forklift_lease_renewals", "Leases renewed.", value=renewals)
+        family = CounterMetricFamily(
+            "forklift_worker_restarts",
+            "Worker processes replaced, by reason.",
+            labels=["reason"],
+        )
+        for reason, n in sorted(restarts.items()):
+            family.add_metric([reason], n)
+        yield family
