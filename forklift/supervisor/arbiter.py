@@ -271,6 +271,7 @@ class Supervisor:
             children=len(self.children),
             deadline_in=round(budget, 1),
         )
+        self.notifier.stopping(budget + 2.0)
         for child in self.children.values():
             child.retiring = child.retiring or "shutdown"
             self._signal(child, signal.SIGQUIT if fast else signal.SIGTERM)

@@ -166,6 +166,8 @@ class Worker:
                 self.maintain_once()
                 next_maintenance = time.monotonic() + cfg.maintenance_interval
             free = self._free_slots()
+            if self._stopping:  # recycling: the job count is reached
+                break
             if free <= 0:
                 self._wakeup.wait(cfg.poll_interval)
                 continue

@@ -1,0 +1,358 @@
+"""What an operator sees: /metrics, /healthz, /readyz, the process registry, logs, systemd."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import forklift
+from tests.acceptance.conftest import scalar, wait_state
+from tests.acceptance.proxy import Proxy
+from tests.conftest import wait_for
+
+
+def metrics_url(sup: Any) -> str:
+    match = wait_for(
+        lambda: re.search(r"supervisor\.http addr=([\d.]+:\d+)", sup.output), what="http addr"
+    )
+    return f"http://{match[1]}"
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def samples(text: str, name: str, **labels: str) -> float:
+    """Sum of the samples of `name` whose labels include `labels`."""
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        head, _, value = line.rpartition(" ")
+        if all(f'{k}="{v}"' in head for k, v in labels.items()):
+            total += float(value)
+    return total
+
+
+def test_metrics_sum_every_child_and_survive_crashes_and_recycling(
+    dsn: str, schema: str, db: psycopg.Connection[Any], forklift_cli: Any
+) -> None:
+    app = forklift.App(dsn, schema=schema)
+    n = 300
+    app.enqueue_many([("noop", {}) for _ in range(n)])
+    sup = forklift_cli(
+        "run", "tests.apps.basic:app", "--workers", "2", "--max-jobs-per-child", "40"
+    )
+    url = metrics_url(sup)
+    wait_for(
+        lambda: samples(get(url + "/metrics")[1], "forklift_jobs_total", outcome="succeeded") == n,
+        timeout=30,
+        what=f"{n} succeeded",
+    )
+    body = get(url + "/metrics")[1]
+    assert samples(body, "forklift_job_duration_seconds_count", task="noop") == n
+    assert samples(body, "forklift_job_wait_seconds_count", queue="default") == n
+    # 300 jobs at 40 per child: children were recycled along the way.
+    recycled = samples(body, "forklift_worker_restarts_total", reason="recycle")
+    assert recycled >= 5
+    # A crash: counters stay, the restart counter rises, the crash is counted.
+    victim_job = app.enqueue("sleep", {"seconds": 30})
+    wait_state(db, schema, victim_job, "running")
+    owner = scalar(db, f"SELECT lease_owner FROM {schema}.jobs WHERE id = %s", victim_job)
+    os.kill(int(owner.split(":")[1]), signal.SIGKILL)
+    wait_for(
+        lambda: (
+            samples(get(url + "/metrics")[1], "forklift_worker_restarts_total", reason="crash") == 1
+        ),
+        what="crash restart counted",
+    )
+    body = get(url + "/metrics")[1]
+    assert samples(body, "forklift_jobs_total", outcome="succeeded") == n
+    assert samples(body, "forklift_jobs_total", outcome="crashed", task="sleep") == 1
+    wait_for(
+        lambda: samples(get(url + "/metrics")[1], "forklift_workers") == 2,
+        what="the replacement counted among the workers",
+    )
+    assert (
+        samples(body, "forklift_queue_depth", queue="default", state="running")
+        + samples(body, "forklift_queue_depth", queue="default", state="ready")
+        >= 1
+    )
+    sup.signal(signal.SIGTERM)
+    assert sup.wait(timeout=40) == 0
+    app.close()
+
+
+def test_many_recycles_pile_nothing_up(
+    dsn: str, schema: str, db: psycopg.Connection[Any], forklift_cli: Any
+) -> None:
+    app = forklift.App(dsn, schema=schema)
+    sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "2", "--max-jobs-per-child", "1")
+    url = metrics_url(sup)
+
+    def footprint() -> tuple[int, int]:
+        fds = len(os.listdir(f"/proc/{sup.pid}/fd"))
+        rss = int(Path(f"/proc/{sup.pid}/statm").read_text().split()[1])
+        return fds, rss
+
+    app.enqueue_many([("noop", {}) for _ in range(20)])
+    wait_for(
+        lambda: samples(get(url + "/metrics")[1], "forklift_worker_restarts_total") >= 20,
+        timeout=60,
+        what="warm-up recycles",
+    )
+    before = footprint()
+    app.enqueue_many([("noop", {}) for _ in range(200)])
+    wait_for(
+        lambda: samples(get(url + "/metrics")[1], "forklift_worker_restarts_total") >= 220,
+        timeout=120,
+        interval=0.2,
+        what="200 more recycles",
+    )
+    after = footprint()
+    assert after[0] <= before[0] + 2, (before, after)  # no leaked pipes or sockets
+    assert after[1] - before[1] < 2560, (before, after)  # < 10 MiB (4 KiB pages)
+    body = get(url + "/metrics")[1]
+    assert samples(body, "forklift_jobs_total", outcome="succeeded") == 220
+    sup.signal(signal.SIGTERM)
+    assert sup.wait(timeout=30) == 0
+    app.close()
+
+
+def test_readyz_goes_503_on_sigterm_before_anything_else(
+    dsn: str, schema: str, db: psycopg.Connection[Any], forklift_cli: Any
+) -> None:
+    app = forklift.App(dsn, schema=schema)
+    job_id = app.enqueue("sleep", {"seconds": 3})
+    sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "1", "--grace", "10")
+    url = metrics_url(sup)
+    wait_for(lambda: get(url + "/readyz")[0] == 200, what="ready")
+    assert get(url + "/healthz")[0] == 200
+    wait_state(db, schema, job_id, "running")
+    sup.signal(signal.SIGTERM)
+    _status, body = wait_for(
+        lambda: (r := get(url + "/readyz"))[0] == 503 and r, what="not ready while draining"
+    )
+    assert "shutting down" in body
+    assert get(url + "/healthz")[0] == 200  # alive, just draining
+    assert sup.wait(timeout=20) == 0
+    assert scalar(db, f"SELECT state FROM {schema}.jobs WHERE id = %s", job_id) == "succeeded"
+    app.close()
+
+
+def test_database_outage_keeps_the_supervisor_up_not_ready_then_recovers(
+    dsn: str,
+    schema: str,
+    db: psycopg.Connection[Any],
+    forklift_cli: Any,
+    env: dict[str, str],
+) -> None:
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    proxy = Proxy((str(info.get("host", "127.0.0.1")), int(info.get("port", 5432))))
+    env["FORKLIFT_DATABASE_URL"] = (
+        f"postgresql://{info.get('user', 'root')}@127.0.0.1:{proxy.port}/{info['dbname']}"
+    )
+    sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "1")
+    url = metrics_url(sup)
+    wait_for(lambda: get(url + "/readyz")[0] == 200, what="ready")
+    proxy.cut()
+    _status, body = wait_for(
+        lambda: (r := get(url + "/readyz"))[0] == 503 and r, what="not ready without a database"
+    )
+    assert "database unreachable" in body
+    assert get(url + "/healthz")[0] == 200
+    app = forklift.App(dsn, schema=schema)  # straight to the database, not via the proxy
+    job_id = app.enqueue("noop")
+    proxy.restore()
+    wait_for(lambda: get(url + "/readyz")[0] == 200, timeout=20, what="ready again")
+    wait_state(db, schema, job_id, "succeeded", timeout=20)
+    assert sup.popen.poll() is None
+    sup.signal(signal.SIGTERM)
+    assert sup.wait(timeout=30) == 0
+    proxy.cut()
+    app.close()
+
+
+def test_ps_lists_supervisors_of_other_processes(
+    dsn: str, schema: str, forklift_cli: Any, env: dict[str, str]
+) -> None:
+    first = forklift_cli("run", "tests.apps.basic:app", "--workers", "1")
+    second = forklift_cli("run", "tests.apps.basic:app", "--workers", "2", "--queues", "other")
+
+    def ps() -> list[dict[str, Any]]:
+        out = subprocess.run(
+            [sys.executable, "-m", "forklift", "ps", "--json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
+        return list(json.loads(out.stdout))
+
+    rows = wait_for(
+        lambda: (r := ps()) and len(r) == 5 and r,
+        timeout=20,
+        what="two supervisors and three workers registered",
+    )
+    sups = {r["pid"]: r for r in rows if r["kind"] == "supervisor"}
+    assert set(sups) == {first.pid, second.pid}
+    workers = [r for r in rows if r["kind"] == "worker"]
+    assert sorted(r["pid"] for r in workers) == sorted(first.children() + second.children())
+    assert all(
+        r["supervisor_id"] == sups[second.pid]["id"] for r in workers if r["queues"] == ["other"]
+    )
+    text = subprocess.run(
+        [sys.executable, "-m", "forklift", "ps"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
+    assert text.splitlines()[0].split()[:3] == ["host", "pid", "kind"]
+    second.signal(signal.SIGTERM)
+    assert second.wait(timeout=20) == 0
+    wait_for(lambda: len(ps()) == 2, what="the stopped supervisor deregistered")
+    first.signal(signal.SIGTERM)
+    assert first.wait(timeout=20) == 0
+
+
+def test_a_vanished_supervisors_jobs_are_recovered_by_another(
+    dsn: str, schema: str, db: psycopg.Connection[Any], forklift_cli: Any
+) -> None:
+    # A host that dies takes its supervisor and workers with it: simulate it with
+    # registry rows whose heartbeat stopped and a job leased to one of its workers.
+    app = forklift.App(dsn, schema=schema)
+    job_id = app.enqueue("noop")
+    db.execute(
+        f"INSERT INTO {schema}.processes (id, kind, host, pid, supervisor_id, heartbeat_at)"
+        " VALUES ('gone:1:a', 'supervisor', 'gone', 1, NULL, now() - interval '1 minute'),"
+        " ('gone:2:b', 'worker', 'gone', 2, 'gone:1:a', now() - interval '1 minute')"
+    )
+    db.execute(
+        f"UPDATE {schema}.jobs SET state = 'running', attempts = 1, lease_owner = 'gone:2:b',"
+        " lease_until = now() + interval '1 hour' WHERE id = %s",
+        (job_id,),
+    )
+    sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "1")
+    wait_state(db, schema, job_id, "succeeded", timeout=20)
+    first_error = scalar(db, f"SELECT errors->0->>'error' FROM {schema}.jobs WHERE id = %s", job_id)
+    assert first_error.startswith("WorkerLost")
+    assert scalar(db, f"SELECT count(*) FROM {schema}.processes WHERE host = 'gone'") == 0
+    sup.signal(signal.SIGTERM)
+    assert sup.wait(timeout=20) == 0
+    app.close()
+
+
+def test_logs_are_json_events_and_never_show_the_password(
+    dsn: str,
+    schema: str,
+    db: psycopg.Connection[Any],
+    forklift_cli: Any,
+    env: dict[str, str],
+) -> None:
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    # Trust auth ignores the password, so this DSN works and carries a secret.
+    secret_dsn = (
+        f"postgresql://{info.get('user', 'root')}:s3cr3t-pw@{info.get('host')}:"
+        f"{info.get('port', 5432)}/{info['dbname']}"
+    )
+    env["FORKLIFT_DATABASE_URL"] = secret_dsn
+    env["FORKLIFT_LOG_FORMAT"] = "json"
+    app = forklift.App(dsn, schema=schema)
+    failing = app.enqueue("fail", {"message": f"cannot reach {secret_dsn}"}, max_attempts=1)
+    sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "1", "--log-level", "DEBUG")
+    wait_state(db, schema, failing, "dead")
+    sup.signal(signal.SIGTERM)
+    assert sup.wait(timeout=20) == 0
+    events = [json.loads(line) for line in sup.output.splitlines() if line.strip()]
+    names = {e.get("event") for e in events}
+    assert {
+        "supervisor.started",
+        "child.started",
+        "worker.started",
+        "job.claimed",
+        "job.dead",
+        "child.exited",
+        "supervisor.stopped",
+    } <= names
+    dead = next(e for e in events if e.get("event") == "job.dead")
+    assert dead["job"] == failing and dead["task"] == "fail" and dead["attempt"] == 1
+    assert "s3cr3t-pw" not in sup.output
+    # A bad database with a password: the error names the problem, never the secret.
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "forklift",
+            "status",
+            "--dsn",
+            "postgresql://u:s3cr3t-pw@127.0.0.1:1/x",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert bad.returncode == 1
+    assert "forklift: error:" in bad.stderr and "s3cr3t-pw" not in bad.stderr + bad.stdout
+    app.close()
+
+
+@pytest.fixture
+def notify_socket(tmp_path: Path) -> Any:
+    path = tmp_path / "notify.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(path))
+    sock.settimeout(0.1)
+    yield sock, path
+    sock.close()
+
+
+def test_systemd_notify_ready_watchdog_and_stopping(
+    forklift_cli: Any, env: dict[str, str], notify_socket: Any
+) -> None:
+    sock, path = notify_socket
+    env["NOTIFY_SOCKET"] = str(path)
+    env["WATCHDOG_USEC"] = "1000000"
+    messages: list[str] = []
+
+    def received(text: str) -> bool:
+        try:
+            messages.append(sock.recv(4096).decode())
+        except TimeoutError:
+            pass
+        return any(text in m for m in messages)
+
+    sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "2")
+    wait_for(lambda: received("READY=1"), what="READY=1")
+    assert len(sup.children()) == 2  # ready means the workers are up
+
+    def pings() -> int:
+        received("WATCHDOG=1")
+        return sum("WATCHDOG=1" in m for m in messages)
+
+    # WATCHDOG_USEC=1 s: a ping every half second from the main loop.
+    wait_for(lambda: pings() >= 3, what="three watchdog pings")
+    sup.signal(signal.SIGTERM)
+    wait_for(lambda: received("STOPPING=1"), what="STOPPING=1")
+    stopping = next(m for m in messages if "STOPPING=1" in m)
+    assert "EXTEND_TIMEOUT_USEC=" in stopping
+    assert sup.wait(timeout=20) == 0
