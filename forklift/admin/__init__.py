@@ -48,13 +48,27 @@ class AdminStore:
     def _connect(self) -> psycopg.Connection[Any]:
         return _db.connect(self.dsn, self.timeouts, application_name="forklift-admin")
 
-    def queue_stats(self) -> list[QueueStats]:
+    def queue_stats(self, *, throughput: bool = True) -> list[QueueStats]:
+        """Per-queue counts; `throughput` adds successes in the last minute (a scan of
+        that minute's finished jobs, so the metrics endpoint leaves it out)."""
         with translated("reading queue statistics failed"), self._connect() as conn:
-            rows = conn.execute(self.q["queue_stats"]).fetchall()
-        return [
-            QueueStats(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]), float(r[5]), int(r[6]))
+            rows = conn.execute(self.q["queue_depth"]).fetchall()
+            done = dict(conn.execute(self.q["queue_throughput"]).fetchall()) if throughput else {}
+        stats = {
+            r[0]: QueueStats(
+                r[0],
+                int(r[1]),
+                int(r[2]),
+                int(r[3]),
+                int(r[4]),
+                float(r[5]),
+                int(done.get(r[0], 0)),
+            )
             for r in rows
-        ]
+        }
+        for queue, n in done.items():
+            stats.setdefault(queue, QueueStats(queue, 0, 0, 0, 0, 0.0, int(n)))
+        return [stats[q] for q in sorted(stats)]
 
     def process_list(self) -> list[ProcessRow]:
         with translated("reading the process registry failed"), self._connect() as conn:

@@ -150,7 +150,7 @@ class Ops:
         now = time.monotonic()
         if now - self._gauges.at > GAUGE_TTL:
             try:
-                self._gauges = _Cached(self.admin.queue_stats(), now, True)
+                self._gauges = _Cached(self.admin.queue_stats(throughput=False), now, True)
             except DatabaseError as exc:
                 emit(log, "metrics.queue_stats_failed", logging.WARNING, error=exc)
                 self._gauges = _Cached(None, now, False)
@@ -161,9 +161,14 @@ class Ops:
         if now - self._db_ready.at > READY_TTL:
             try:
                 self.admin.ping()
-                self._db_ready = _Cached(True, now, True)
-            except DatabaseError:
+            except DatabaseError as exc:
+                if self._db_ready.ok or self._db_ready.value is None:  # log changes only
+                    emit(log, "supervisor.database_unreachable", logging.WARNING, error=exc)
                 self._db_ready = _Cached(False, now, False)
+            else:
+                if not self._db_ready.ok and self._db_ready.value is not None:
+                    emit(log, "supervisor.database_reachable")
+                self._db_ready = _Cached(True, now, True)
         return self._db_ready.ok
 
     def health(self) -> tuple[int, str]:
@@ -200,6 +205,12 @@ class _Server(HTTPServer):
     def service_actions(self) -> None:
         self.ops.chores()
 
+    def _handle_request_noblock(self) -> None:
+        # Accept, answer and close the client socket inside fork_lock: a child never
+        # inherits a half-served connection.
+        with self.ops.fork_lock:
+            super()._handle_request_noblock()  # type: ignore[misc]
+
 
 def _handler_for(ops: Ops) -> type[BaseHTTPRequestHandler]:
     routes: dict[str, Callable[[], tuple[int, str, bytes]]] = {
@@ -216,8 +227,7 @@ def _handler_for(ops: Ops) -> type[BaseHTTPRequestHandler]:
             if route is None:
                 status, ctype, body = 404, "text/plain", b"try /metrics, /healthz or /readyz\n"
             else:
-                with ops.fork_lock:
-                    status, ctype, body = route()
+                status, ctype, body = route()  # under fork_lock (see _Server)
             self.send_response(status)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(body)))
