@@ -245,6 +245,7 @@ class JobStore:
             "delay": delay,
             "error": error,
             "traceback": traceback,
+            "channel": self.channel,
         }
         with translated("failure record failed"), self.pool.connection() as conn:
             row = conn.execute(self.q["job_fail"], params).fetchone()

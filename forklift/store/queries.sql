@@ -130,21 +130,26 @@ WHERE j.id = mine.id
 RETURNING j.id;
 
 -- name: job_fail
--- Record a failed attempt: back to ready after `delay` seconds, or dead; fenced.
-UPDATE {schema}.jobs SET
-    state = CASE WHEN %(dead)s::boolean THEN 'dead' ELSE 'ready' END::{schema}.job_state,
-    available_at = CASE WHEN %(dead)s::boolean THEN available_at
-        ELSE now() + make_interval(secs => %(delay)s::float8) END,
-    completed_at = CASE WHEN %(dead)s::boolean THEN now() END,
-    lease_owner = NULL,
-    lease_until = NULL,
-    last_error = %(error)s::text,
-    errors = errors || jsonb_build_object(
-        'attempt', attempts, 'at', now(), 'worker', %(owner)s::text,
-        'error', %(error)s::text, 'traceback', %(traceback)s::text)
-WHERE id = %(id)s::bigint AND attempts = %(attempt)s::integer
-  AND state = 'running' AND lease_owner = %(owner)s::text
-RETURNING state::text;
+-- Record a failed attempt: back to ready after `delay` seconds, or dead; fenced. A retry
+-- wakes idle workers so they sleep until it is due, not for their poll interval.
+WITH failed AS (
+    UPDATE {schema}.jobs SET
+        state = CASE WHEN %(dead)s::boolean THEN 'dead' ELSE 'ready' END::{schema}.job_state,
+        available_at = CASE WHEN %(dead)s::boolean THEN available_at
+            ELSE now() + make_interval(secs => %(delay)s::float8) END,
+        completed_at = CASE WHEN %(dead)s::boolean THEN now() END,
+        lease_owner = NULL,
+        lease_until = NULL,
+        last_error = %(error)s::text,
+        errors = errors || jsonb_build_object(
+            'attempt', attempts, 'at', now(), 'worker', %(owner)s::text,
+            'error', %(error)s::text, 'traceback', %(traceback)s::text)
+    WHERE id = %(id)s::bigint AND attempts = %(attempt)s::integer
+      AND state = 'running' AND lease_owner = %(owner)s::text
+    RETURNING state::text AS state, queue
+)
+SELECT state, CASE WHEN state = 'ready' THEN pg_notify(%(channel)s::text, queue) END IS NULL
+FROM failed;
 
 -- name: job_release_many
 -- Give jobs back (graceful stop): ready now, attempt not counted; fenced. Wakes workers.

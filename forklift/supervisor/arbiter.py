@@ -74,6 +74,8 @@ class Supervisor:
         self.restart_at = 0.0
         self.crash_loop = False
         self.pending: list[tuple[str, str, str]] = []  # (owner, error, "fail"|"release")
+        self._pending_at = 0.0
+        self._pending_delay = 1.0
         self.last_tick = time.monotonic()
         self._next_autoscale = 0.0
         timeouts = _db.Timeouts.for_lease(self.config.worker.lease)
@@ -453,9 +455,17 @@ class Supervisor:
             )
 
     def retry_pending(self) -> None:
+        """Retry deferred attributions, backing off while the database stays away."""
+        if not self.pending or time.monotonic() < self._pending_at:
+            return
         pending, self.pending = self.pending, []
         for owner, how, mode in pending:
             self._record(owner, how, mode)
+        if self.pending:
+            self._pending_delay = min(30.0, self._pending_delay * 2)
+        else:
+            self._pending_delay = 1.0
+        self._pending_at = time.monotonic() + self._pending_delay
 
     # -- policing -----------------------------------------------------------------------
 

@@ -3,24 +3,33 @@
 
 -- name: job_fail_orphaned
 -- Record a dead (or killed) worker process on the jobs it held: ready again after a
--- short backoff, or dead when attempts are exhausted. Fenced by the dead owner.
-UPDATE {schema}.jobs AS j SET
-    state = CASE WHEN j.attempts >= j.max_attempts
-        THEN 'dead' ELSE 'ready' END::{schema}.job_state,
-    available_at = CASE WHEN j.attempts >= j.max_attempts THEN j.available_at
-        ELSE now() + make_interval(
-            secs => least(%(backoff_max)s::float8,
-                          %(backoff_base)s::float8 * power(2, greatest(j.attempts - 1, 0))))
-        END,
-    completed_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
-    lease_owner = NULL,
-    lease_until = NULL,
-    last_error = %(error)s::text,
-    errors = j.errors || jsonb_build_object(
-        'attempt', j.attempts, 'at', now(), 'worker', j.lease_owner, 'error', %(error)s::text)
-WHERE j.state = 'running' AND j.lease_owner = %(owner)s::text
-  AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
-RETURNING j.id, j.state::text, j.attempts, j.queue, j.task;
+-- short backoff, or dead when attempts are exhausted. Fenced by the dead owner. Wakes
+-- idle workers, so they sleep until the retry is due rather than their poll interval.
+WITH charged AS (
+    UPDATE {schema}.jobs AS j SET
+        state = CASE WHEN j.attempts >= j.max_attempts
+            THEN 'dead' ELSE 'ready' END::{schema}.job_state,
+        available_at = CASE WHEN j.attempts >= j.max_attempts THEN j.available_at
+            ELSE now() + make_interval(
+                secs => least(%(backoff_max)s::float8,
+                              %(backoff_base)s::float8 * power(2, greatest(j.attempts - 1, 0))))
+            END,
+        completed_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+        lease_owner = NULL,
+        lease_until = NULL,
+        last_error = %(error)s::text,
+        errors = j.errors || jsonb_build_object(
+            'attempt', j.attempts, 'at', now(), 'worker', j.lease_owner,
+            'error', %(error)s::text)
+    WHERE j.state = 'running' AND j.lease_owner = %(owner)s::text
+      AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
+    RETURNING j.id, j.state::text AS state, j.attempts, j.queue, j.task
+), woken AS (
+    SELECT count(pg_notify(%(channel)s::text, q.queue)) AS n
+    FROM (SELECT DISTINCT queue FROM charged WHERE state = 'ready') AS q
+)
+SELECT charged.id, charged.state, charged.attempts, charged.queue, charged.task
+FROM charged, woken;
 
 -- name: job_release_owner
 -- Give back every job a stopped worker process still holds, attempt not counted.
@@ -89,8 +98,11 @@ WITH stale AS (
             'error', 'WorkerLost: worker on host ' || s.host || ' stopped heart-beating')
     FROM stale AS s
     WHERE s.kind = 'worker' AND j.state = 'running' AND j.lease_owner = s.id
-    RETURNING j.id, j.state::text, j.queue, j.task
+    RETURNING j.id, j.state::text AS state, j.queue, j.task
+), woken AS (
+    SELECT count(pg_notify(%(channel)s::text, q.queue)) AS n
+    FROM (SELECT DISTINCT queue FROM charged WHERE state = 'ready') AS q
 )
 SELECT 'process' AS what, id, kind, NULL::text, NULL::text FROM stale
 UNION ALL
-SELECT 'job', id::text, state, queue, task FROM charged;
+SELECT 'job', id::text, state, queue, task FROM charged, woken;

@@ -77,6 +77,7 @@ class SupervisorStore:
             "ids": list(ids) if ids is not None else None,
             "backoff_base": backoff_base,
             "backoff_max": backoff_max,
+            "channel": f"{self.schema}_jobs",
         }
         with self._conn("recording a worker's death failed") as c:
             return [Charged(*r) for r in c.execute(self.q["job_fail_orphaned"], params)]
@@ -106,7 +107,8 @@ class SupervisorStore:
     def process_prune_stale(self, stale: float) -> tuple[list[str], list[Charged]]:
         """Drop processes silent for `stale` seconds; charge their workers' jobs."""
         with self._conn("pruning stale processes failed") as c:
-            rows = c.execute(self.q["process_prune_stale"], {"stale": stale}).fetchall()
+            params = {"stale": stale, "channel": f"{self.schema}_jobs"}
+            rows = c.execute(self.q["process_prune_stale"], params).fetchall()
         pruned = [r[1] for r in rows if r[0] == "process"]
         charged = [Charged(int(r[1]), r[2], 0, r[3], r[4]) for r in rows if r[0] == "job"]
         return pruned, charged
