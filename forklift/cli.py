@@ -9,8 +9,9 @@ import os
 import signal
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
+from typing import Any
 
 import psycopg
 
@@ -184,6 +185,7 @@ def _worker_config(args: argparse.Namespace) -> WorkerConfig:
             poll_interval=args.poll_interval,
             grace=args.grace,
             listen=not args.no_listen,
+            pool=args.pool,
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
@@ -226,44 +228,130 @@ def _supervisor_config(args: argparse.Namespace) -> SupervisorConfig:
     )
 
 
+def _flag(
+    p: argparse.ArgumentParser,
+    flag: str,
+    parse: Callable[[str], Any],
+    default: Any,
+    help: str,
+    *,
+    shown: str | None = None,
+    metavar: str | None = None,
+) -> None:
+    """A flag whose default comes from FORKLIFT_<FLAG>; the help names both."""
+    name = flag.lstrip("-").replace("-", "_").upper()
+    tail = f"env FORKLIFT_{name}"
+    if shown or default is not None:
+        tail += f"; default: {shown or default}"
+    p.add_argument(
+        flag,
+        type=parse,
+        metavar=metavar,
+        default=env(name, parse, default),
+        help=f"{help} ({tail})",
+    )
+
+
+def _boolean(text: str) -> bool:
+    if text.lower() in ("1", "true", "yes", "on"):
+        return True
+    if text.lower() in ("0", "false", "no", "off", ""):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not a yes/no value")
+
+
 def _add_worker_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--queues",
-        type=queue_list,
-        default=env("QUEUES", queue_list, ("default",)),  # type: ignore[arg-type]
-        help="comma-separated queues to serve (env FORKLIFT_QUEUES; default: default)",
+    _flag(
+        p, "--queues", queue_list, ("default",), "comma-separated queues to serve", shown="default"
     )
-    p.add_argument(
+    _flag(
+        p,
         "--concurrency",
-        type=positive_int,
-        default=env("CONCURRENCY", positive_int, 1),
-        help="handler threads per worker process; 1 for CPU-heavy work, more for I/O-bound "
-        "or tiny jobs (env FORKLIFT_CONCURRENCY; default: 1)",
+        positive_int,
+        1,
+        "handler threads per worker process; 1 for CPU-heavy work, more for I/O-bound or tiny jobs",
     )
-    p.add_argument(
-        "--lease",
-        type=duration,
-        default=env("LEASE", duration, 30.0),
-        help="lease length; renewed every third of it (env FORKLIFT_LEASE; default: 30s)",
+    _flag(
+        p,
+        "--pool",
+        positive_int,
+        None,
+        "database connections per worker process for handlers' ctx.transaction(), on "
+        "top of 3 for claims, renewals and completions",
+        shown="min(concurrency, 8)",
     )
-    p.add_argument(
-        "--poll-interval",
-        type=duration,
-        default=env("POLL_INTERVAL", duration, 2.0),
-        help="fallback poll when no NOTIFY arrives (env FORKLIFT_POLL_INTERVAL; default: 2s)",
-    )
-    p.add_argument(
+    _flag(p, "--lease", duration, 30.0, "lease length; renewed every third of it", shown="30s")
+    _flag(p, "--poll-interval", duration, 2.0, "fallback poll when no NOTIFY arrives", shown="2s")
+    _flag(
+        p,
         "--grace",
-        type=duration,
-        default=env("GRACE", duration, 30.0),
-        help="on SIGTERM, how long running jobs may finish before they are released "
-        "(env FORKLIFT_GRACE; default: 30s)",
+        duration,
+        30.0,
+        "on SIGTERM, how long running jobs may finish before they are released",
+        shown="30s",
     )
     p.add_argument(
         "--no-listen",
         action="store_true",
-        default=env("NO_LISTEN", lambda s: s.lower() in ("1", "true", "yes"), False),
+        default=env("NO_LISTEN", _boolean, False),
         help="do not LISTEN for new jobs; poll only (env FORKLIFT_NO_LISTEN)",
+    )
+
+
+def _add_run_flags(p: argparse.ArgumentParser) -> None:
+    _flag(
+        p, "--workers", positive_int, os.cpu_count() or 1, "worker processes", shown="the CPU count"
+    )
+    _flag(p, "--max-jobs-per-child", positive_int, None, "recycle a worker after this many jobs")
+    _flag(
+        p,
+        "--max-memory-per-child",
+        float,
+        None,
+        "recycle a worker whose RSS passes this many MiB after its job; kill it (and "
+        "charge its jobs) past 1.5x",
+        metavar="MIB",
+    )
+    _flag(
+        p,
+        "--autoscale",
+        _autoscale,
+        None,
+        "scale between MIN and MAX workers by backlog and idleness; overrides --workers",
+        metavar="MIN:MAX",
+    )
+    _flag(
+        p,
+        "--autoscale-idle",
+        duration,
+        15.0,
+        "with --autoscale, retire a worker after it idled this long",
+        shown="15s",
+    )
+    _flag(
+        p,
+        "--child-timeout",
+        duration,
+        30.0,
+        "kill a worker that has not reported for this long",
+        shown="30s",
+    )
+    _flag(
+        p,
+        "--kill-grace",
+        duration,
+        3.0,
+        "SIGTERM-to-SIGKILL wait when killing a worker for a timeout, and after the shutdown grace",
+        shown="3s",
+    )
+    _flag(
+        p,
+        "--metrics-addr",
+        str,
+        "127.0.0.1:9090",
+        "serve /metrics (all workers as one), /healthz and /readyz here; 'off' to "
+        "disable; port 0 picks a free one",
+        metavar="HOST:PORT",
     )
 
 
@@ -318,63 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
         "HUP rolling restart with freshly imported code; TTIN/TTOU one worker more/fewer.",
     )
     p.add_argument("app", metavar="MODULE:APP", help="the app, e.g. myproject.jobs:app")
-    p.add_argument(
-        "--workers",
-        type=positive_int,
-        default=env("WORKERS", positive_int, os.cpu_count() or 1),
-        help="worker processes (env FORKLIFT_WORKERS; default: the CPU count)",
-    )
-    p.add_argument(
-        "--max-jobs-per-child",
-        type=positive_int,
-        default=env("MAX_JOBS_PER_CHILD", positive_int, None),
-        help="recycle a worker after this many jobs (env FORKLIFT_MAX_JOBS_PER_CHILD)",
-    )
-    p.add_argument(
-        "--max-memory-per-child",
-        type=float,
-        metavar="MIB",
-        default=env("MAX_MEMORY_PER_CHILD", float, None),
-        help="recycle a worker whose RSS passes this after its job; kill it (and charge its "
-        "jobs) past 1.5x (env FORKLIFT_MAX_MEMORY_PER_CHILD)",
-    )
-    p.add_argument(
-        "--autoscale",
-        type=_autoscale,
-        metavar="MIN:MAX",
-        default=env("AUTOSCALE", _autoscale, None),
-        help="scale between MIN and MAX workers by backlog and idleness; overrides --workers "
-        "(env FORKLIFT_AUTOSCALE)",
-    )
-    p.add_argument(
-        "--autoscale-idle",
-        type=duration,
-        default=env("AUTOSCALE_IDLE", duration, 15.0),
-        help="with --autoscale, retire a worker after it idled this long "
-        "(env FORKLIFT_AUTOSCALE_IDLE; default: 15s)",
-    )
-    p.add_argument(
-        "--child-timeout",
-        type=duration,
-        default=env("CHILD_TIMEOUT", duration, 30.0),
-        help="kill a worker that has not reported for this long (env FORKLIFT_CHILD_TIMEOUT; "
-        "default: 30s)",
-    )
-    p.add_argument(
-        "--kill-grace",
-        type=duration,
-        default=env("KILL_GRACE", duration, 3.0),
-        help="SIGTERM-to-SIGKILL wait when killing a worker for a timeout, and after the "
-        "shutdown grace (env FORKLIFT_KILL_GRACE; default: 3s)",
-    )
-    p.add_argument(
-        "--metrics-addr",
-        metavar="HOST:PORT",
-        default=env("METRICS_ADDR", str, "127.0.0.1:9090"),
-        help="serve /metrics (all workers as one), /healthz and /readyz here; 'off' to "
-        "disable; port 0 picks a free one (env FORKLIFT_METRICS_ADDR; "
-        "default: 127.0.0.1:9090)",
-    )
+    _add_run_flags(p)
     _add_worker_flags(p)
     _add_db(p)
     p.set_defaults(func=cmd_run)

@@ -247,6 +247,19 @@ class Worker:
         assert self._wakeup is not None
         self._wakeup.set()
 
+    def _lease_lost(self, ctx: JobContext, effect: str) -> None:
+        emit(
+            log,
+            "job.lease_lost",
+            logging.WARNING,
+            job=ctx.job_id,
+            task=ctx.task,
+            attempt=ctx.attempt,
+            owner=self.owner,
+            effect=effect,
+        )
+        self._forget(ctx, "lease_lost")
+
     def _forget(self, ctx: JobContext, outcome: str) -> None:
         self._free_slot(ctx)
         with self._held_lock:
@@ -368,17 +381,7 @@ class Worker:
             if not owned:
                 ctx.end_transaction(commit=False)
                 ctx.finished = True
-                emit(
-                    log,
-                    "job.lease_lost",
-                    logging.WARNING,
-                    job=ctx.job_id,
-                    task=ctx.task,
-                    attempt=ctx.attempt,
-                    owner=self.owner,
-                    effect="rolled back",
-                )
-                self._forget(ctx, "lease_lost")
+                self._lease_lost(ctx, "rolled back")
                 return None  # nothing more to record: the job is not ours any more
             try:
                 ctx.end_transaction(commit=True)
@@ -422,16 +425,7 @@ class Worker:
                 state = "unrecorded"
             ctx.finished = True
         if state is None:
-            emit(
-                log,
-                "job.lease_lost",
-                logging.WARNING,
-                job=job.id,
-                task=job.task,
-                attempt=job.attempt,
-                owner=self.owner,
-            )
-            self._forget(ctx, "lease_lost")
+            self._lease_lost(ctx, "outcome refused")
             return
         if dead:
             emit(
@@ -524,17 +518,7 @@ class Worker:
                 )
                 self._forget(ctx, "succeeded")
             else:
-                emit(
-                    log,
-                    "job.lease_lost",
-                    logging.WARNING,
-                    job=ctx.job_id,
-                    task=ctx.task,
-                    attempt=ctx.attempt,
-                    owner=self.owner,
-                    effect="completion refused",
-                )
-                self._forget(ctx, "lease_lost")
+                self._lease_lost(ctx, "completion refused")
 
     # -- heartbeat ----------------------------------------------------------------------
 
