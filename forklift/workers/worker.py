@@ -279,7 +279,9 @@ class Worker:
         deadline = time.monotonic() + (0.0 if self._fast_stop else self.config.grace)
         while self._held_snapshot() and time.monotonic() < deadline and not self._fast_stop:
             self._wakeup.wait(min(0.5, deadline - time.monotonic()))
-        left = self._held_snapshot()
+        # Jobs whose handler already returned are only waiting for their group commit:
+        # the completer flushes them on shutdown. Release the ones still running.
+        left = [c for c in self._held_snapshot() if not c.slot_freed]
         if left:
             for ctx in left:
                 ctx.cancelled.set()
@@ -334,8 +336,10 @@ class Worker:
 
     def _execute(self, ctx: JobContext) -> None:
         job = ctx.job
-        if self._stopping and self._fast_stop:
-            return  # _drain releases it
+        if self._stopping:
+            # Claimed just before the stop and not started: no new work once stopping.
+            self._release([ctx], "not started before the stop")
+            return
         if self.on_job_start is not None:
             self.on_job_start(job)
         started = time.monotonic()
