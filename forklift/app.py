@@ -92,16 +92,40 @@ class Task(Generic[P, R]):
                 f"task {name!r}: the handler's first parameter must take the JobContext"
             )
         self.reserved = sorted(ENQUEUE_OPTIONS & {p.name for p in params[1:]})
+        # Precomputed for fits(): binding a signature per job is slow at bulk rates.
+        by_name = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        self._names = frozenset(p.name for p in params[1:] if p.kind in by_name)
+        self._required = frozenset(
+            p.name
+            for p in params[1:]
+            if p.default is inspect.Parameter.empty
+            and p.kind in (*by_name, inspect.Parameter.POSITIONAL_ONLY)
+        )
+        self._any_keyword = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
     def __call__(self, ctx: JobContext, /, **kwargs: Any) -> R:
         return self.fn(ctx, **kwargs)
 
-    def check_args(self, args: Mapping[str, Any]) -> None:
-        """Raise ArgumentError if `args` do not fit the handler's keyword parameters."""
+    def fits(self, args: Mapping[str, Any]) -> bool:
+        """True if the handler can be called as fn(ctx, **args) (a fast check)."""
+        keys = args.keys()
+        return self._required <= keys and (self._any_keyword or keys <= self._names)
+
+    def misfit(self, args: Mapping[str, Any]) -> str | None:
+        """Why `args` do not fit the handler's keyword parameters (None if they do)."""
+        if self.fits(args):
+            return None
         try:
             self.signature.bind(None, **args)
         except TypeError as exc:
-            raise ArgumentError(f"task {self.name!r}: {exc}") from None
+            return str(exc)
+        return None
+
+    def check_args(self, args: Mapping[str, Any]) -> None:
+        """Raise ArgumentError if `args` do not fit the handler's keyword parameters."""
+        problem = self.misfit(args)
+        if problem is not None:
+            raise ArgumentError(f"task {self.name!r}: {problem}")
 
     def enqueue(
         self,

@@ -348,13 +348,10 @@ class Worker:
             outcome = executor.give_up(
                 f"UnknownTaskError: no task named {job.task!r} is registered in this worker"
             )
+        elif (problem := task.misfit(job.args)) is not None:
+            outcome = executor.give_up(f"ArgumentError: {job.task}: {problem}")
         else:
-            try:
-                bound = task.signature.bind(ctx, **job.args)
-            except TypeError as exc:
-                outcome = executor.give_up(f"ArgumentError: {job.task}: {exc}")
-            else:
-                outcome = executor.call(task.fn, bound.args, bound.kwargs)
+            outcome = executor.call(task.fn, (ctx,), job.args)
         ctx.duration = time.monotonic() - started
         if outcome.succeeded and ctx.in_transaction:
             failed = self._commit_effect(ctx)
