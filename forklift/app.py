@@ -248,20 +248,20 @@ class App:
         task_name: str,
         args: Mapping[str, Any] | None,
         *,
-        idempotency_key: str | None,
-        run_at: datetime | None,
-        delay: float | timedelta | None,
-        priority: int | None,
-        queue: str | None,
-        max_attempts: int | None,
+        idempotency_key: str | None = None,
+        run_at: datetime | None = None,
+        delay: float | timedelta | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+        max_attempts: int | None = None,
     ) -> NewJob:
+        if not task_name or not isinstance(task_name, str):
+            raise ArgumentError("task name must be a non-empty string")
         args = {} if args is None else args
         text = _json.dumps_args(args)
         task = self.tasks.get(task_name)
         if task is not None:
             task.check_args(args)
-        if not task_name:
-            raise ArgumentError("task name must not be empty")
         if idempotency_key is not None and not isinstance(idempotency_key, str):
             raise ArgumentError("idempotency_key must be a string")
         if run_at is not None and run_at.tzinfo is None:
@@ -270,16 +270,28 @@ class App:
             _check_priority(priority)
         if max_attempts is not None and max_attempts < 1:
             raise ArgumentError("max_attempts must be >= 1")
+        if task is None:
+            return NewJob(
+                task_name,
+                text,
+                queue or "default",
+                priority or 0,
+                max_attempts or 5,
+                None,
+                idempotency_key,
+                run_at,
+                _seconds(delay),
+            )
         return NewJob(
-            task=task_name,
-            args=text,
-            queue=queue or (task.queue if task else "default"),
-            priority=priority if priority is not None else (task.priority if task else 0),
-            max_attempts=max_attempts or (task.max_attempts if task else 5),
-            timeout=task.timeout if task else None,
-            idempotency_key=idempotency_key,
-            run_at=run_at,
-            delay=_seconds(delay),
+            task_name,
+            text,
+            queue or task.queue,
+            task.priority if priority is None else priority,
+            max_attempts or task.max_attempts,
+            task.timeout,
+            idempotency_key,
+            run_at,
+            _seconds(delay),
         )
 
     def enqueue(
@@ -319,22 +331,21 @@ class App:
         conn: psycopg.Connection[Any] | None = None,
     ) -> list[int]:
         """Enqueue many jobs in one transaction (COPY where possible); ids in input order."""
-        new = []
-        for spec in jobs:
-            if isinstance(spec, tuple):
-                spec = JobSpec(*spec)
-            new.append(
-                self._new_job(
-                    spec.task,
-                    spec.args,
-                    idempotency_key=spec.idempotency_key,
-                    run_at=spec.run_at,
-                    delay=spec.delay,
-                    priority=spec.priority,
-                    queue=spec.queue,
-                    max_attempts=spec.max_attempts,
-                )
+        new = [
+            self._new_job(*spec)
+            if isinstance(spec, tuple)
+            else self._new_job(
+                spec.task,
+                spec.args,
+                idempotency_key=spec.idempotency_key,
+                run_at=spec.run_at,
+                delay=spec.delay,
+                priority=spec.priority,
+                queue=spec.queue,
+                max_attempts=spec.max_attempts,
             )
+            for spec in jobs
+        ]
         if not new:
             return []
         return self.store.job_insert_many(new, conn)
