@@ -200,8 +200,10 @@ class Worker:
         with self._held_lock:
             # A slot frees when its handler returns; its completion may still be on its
             # way to the database (group commit), which must not hold up the next claim.
-            free = cfg.concurrency - self._active
+            # But completions waiting for a slow database count too: never hold more
+            # than twice the slots, or leases pile up faster than they can be renewed.
             held = len(self._held)
+            free = min(cfg.concurrency - self._active, 2 * cfg.concurrency - held)
         if cfg.max_jobs is not None:
             left = cfg.max_jobs - self.jobs_done - held
             if left <= 0 and not held:
