@@ -43,10 +43,6 @@ import contextlib
 import json
 import math
 import os
-import secrets
-import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -55,69 +51,38 @@ import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import psycopg
 from prometheus_client.parser import text_string_to_metric_families
 
-import forklift
-from forklift._db import redact
+if not __package__:  # run as `python bench/metrics.py`: put the repository root on sys.path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-DEFAULT_DSN = "postgresql://root@127.0.0.1:5432/test"
-REPO_ROOT = Path(__file__).resolve().parent.parent
+import forklift
+from bench._harness import (
+    YES_NO,
+    Bench,
+    ForkliftProcess,
+    Row,
+    cpu_seconds,
+    load_average,
+    machine_busy,
+    parser,
+    percentile,
+    positive,
+    print_table,
+    say,
+)
+from bench.metrics_app import TASKS, register
+
 GAUGE_TTL = 2.0  # forklift.supervisor.ops: queue gauges cached this long
 READY_TTL = 1.0  # forklift.supervisor.ops: the /readyz database ping cached this long
 TARGET_MS = 50.0
 EXPECTED_EVENTS = {"job.dead", "job.failed"}  # the planned failures log these
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 # -- results -----------------------------------------------------------------------------
-
-
-@dataclass
-class Row:
-    """One line of the final table."""
-
-    metric: str
-    value: str
-    target: str = "-"
-    met: bool | None = None  # None: informational
-
-    @property
-    def verdict(self) -> str:
-        return "-" if self.met is None else ("yes" if self.met else "NO")
-
-
-def print_table(rows: Sequence[Row], note: str) -> None:
-    headers = ("metric", "value", "target", "met")
-    cells = [headers, *((r.metric, r.value, r.target, r.verdict) for r in rows)]
-    widths = [max(len(c[i]) for c in cells) for i in range(4)]
-    line = "  ".join("-" * w for w in widths)
-    print()
-    print(note)
-    print(line)
-    for i, c in enumerate(cells):
-        print("  ".join(v.ljust(w) for v, w in zip(c, widths, strict=True)).rstrip())
-        if i == 0:
-            print(line)
-    print(line)
-    sys.stdout.flush()
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0-100) with linear interpolation between closest ranks."""
-    ordered = sorted(values)
-    if not ordered:
-        return math.nan
-    pos = (len(ordered) - 1) * q / 100
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 @dataclass
@@ -143,23 +108,6 @@ class Timings:
         return f"p50 {self.p50:.2f} / p99 {self.p99:.2f} / max {self.max:.2f} ms"
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds `pid` (all its threads) has used so far (0 once gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0.0
-    fields = stat.rpartition(")")[2].split()  # the name in parentheses may hold spaces
-    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # fields 14, 15: utime, stime
-
-
-def machine_busy() -> float:
-    """CPU seconds all processes on the machine have used since boot (/proc/stat)."""
-    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = values[3] + values[4]  # idle, iowait
-    return (sum(values[:8]) - idle) / _CLOCK_TICKS
-
-
 @dataclass
 class CpuUse:
     """CPU used over a stretch of wall time: by the supervisor, and by everything else."""
@@ -181,45 +129,11 @@ class CpuUse:
         )
 
 
-@contextlib.contextmanager
-def sigterm_exits() -> Iterator[None]:
-    """Turn SIGTERM into SystemExit so the cleanup in `finally` blocks runs."""
-
-    def on_term(signum: int, frame: FrameType | None) -> None:
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, on_term)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 # -- the supervisor ----------------------------------------------------------------------
 
 
-class Supervisor:
-    """`python -m forklift run ...` in its own session, its JSON log lines in a file."""
-
-    def __init__(self, args: Sequence[str], env: dict[str, str], logdir: Path) -> None:
-        self.log_path = logdir / "supervisor.log"
-        with self.log_path.open("wb") as log:  # the child keeps its own descriptor
-            self.popen = subprocess.Popen(
-                [sys.executable, "-m", "forklift", *args],
-                env=env,
-                cwd=REPO_ROOT,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # a Ctrl-C of the bench reaches the bench only
-            )
-        self.pid = self.popen.pid
-        self.returncode: int | None = None
-
-    def output(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
+class Supervisor(ForkliftProcess):
+    """`python -m forklift run ...` logging JSON lines, and where its HTTP server listens."""
 
     def events(self) -> list[dict[str, Any]]:
         """The JSON log lines so far (a line that is not JSON becomes {"raw": line})."""
@@ -232,13 +146,6 @@ class Supervisor:
             entries.append(entry if isinstance(entry, dict) else {"raw": line})
         return entries
 
-    def check_alive(self) -> None:
-        if self.popen.poll() is not None:
-            raise RuntimeError(
-                f"forklift (pid {self.pid}) exited with {self.popen.returncode}:\n"
-                + self.output()[-3000:]
-            )
-
     def wait_addr(self, timeout: float = 30.0) -> str:
         """HOST:PORT from the "supervisor.http" log line."""
         deadline = time.monotonic() + timeout
@@ -249,31 +156,6 @@ class Supervisor:
             self.check_alive()
             time.sleep(0.05)
         raise RuntimeError(f"no supervisor.http log line within {timeout:g}s")
-
-    def children(self) -> list[int]:
-        try:
-            text = Path(f"/proc/{self.pid}/task/{self.pid}/children").read_text()
-        except OSError:
-            return []
-        return [int(p) for p in text.split()]
-
-    def stop(self, timeout: float = 60.0) -> int:
-        """SIGTERM and wait; past `timeout`, SIGKILL its children and it. Return the code."""
-        if self.returncode is not None:
-            return self.returncode
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                say(f"forklift (pid {self.pid}) still running {timeout:g}s after SIGTERM; killing")
-                for pid in self.children():
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-                self.popen.kill()
-                self.popen.wait(timeout=10)
-        self.returncode = self.popen.returncode
-        return self.returncode
 
 
 # -- scraping ----------------------------------------------------------------------------
@@ -362,57 +244,23 @@ class Expected:
     unfinished: int
 
 
-class Bench:
+class MetricsBench(Bench):
     """The schema, the producer App on it, and the supervisor it started."""
 
-    def __init__(self, dsn: str, schema: str) -> None:
-        from bench.metrics_app import register  # importable once main() put REPO_ROOT on path
-
-        self.dsn = dsn
-        self.schema = schema
-        self.app = register(forklift.App(dsn, schema=schema))
-        self.db: psycopg.Connection[Any] | None = None
+    def __init__(self, dsn: str) -> None:
+        super().__init__(dsn, register, "metrics")
         self.sup: Supervisor | None = None
         self.scrape_errors: list[str] = []
         self.keep_log = False  # something odd: keep the supervisor's log for a look
-        self.logdir = Path(tempfile.mkdtemp(prefix="forklift-bench-metrics-"))
-        self.env = dict(os.environ)
-        self.env.update(
-            FORKLIFT_DATABASE_URL=dsn,
-            FORKLIFT_SCHEMA=schema,
-            PYTHONPATH=os.pathsep.join(
-                p for p in [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")] if p
-            ),
-        )
-
-    def create(self) -> None:
-        self.app.migrate()
-        self.db = psycopg.connect(self.dsn, autocommit=True)
 
     def drop(self) -> None:
-        """Stop the supervisor if still running and drop the schema, whatever happened."""
-        if self.sup is not None:
-            try:
-                self.sup.stop()
-            except Exception as exc:  # the schema goes in any case
-                say(f"while stopping forklift (pid {self.sup.pid}): {exc}")
-        self.app.close()
-        if self.db is not None:
-            self.db.close()
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
-            conn.execute("SET lock_timeout = '30s'")
-            conn.execute(f"DROP SCHEMA IF EXISTS {self.schema} CASCADE")
+        """Drop the schema, stopping the supervisor first; keep its log if anything went wrong."""
+        super().drop()
         if self.sup is not None and (self.keep_log or self.scrape_errors):
             kept = Path(tempfile.gettempdir()) / f"forklift-bench-metrics-{self.schema}.log"
             with contextlib.suppress(OSError):
-                shutil.copyfile(self.sup.log_path, kept)
+                kept.write_text(self.sup.output())
                 say(f"the supervisor's log is kept in {kept}")
-        shutil.rmtree(self.logdir, ignore_errors=True)
-
-    def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        assert self.db is not None
-        row = self.db.execute(sql.format(s=self.schema), params).fetchone()
-        return None if row is None else row[0]
 
     def diagnose(self) -> str:
         """The server's connection count, and whether a fresh connection opens now."""
@@ -429,7 +277,6 @@ class Bench:
         return f"server sessions {row[0]}/{row[1]}, a fresh connection took {ms:.1f} ms"
 
     def expected(self) -> Expected:
-        assert self.db is not None
         row = self.db.execute(
             f"SELECT count(*) FILTER (WHERE state = 'succeeded'), "
             f"count(*) FILTER (WHERE state = 'dead'), coalesce(sum(attempts), 0), "
@@ -441,8 +288,6 @@ class Bench:
 
     def enqueue(self, jobs: int, batch: int) -> tuple[int, float]:
         """Enqueue the no-op and the failing jobs; return (how many, seconds taken)."""
-        from bench.metrics_app import TASKS
-
         specs: list[forklift.JobSpec] = [
             forklift.JobSpec(TASKS[i % len(TASKS)], {}) for i in range(jobs)
         ]
@@ -454,11 +299,10 @@ class Bench:
         for i in range(0, len(specs), batch):
             self.app.enqueue_many(specs[i : i + batch])
         seconds = time.perf_counter() - started
-        assert self.db is not None
         self.db.execute(f"ANALYZE {self.schema}.jobs")
         return len(specs), seconds
 
-    def start(self, workers: int, concurrency: int) -> str:
+    def start_supervisor(self, workers: int, concurrency: int) -> str:
         """Start the supervisor; return the base URL of its HTTP server."""
         self.sup = Supervisor(
             [
@@ -476,6 +320,7 @@ class Bench:
             self.env,
             self.logdir,
         )
+        self.procs.append(self.sup)
         addr = self.sup.wait_addr()
         say(f"supervisor pid {self.sup.pid} serves http://{addr}")
         return f"http://{addr}"
@@ -582,11 +427,11 @@ def timing_rows(label: str, t: Timings, target: float | None) -> list[Row]:
     return rows
 
 
-def run(bench: Bench, args: argparse.Namespace, rows: list[Row]) -> None:
+def run(bench: MetricsBench, args: argparse.Namespace, rows: list[Row]) -> None:
     say(f"enqueueing {args.jobs:,} no-op jobs and 5 failing jobs per task ...")
     total, seconds = bench.enqueue(args.jobs, args.batch)
     say(f"  {total:,} jobs in {seconds:.2f}s")
-    url = bench.start(args.workers, args.concurrency)
+    url = bench.start_supervisor(args.workers, args.concurrency)
     assert bench.sup is not None
     say(f"processing with {args.workers} workers x concurrency {args.concurrency} ...")
     processing, under_load = bench.wait_finished(url, args.timeout)
@@ -646,8 +491,6 @@ def run(bench: Bench, args: argparse.Namespace, rows: list[Row]) -> None:
             "sum forklift_job_wait_seconds_count", int(scrape.wait_count), expected.attempts, "db"
         )
     )
-    from bench.metrics_app import TASKS
-
     full = sum(
         1
         for t in TASKS
@@ -757,27 +600,8 @@ def run(bench: Bench, args: argparse.Namespace, rows: list[Row]) -> None:
 # -- command line ------------------------------------------------------------------------
 
 
-def positive(text: str) -> int:
-    try:
-        value = int(text.replace("_", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m bench.metrics",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument(
-        "--dsn",
-        default=os.environ.get("FORKLIFT_DATABASE_URL") or DEFAULT_DSN,
-        help="PostgreSQL URL (default: FORKLIFT_DATABASE_URL, else %(default)s)",
-    )
+    p = parser("python -m bench.metrics", __doc__)
     p.add_argument(
         "--jobs", type=positive, default=20_000, help="no-op jobs to enqueue (%(default)s)"
     )
@@ -816,30 +640,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if str(REPO_ROOT) not in sys.path:  # run as `python bench/metrics.py`
-        sys.path.insert(0, str(REPO_ROOT))
-    schema = f"bench_{secrets.token_hex(4)}"
     rows: list[Row] = []
     began = time.perf_counter()
-    load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
-    with sigterm_exits():
-        bench = Bench(args.dsn, schema)
+    load = load_average()
+    with MetricsBench(args.dsn).session() as bench:
         try:
-            say(f"schema {schema} on {redact(args.dsn)}")
-            bench.create()
             run(bench, args, rows)
         except BaseException:
             bench.keep_log = True
             raise
-        finally:
-            bench.drop()
-            say(f"dropped schema {schema}")
     note = (
         f"forklift metrics bench: {args.workers} workers x concurrency {args.concurrency}, "
         f"{time.perf_counter() - began:.0f}s in all; {os.cpu_count()} CPUs, "
         f"load average {load} at start"
     )
-    print_table(rows, note)
+    print_table(rows, note, YES_NO)
     failed = [r.metric for r in rows if r.met is False]
     return 1 if failed else 0
 

@@ -31,47 +31,32 @@ No peer job queue is installed here, so there are no side-by-side peer numbers.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import math
 import os
-import secrets
-import shutil
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
-from typing import Any
 
-import psycopg
+if not __package__:  # run as `python bench/throughput.py`: put the repository root on sys.path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import forklift
-from forklift._db import redact
-
-DEFAULT_DSN = "postgresql://root@127.0.0.1:5432/test"
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
+from bench._harness import (
+    YES_NO,
+    Bench,
+    Row,
+    load_average,
+    parser,
+    percentile,
+    positive,
+    positive_float,
+    print_table,
+    say,
+)
+from bench.apps import register
 
 # -- results -----------------------------------------------------------------------------
-
-
-@dataclass
-class Row:
-    """One line of the final table."""
-
-    metric: str
-    value: str
-    target: str = ""
-    met: bool | None = None  # None: informational, no target
-
-    @property
-    def verdict(self) -> str:
-        return "-" if self.met is None else ("yes" if self.met else "NO")
 
 
 @dataclass
@@ -113,68 +98,26 @@ def fmt_rate(rate: float | None) -> str:
     return "n/a" if rate is None else f"{rate:,.0f} jobs/s"
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0-100) with linear interpolation between closest ranks."""
-    ordered = sorted(values)
-    if not ordered:
-        return math.nan
-    pos = (len(ordered) - 1) * q / 100
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
-def say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 # -- the bench ---------------------------------------------------------------------------
 
 
-class Bench:
-    """One benchmark schema, the producer App on it, and the workers it started."""
+class ThroughputBench(Bench):
+    """The bench's schema, with the latency table; the producer App; the workers started."""
 
-    def __init__(self, dsn: str, schema: str, *, poll_interval: float = 0.05) -> None:
-        self.dsn = dsn
-        self.schema = schema
+    def __init__(self, dsn: str, *, poll_interval: float = 0.05) -> None:
+        super().__init__(dsn, register, "throughput")
         self.poll_interval = poll_interval
-        from bench.apps import register  # importable once main() put REPO_ROOT on sys.path
-
-        self.app = register(forklift.App(dsn, schema=schema))
-        self.db = psycopg.connect(dsn, autocommit=True)
-        self.procs: list[tuple[subprocess.Popen[bytes], Path]] = []
         self.worker_log_lines = 0
         self.released_on_stop = 0
-        self.logdir = Path(tempfile.mkdtemp(prefix="forklift-bench-"))  # workers' output
-        self.env = dict(os.environ)
-        self.env.update(
-            FORKLIFT_DATABASE_URL=dsn,
-            FORKLIFT_SCHEMA=schema,
-            PYTHONPATH=os.pathsep.join(
-                p for p in [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")] if p
-            ),
-        )
 
     # -- schema --------------------------------------------------------------------------
 
     def create(self) -> None:
-        self.app.migrate()
+        super().create()
         self.db.execute(
             f"CREATE TABLE {self.schema}.latency (job_id bigint PRIMARY KEY, "
             "started_at timestamptz NOT NULL)"
         )
-
-    def drop(self) -> None:
-        """Stop any worker left running and drop the schema, whatever happened before."""
-        try:
-            self.stop_workers()
-        except Exception as exc:  # the schema goes in any case
-            say(f"while stopping workers: {exc}")
-        self.app.close()
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
-            conn.execute("SET lock_timeout = '30s'")
-            conn.execute(f"DROP SCHEMA IF EXISTS {self.schema} CASCADE")
-        self.db.close()
-        shutil.rmtree(self.logdir, ignore_errors=True)
 
     def reset(self) -> None:
         """Empty the tables (no worker may be running)."""
@@ -195,16 +138,11 @@ class Bench:
             "AND backend_type = 'client backend' AND state <> 'idle')"
         ).fetchone()
         assert row is not None
-        load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
         return (
             f"PostgreSQL {row[0]}, autovacuum={row[1]}, synchronous_commit={row[2]}, "
             f"{row[3]} other active sessions at start; {os.cpu_count()} CPUs, "
-            f"load average {load} at start"
+            f"load average {load_average()} at start"
         )
-
-    def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        row = self.db.execute(sql.format(s=self.schema), params).fetchone()
-        return None if row is None else row[0]
 
     def succeeded(self) -> int:
         return int(self.scalar("SELECT count(*) FROM {s}.jobs WHERE state = 'succeeded'"))
@@ -236,7 +174,7 @@ class Bench:
         last_report = time.perf_counter()
         while done < n:
             size = min(batch, n - done)
-            specs = [("noop", {})] * size
+            specs: list[tuple[str, dict[str, object]]] = [("noop", {})] * size
             started = time.perf_counter()
             self.app.enqueue_many(specs)
             spent += time.perf_counter() - started
@@ -249,39 +187,24 @@ class Bench:
     # -- workers -------------------------------------------------------------------------
 
     def start_workers(self, count: int, concurrency: int) -> None:
-        command = [
-            sys.executable,
-            "-m",
-            "forklift.cli",
-            "worker",
-            "bench.apps:app",
-            "--concurrency",
-            str(concurrency),
-            "--log-level",
-            "WARNING",
-        ]
         for _ in range(count):
-            path = self.logdir / f"worker-{time.monotonic_ns()}.log"
-            with path.open("wb") as log:  # the child keeps its own descriptor
-                proc = subprocess.Popen(
-                    command, env=self.env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT
-                )
-            self.procs.append((proc, path))
+            self.start(
+                "worker",
+                "bench.apps:app",
+                "--concurrency",
+                str(concurrency),
+                "--log-level",
+                "WARNING",
+            )
 
     def stop_workers(self, timeout: float = 60.0) -> None:
         """SIGTERM every worker, wait for it (SIGKILL past `timeout`), echo what it logged."""
-        for proc, _ in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            proc.terminate()
         failed = []
-        for proc, path in self.procs:
-            try:
-                code = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                code = proc.wait()
-            lines = path.read_text(errors="replace").splitlines()
-            path.unlink()
+        for proc in self.procs:
+            code = proc.stop(timeout)
+            lines = proc.output().splitlines()
             # A stop with a backlog gives back what was claimed but not started, one
             # warning per job: expected here, so counted rather than shown.
             released = [line for line in lines if "job.released" in line]
@@ -296,10 +219,12 @@ class Bench:
         if failed:
             raise RuntimeError("; ".join(failed))
 
+    def stop_all(self) -> None:
+        self.stop_workers()
+
     def check_workers_alive(self) -> None:
-        for proc, _ in self.procs:
-            if proc.poll() is not None:
-                raise RuntimeError(f"worker {proc.pid} died with exit code {proc.returncode}")
+        for proc in self.procs:
+            proc.check_alive()
 
     def process(
         self, target: int, workers: int, concurrency: int, timeout: float = 600.0
@@ -380,7 +305,7 @@ class Bench:
 # -- phases ------------------------------------------------------------------------------
 
 
-def phase_enqueue(bench: Bench, args: argparse.Namespace, rows: list[Row]) -> None:
+def phase_enqueue(bench: ThroughputBench, args: argparse.Namespace, rows: list[Row]) -> None:
     say(f"enqueue: {args.enqueue_one:,} one at a time ...")
     seconds = bench.enqueue_one_by_one(args.enqueue_one)
     rate = args.enqueue_one / seconds
@@ -396,7 +321,7 @@ def phase_enqueue(bench: Bench, args: argparse.Namespace, rows: list[Row]) -> No
 
 
 def run_processing(
-    bench: Bench, jobs: int, workers: int, concurrency: int, batch: int
+    bench: ThroughputBench, jobs: int, workers: int, concurrency: int, batch: int
 ) -> Processing:
     bench.fill(jobs, batch)
     say(f"process: {jobs:,} no-op jobs, {workers} workers x concurrency {concurrency} ...")
@@ -414,7 +339,7 @@ def run_processing(
 
 
 def median_run(
-    bench: Bench, args: argparse.Namespace, concurrency: int
+    bench: ThroughputBench, args: argparse.Namespace, concurrency: int
 ) -> tuple[float, float | None]:
     """Median (wall, 10-90%) rates of --rounds processing runs at this concurrency."""
     runs = [
@@ -428,9 +353,9 @@ def median_run(
     )
 
 
-def phase_processing(bench: Bench, args: argparse.Namespace, rows: list[Row]) -> int:
+def phase_processing(bench: ThroughputBench, args: argparse.Namespace, rows: list[Row]) -> int:
     """Run the processing phase (sweeping concurrency first if asked); return the C used."""
-    concurrency = args.concurrency
+    concurrency: int = args.concurrency
     if args.sweep:
         best = 0.0
         for c in args.sweep:
@@ -461,7 +386,7 @@ def phase_processing(bench: Bench, args: argparse.Namespace, rows: list[Row]) ->
     return concurrency
 
 
-def phase_latency(bench: Bench, args: argparse.Namespace, rows: list[Row]) -> None:
+def phase_latency(bench: ThroughputBench, args: argparse.Namespace, rows: list[Row]) -> None:
     say(f"latency: {args.latency_jobs} jobs {args.latency_gap * 1000:.0f} ms apart, 1 worker ...")
     bench.reset()
     ms = bench.latency(args.latency_jobs, args.latency_gap)
@@ -472,7 +397,9 @@ def phase_latency(bench: Bench, args: argparse.Namespace, rows: list[Row]) -> No
     bench.reset()
 
 
-def phase_scale(bench: Bench, args: argparse.Namespace, concurrency: int, rows: list[Row]) -> None:
+def phase_scale(
+    bench: ThroughputBench, args: argparse.Namespace, concurrency: int, rows: list[Row]
+) -> None:
     """Rate of the first jobs with a small vs a large backlog (median of a few rounds).
 
     The small table is refilled before every round; the large one is filled once and
@@ -516,26 +443,6 @@ def phase_scale(bench: Bench, args: argparse.Namespace, concurrency: int, rows: 
 # -- command line ------------------------------------------------------------------------
 
 
-def positive(text: str) -> int:
-    try:
-        value = int(text.replace("_", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
-    return value
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
-    return value
-
-
 def concurrency_list(text: str) -> list[int]:
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
@@ -547,16 +454,7 @@ def concurrency_list(text: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m bench.throughput",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument(
-        "--dsn",
-        default=os.environ.get("FORKLIFT_DATABASE_URL") or DEFAULT_DSN,
-        help="PostgreSQL URL (default: FORKLIFT_DATABASE_URL, else %(default)s)",
-    )
+    p = parser("python -m bench.throughput", __doc__)
     p.add_argument(
         "--jobs",
         type=positive,
@@ -651,65 +549,26 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def print_table(rows: Sequence[Row], note: str) -> None:
-    headers = ("metric", "value", "target", "met")
-    cells = [headers, *((r.metric, r.value, r.target or "-", r.verdict) for r in rows)]
-    widths = [max(len(c[i]) for c in cells) for i in range(4)]
-    line = "  ".join("-" * w for w in widths)
-    print()
-    print(note)
-    print(line)
-    for i, c in enumerate(cells):
-        print("  ".join(v.ljust(w) for v, w in zip(c, widths, strict=True)).rstrip())
-        if i == 0:
-            print(line)
-    print(line)
-
-
-@contextlib.contextmanager
-def sigterm_exits() -> Iterator[None]:
-    """Turn SIGTERM into SystemExit so the cleanup in `finally` blocks runs."""
-
-    def on_term(signum: int, frame: FrameType | None) -> None:
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, on_term)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if str(REPO_ROOT) not in sys.path:  # run as `python bench/throughput.py`
-        sys.path.insert(0, str(REPO_ROOT))
     if args.scale_measure > args.scale_small:
         args.scale_measure = args.scale_small
-    schema = f"bench_{secrets.token_hex(4)}"
     rows: list[Row] = []
     began = time.perf_counter()
-    with sigterm_exits():
-        bench = Bench(args.dsn, schema, poll_interval=args.poll_interval)
-        try:
-            say(f"schema {schema} on {redact(args.dsn)}")
-            environment = bench.environment()
-            say(environment)
-            bench.create()
-            phase_enqueue(bench, args, rows)
-            concurrency = phase_processing(bench, args, rows)
-            phase_latency(bench, args, rows)
-            if not args.skip_scale:
-                phase_scale(bench, args, concurrency, rows)
-        finally:
-            bench.drop()
-            say(f"dropped schema {schema}")
+    with ThroughputBench(args.dsn, poll_interval=args.poll_interval).session() as bench:
+        environment = bench.environment()
+        say(environment)
+        phase_enqueue(bench, args, rows)
+        concurrency = phase_processing(bench, args, rows)
+        phase_latency(bench, args, rows)
+        if not args.skip_scale:
+            phase_scale(bench, args, concurrency, rows)
     rows.append(Row("peer job queues", "not installed", "-"))
     note = (
         f"forklift bench: {args.workers} workers x concurrency {concurrency}, "
         f"{time.perf_counter() - began:.0f}s in all\n{environment}"
     )
-    print_table(rows, note)
+    print_table(rows, note, YES_NO)
     if bench.released_on_stop:
         print(f"jobs released by workers stopped with a backlog: {bench.released_on_stop:,}")
     if bench.worker_log_lines:

@@ -1,0 +1,43 @@
+"""The app of bench.cpu, bench.restart and bench.memory (tasks "burn" and "nap").
+
+Workers load it as `bench.cpu_app:app`; the DSN and schema come from
+FORKLIFT_DATABASE_URL and FORKLIFT_SCHEMA, and the repository root must be on
+PYTHONPATH. The benchmarks register the same tasks on their own producer App with
+`register()`, so their enqueue calls validate arguments as a real producer's do, and
+call `spin()` directly to calibrate and to run the in-process comparison.
+"""
+
+from __future__ import annotations
+
+import time
+
+import forklift
+
+
+def spin(iterations: int) -> int:
+    """Pure-Python CPU work: `iterations` rounds of integer arithmetic, GIL held throughout."""
+    total = 0
+    for i in range(iterations):
+        total = (total + i * i) % 1_000_003
+    return total
+
+
+def register(app: forklift.App) -> forklift.App:
+    """Register the benchmark tasks on `app`; return it."""
+
+    @app.task(name="burn")
+    def burn(ctx: forklift.JobContext, iterations: int) -> None:
+        """CPU-bound job: `spin(iterations)` (the benchmark calibrates it to ~50 ms)."""
+        spin(iterations)
+
+    @app.task(name="nap")
+    def nap(ctx: forklift.JobContext, seconds: float = 5.0) -> None:
+        """Sleep `seconds`, checking ctx.cancelled every 10 ms (stops early when told)."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not ctx.cancelled.is_set():
+            time.sleep(0.01)
+
+    return app
+
+
+app = register(forklift.App())
