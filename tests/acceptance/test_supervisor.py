@@ -292,3 +292,61 @@ def test_children_stop_when_the_supervisor_dies(
         what="orphan exited",
     )
     app.close()
+
+
+def test_hup_with_code_that_no_longer_imports_keeps_the_running_children(
+    forklift_cli: Any, env: dict[str, str], tmp_path: Path
+) -> None:
+    code = tmp_path / "breakable.py"
+    code.write_text("import forklift\napp = forklift.App()\n")
+    env["PYTHONPATH"] = f"{tmp_path}{os.pathsep}{env['PYTHONPATH']}"
+    sup = forklift_cli("run", "breakable:app", "--workers", "2")
+    wait_for(lambda: len(sup.children()) == 2, what="two children")
+    before = set(sup.children())
+    code.write_text("import forklift\nraise RuntimeError('half-deployed')\n")
+    sup.signal(signal.SIGHUP)
+    wait_for(lambda: "reload: importing breakable:app failed" in sup.output, what="reload refused")
+    assert "half-deployed" in sup.output
+    # The loop goes on (it serves a TTIN) and the old children are all still there.
+    sup.signal(signal.SIGTTIN)
+    wait_for(lambda: len(sup.children()) == 3, what="a third child")
+    assert before <= set(sup.children())
+    assert "child.retiring" not in sup.output
+    sup.signal(signal.SIGTERM)
+    assert sup.wait(timeout=15) == 0
+
+
+def test_sigquit_releases_at_once_and_exits(
+    dsn: str, schema: str, db: psycopg.Connection[Any], forklift_cli: Any
+) -> None:
+    app = forklift.App(dsn, schema=schema)
+    job_id = app.enqueue("sleep", {"seconds": 60})
+    sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "1", "--grace", "30")
+    wait_state(db, schema, job_id, "running")
+    started = time.monotonic()
+    sup.signal(signal.SIGQUIT)
+    assert sup.wait(timeout=15) == 0
+    assert time.monotonic() - started < 5  # not the 30 s grace
+    row = db.execute(
+        f"SELECT state, attempts FROM {schema}.jobs WHERE id = %s", (job_id,)
+    ).fetchone()
+    assert row == ("ready", 0)
+    app.close()
+
+
+def test_a_second_sigint_hurries_a_graceful_stop(
+    dsn: str, schema: str, db: psycopg.Connection[Any], forklift_cli: Any
+) -> None:
+    app = forklift.App(dsn, schema=schema)
+    job_id = app.enqueue("sleep", {"seconds": 60})
+    sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "1", "--grace", "30")
+    wait_state(db, schema, job_id, "running")
+    sup.signal(signal.SIGINT)
+    wait_for(lambda: "supervisor.stopping mode=graceful" in sup.output, what="graceful stop")
+    started = time.monotonic()
+    sup.signal(signal.SIGINT)
+    assert sup.wait(timeout=15) == 0
+    assert time.monotonic() - started < 5
+    assert "supervisor.stopping mode=fast" in sup.output
+    assert scalar(db, f"SELECT state FROM {schema}.jobs WHERE id = %s", job_id) == "ready"
+    app.close()
