@@ -25,7 +25,7 @@ from forklift.app import App
 from forklift.errors import DatabaseError
 from forklift.metrics import Totals
 from forklift.supervisor.autoscale import Autoscaler
-from forklift.supervisor.boot import child_main, rss_of
+from forklift.supervisor.boot import ChildSpec, child_main, rss_of
 from forklift.supervisor.child import Child
 from forklift.supervisor.config import SupervisorConfig
 from forklift.supervisor.death import describe_exit, signal_name
@@ -310,11 +310,7 @@ class Supervisor:
             child_main(
                 self.app,
                 self.config,
-                index=index,
-                total=self.target,
-                owner=make_owner(os.getpid(), nonce),
-                report_fd=write_fd,
-                parent_pid=parent_pid,
+                ChildSpec(index, self.target, make_owner(os.getpid(), nonce), write_fd, parent_pid),
             )
         os.close(write_fd)
         os.set_blocking(read_fd, False)

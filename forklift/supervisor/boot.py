@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 import traceback
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from types import FrameType
 
 from setproctitle import setproctitle
@@ -54,20 +54,22 @@ class ChildTitle:
             setproctitle(f"{self.prefix}: running {len(jobs)} jobs")
 
 
-def child_main(
-    app: App,
-    config: SupervisorConfig,
-    *,
-    index: int,
-    total: int,
-    owner: str,
-    report_fd: int,
-    parent_pid: int,
-) -> None:
+@dataclass(frozen=True)
+class ChildSpec:
+    """Who a forked child is: its slot, its lease owner id, its pipe, its parent."""
+
+    index: int
+    total: int
+    owner: str
+    report_fd: int
+    parent_pid: int
+
+
+def child_main(app: App, config: SupervisorConfig, spec: ChildSpec) -> None:
     """Run in the forked child; never returns (os._exit keeps the parent's atexit away)."""
     code = 0
     try:
-        code = _run(app, config, index, total, owner, report_fd, parent_pid)
+        code = _run(app, config, spec)
     except BaseException:
         traceback.print_exc()
         code = 1
@@ -79,22 +81,15 @@ def child_main(
             os._exit(code)
 
 
-def _run(
-    app: App,
-    config: SupervisorConfig,
-    index: int,
-    total: int,
-    owner: str,
-    report_fd: int,
-    parent_pid: int,
-) -> int:
+def _run(app: App, config: SupervisorConfig, spec: ChildSpec) -> int:
+    index, owner, parent_pid = spec.index, spec.owner, spec.parent_pid
     # One child per supervisor runs the rescuer and the retention cleaner; both are
     # safe to run concurrently across replicas (SKIP LOCKED, bounded batches).
     worker_config = replace(config.worker, maintenance=config.worker.maintenance and index == 1)
     if config.max_jobs_per_child is not None:
         worker_config = replace(worker_config, max_jobs=config.max_jobs_per_child)
-    title = ChildTitle(index, total, worker_config.queues)
-    report = Reporter(report_fd)
+    title = ChildTitle(index, spec.total, worker_config.queues)
+    report = Reporter(spec.report_fd)
     tally = Tally()
 
     def started(job: ClaimedJob) -> None:

@@ -249,7 +249,7 @@ class Worker:
         assert self._wakeup is not None
         self._wakeup.set()
 
-    def _lease_lost(self, ctx: JobContext, effect: str) -> None:
+    def _log_lease_lost(self, ctx: JobContext, effect: str) -> None:
         emit(
             log,
             "job.lease_lost",
@@ -260,6 +260,9 @@ class Worker:
             owner=self.owner,
             effect=effect,
         )
+
+    def _lease_lost(self, ctx: JobContext, effect: str) -> None:
+        self._log_lease_lost(ctx, effect)
         self._forget(ctx, "lease_lost")
 
     def _forget(self, ctx: JobContext, outcome: str) -> None:
@@ -551,16 +554,7 @@ class Worker:
                     continue
                 ctx.lease_lost = True
                 ctx.cancelled.set()
-            emit(
-                log,
-                "job.lease_lost",
-                logging.WARNING,
-                job=ctx.job_id,
-                task=ctx.task,
-                attempt=ctx.attempt,
-                owner=self.owner,
-                effect="handler told to stop",
-            )
+            self._log_lease_lost(ctx, "handler told to stop")
         return len(kept)
 
     # -- listener -----------------------------------------------------------------------

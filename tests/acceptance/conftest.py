@@ -6,8 +6,10 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from signal import SIGTERM
 from typing import Any
 
 import psycopg
@@ -48,6 +50,13 @@ class Proc:
     def wait(self, timeout: float) -> int:
         return self.popen.wait(timeout=timeout)
 
+    def stop_cleanly(self, signum: int = SIGTERM, timeout: float = 30.0) -> float:
+        """Send `signum`, require exit code 0; return how many seconds the stop took."""
+        started = time.monotonic()
+        self.signal(signum)
+        assert self.wait(timeout=timeout) == 0, self.output[-3000:]
+        return time.monotonic() - started
+
     def stop(self) -> None:
         if self.popen.poll() is None:
             for pid in self.children():
@@ -78,6 +87,14 @@ def scalar(db: psycopg.Connection[Any], sql: str, *params: Any) -> Any:
     row = db.execute(sql, params).fetchone()
     assert row is not None
     return row[0]
+
+
+def released(db: psycopg.Connection[Any], schema: str, job_id: int) -> bool:
+    """Back to ready, attempt not counted, no owner: what a graceful release leaves."""
+    row = db.execute(
+        f"SELECT state, attempts, lease_owner FROM {schema}.jobs WHERE id = %s", (job_id,)
+    ).fetchone()
+    return row == ("ready", 0, None)
 
 
 def wait_state(

@@ -4,7 +4,6 @@ never past it, and idleness shrinks it back to MIN."""
 from __future__ import annotations
 
 import re
-import signal
 from typing import Any
 
 import psycopg
@@ -50,8 +49,7 @@ def test_a_backlog_scales_up_to_max_and_idleness_back_down(
     assert re.search(r"supervisor\.started pid=\d+ workers=1 ", sup.output), sup.output
     assert "child.killing" not in sup.output and "restart_backoff" not in sup.output
 
-    sup.signal(signal.SIGTERM)
-    assert sup.wait(timeout=15) == 0
+    sup.stop_cleanly(timeout=15)
     assert sup.output.count("child.started") == 3
     assert sup.output.count("reason=clean exit") == 3
     assert sup.output.count("retiring=scale down") == 2

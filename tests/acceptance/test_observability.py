@@ -94,8 +94,7 @@ def test_metrics_sum_every_child_and_survive_crashes_and_recycling(
         + samples(body, "forklift_queue_depth", queue="default", state="ready")
         >= 1
     )
-    sup.signal(signal.SIGTERM)
-    assert sup.wait(timeout=40) == 0
+    sup.stop_cleanly(timeout=40)
     app.close()
 
 
@@ -130,8 +129,7 @@ def test_many_recycles_pile_nothing_up(
     assert after[1] - before[1] < 2560, (before, after)  # < 10 MiB (4 KiB pages)
     body = get(url + "/metrics")[1]
     assert samples(body, "forklift_jobs_total", outcome="succeeded") == 220
-    sup.signal(signal.SIGTERM)
-    assert sup.wait(timeout=30) == 0
+    sup.stop_cleanly(timeout=30)
     app.close()
 
 
@@ -183,8 +181,7 @@ def test_database_outage_keeps_the_supervisor_up_not_ready_then_recovers(
     wait_for(lambda: get(url + "/readyz")[0] == 200, timeout=20, what="ready again")
     wait_state(db, schema, job_id, "succeeded", timeout=20)
     assert sup.popen.poll() is None
-    sup.signal(signal.SIGTERM)
-    assert sup.wait(timeout=30) == 0
+    sup.stop_cleanly(timeout=30)
     proxy.cut()
     app.close()
 
@@ -227,11 +224,9 @@ def test_ps_lists_supervisors_of_other_processes(
         check=True,
     ).stdout
     assert text.splitlines()[0].split()[:3] == ["host", "pid", "kind"]
-    second.signal(signal.SIGTERM)
-    assert second.wait(timeout=20) == 0
+    second.stop_cleanly(timeout=20)
     wait_for(lambda: len(ps()) == 2, what="the stopped supervisor deregistered")
-    first.signal(signal.SIGTERM)
-    assert first.wait(timeout=20) == 0
+    first.stop_cleanly(timeout=20)
 
 
 def test_a_vanished_supervisors_jobs_are_recovered_by_another(
@@ -256,8 +251,7 @@ def test_a_vanished_supervisors_jobs_are_recovered_by_another(
     first_error = scalar(db, f"SELECT errors->0->>'error' FROM {schema}.jobs WHERE id = %s", job_id)
     assert first_error.startswith("WorkerLost")
     assert scalar(db, f"SELECT count(*) FROM {schema}.processes WHERE host = 'gone'") == 0
-    sup.signal(signal.SIGTERM)
-    assert sup.wait(timeout=20) == 0
+    sup.stop_cleanly(timeout=20)
     app.close()
 
 
@@ -280,8 +274,7 @@ def test_logs_are_json_events_and_never_show_the_password(
     failing = app.enqueue("fail", {"message": f"cannot reach {secret_dsn}"}, max_attempts=1)
     sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "1", "--log-level", "DEBUG")
     wait_state(db, schema, failing, "dead")
-    sup.signal(signal.SIGTERM)
-    assert sup.wait(timeout=20) == 0
+    sup.stop_cleanly(timeout=20)
     events = [json.loads(line) for line in sup.output.splitlines() if line.strip()]
     names = {e.get("event") for e in events}
     assert {

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 
 import forklift
-from tests.acceptance.conftest import scalar, wait_state
+from tests.acceptance.conftest import released, scalar, wait_state
 from tests.conftest import wait_for
 
 
@@ -48,8 +48,7 @@ def test_sigkilled_child_is_replaced_and_its_job_retried_at_once(
     wait_for(
         lambda: len(sup.children()) == 2 and victim not in sup.children(), what="replacement child"
     )
-    sup.signal(signal.SIGTERM)
-    assert sup.wait(timeout=15) == 0
+    sup.stop_cleanly(timeout=15)
     app.close()
 
 
@@ -61,8 +60,7 @@ def test_sigterm_releases_a_job_longer_than_grace_and_exits_zero(
     sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "1", "--grace", "1")
     wait_state(db, schema, long_job, "running")
     started = time.monotonic()
-    sup.signal(signal.SIGTERM)
-    assert sup.wait(timeout=15) == 0
+    sup.stop_cleanly(timeout=15)
     assert time.monotonic() - started < 1 + 4
     row = db.execute(
         f"SELECT state, attempts, lease_owner FROM {schema}.jobs WHERE id = %s", (long_job,)
@@ -79,8 +77,7 @@ def test_sigterm_lets_a_short_job_finish(
     job_id = app.enqueue("effect", {"key": "short", "sleep": 1.0})
     sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "1", "--grace", "10")
     wait_state(db, schema, job_id, "running")
-    sup.signal(signal.SIGTERM)
-    assert sup.wait(timeout=15) == 0
+    sup.stop_cleanly(timeout=15)
     assert scalar(db, f"SELECT state FROM {schema}.jobs WHERE id = %s", job_id) == "succeeded"
     assert scalar(db, f"SELECT count(*) FROM {schema}.effects") == 1
     app.close()
@@ -99,8 +96,7 @@ def test_sigterm_past_the_deadline_kills_a_wedged_child_and_releases_its_job(
     wait_state(db, schema, job_id, "running")
     time.sleep(0.2)  # well inside the regex by now
     started = time.monotonic()
-    sup.signal(signal.SIGTERM)
-    assert sup.wait(timeout=15) == 0
+    sup.stop_cleanly(timeout=15)
     assert time.monotonic() - started < 0.5 + 0.5 + 3
     row = db.execute(
         f"SELECT state, attempts, lease_owner FROM {schema}.jobs WHERE id = %s", (job_id,)
@@ -128,8 +124,7 @@ def test_a_handler_that_exits_the_process_ends_dead_and_supervisor_survives(
     after = app.enqueue("noop")
     wait_state(db, schema, after, "succeeded", timeout=20)
     assert sup.popen.poll() is None
-    sup.signal(signal.SIGTERM)
-    assert sup.wait(timeout=15) == 0
+    sup.stop_cleanly(timeout=15)
     app.close()
 
 
@@ -145,8 +140,7 @@ def test_a_job_past_its_timeout_is_killed_and_charged(
     assert all("timed out after 1 s" in e["error"] for e in errors)
     after = app.enqueue("noop")
     wait_state(db, schema, after, "succeeded", timeout=20)
-    sup.signal(signal.SIGTERM)
-    assert sup.wait(timeout=15) == 0
+    sup.stop_cleanly(timeout=15)
     app.close()
 
 
@@ -165,8 +159,7 @@ def test_a_child_past_the_memory_limit_is_killed_and_its_job_charged(
     after = app.enqueue("noop")
     wait_state(db, schema, after, "succeeded", timeout=20)
     assert sup.popen.poll() is None
-    sup.signal(signal.SIGTERM)
-    assert sup.wait(timeout=15) == 0
+    sup.stop_cleanly(timeout=15)
     app.close()
 
 
@@ -184,8 +177,7 @@ def test_max_jobs_per_child_recycles_children(
     wait_for(lambda: sup.output.count("child.started") >= 4, what="four children in turn")
     assert sup.output.count("reason=clean exit") >= 3
     assert "restart_backoff" not in sup.output
-    sup.signal(signal.SIGTERM)
-    assert sup.wait(timeout=15) == 0
+    sup.stop_cleanly(timeout=15)
     app.close()
 
 
@@ -203,8 +195,7 @@ def test_crash_loop_backs_off_and_keeps_the_supervisor_up(
     ]
     assert delays[:4] == sorted(delays[:4]) and delays[0] < delays[3]
     assert sup.popen.poll() is None
-    sup.signal(signal.SIGTERM)
-    assert sup.wait(timeout=40) == 0
+    sup.stop_cleanly(timeout=40)
     app.close()
 
 
@@ -217,8 +208,7 @@ def test_ttin_and_ttou_add_and_remove_a_child(forklift_cli: Any) -> None:
     wait_for(lambda: len(sup.children()) == 3, what="three children")
     sup.signal(signal.SIGTTOU)
     wait_for(lambda: len(sup.children()) == 2, what="back to two")
-    sup.signal(signal.SIGTERM)
-    assert sup.wait(timeout=15) == 0
+    sup.stop_cleanly(timeout=15)
 
 
 def test_hup_rolls_children_onto_fresh_code_without_dropping_a_job(
@@ -260,8 +250,7 @@ def test_hup_rolls_children_onto_fresh_code_without_dropping_a_job(
     wait_state(db, schema, fresh, "succeeded")
     assert scalar(db, f"SELECT n FROM {schema}.effects WHERE job_id = %s", fresh) == 2
     assert scalar(db, f"SELECT attempts FROM {schema}.jobs WHERE id = %s", running) == 1
-    sup.signal(signal.SIGTERM)
-    assert sup.wait(timeout=15) == 0
+    sup.stop_cleanly(timeout=15)
     app.close()
 
 
@@ -312,8 +301,7 @@ def test_hup_with_code_that_no_longer_imports_keeps_the_running_children(
     wait_for(lambda: len(sup.children()) == 3, what="a third child")
     assert before <= set(sup.children())
     assert "child.retiring" not in sup.output
-    sup.signal(signal.SIGTERM)
-    assert sup.wait(timeout=15) == 0
+    sup.stop_cleanly(timeout=15)
 
 
 def test_sigquit_releases_at_once_and_exits(
@@ -323,14 +311,8 @@ def test_sigquit_releases_at_once_and_exits(
     job_id = app.enqueue("sleep", {"seconds": 60})
     sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "1", "--grace", "30")
     wait_state(db, schema, job_id, "running")
-    started = time.monotonic()
-    sup.signal(signal.SIGQUIT)
-    assert sup.wait(timeout=15) == 0
-    assert time.monotonic() - started < 5  # not the 30 s grace
-    row = db.execute(
-        f"SELECT state, attempts FROM {schema}.jobs WHERE id = %s", (job_id,)
-    ).fetchone()
-    assert row == ("ready", 0)
+    assert sup.stop_cleanly(signal.SIGQUIT, timeout=15) < 5  # not the 30 s grace
+    assert released(db, schema, job_id)
     app.close()
 
 

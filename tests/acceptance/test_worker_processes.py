@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 import forklift
+from tests.acceptance.conftest import released
 from tests.conftest import wait_for
 
 
@@ -128,8 +129,5 @@ def test_sigterm_exits_zero_and_releases_the_job(
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=10) == 0
     assert time.monotonic() - started < 5
-    row = db.execute(
-        f"SELECT state, attempts, lease_owner FROM {schema}.jobs WHERE id = %s", (job_id,)
-    ).fetchone()
-    assert row == ("ready", 0, None)
+    assert released(db, schema, job_id)
     app.close()
