@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 
 from forklift import _sql
+from forklift._singleton import lock_key
 from forklift.errors import DatabaseError, MigrationError
 
 log = logging.getLogger(__name__)
@@ -41,12 +42,6 @@ def migrations() -> list[Migration]:
     return sorted(found, key=lambda m: m.version)
 
 
-def _lock_key(schema: str) -> int:
-    # A stable 63-bit key per schema, so two forklift schemas migrate independently.
-    digest = hashlib.sha256(f"forklift.migrate:{schema}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") >> 1
-
-
 def migrate(conn: psycopg.Connection[Any], schema: str = "forklift") -> list[int]:
     """Apply pending migrations on `conn` (autocommit); return the versions applied.
 
@@ -56,7 +51,7 @@ def migrate(conn: psycopg.Connection[Any], schema: str = "forklift") -> list[int
     _sql.check_schema_name(schema)
     if not conn.autocommit:
         raise MigrationError("migrate() needs an autocommit connection")
-    key = _lock_key(schema)
+    key = lock_key(f"migrate:{schema}")
     try:
         conn.execute("SELECT pg_advisory_lock(%s)", (key,))
         try:

@@ -23,6 +23,7 @@ from psycopg_pool import ConnectionPool
 
 from forklift import _db
 from forklift._events import emit
+from forklift._singleton import singleton
 from forklift.app import App
 from forklift.errors import DatabaseError, ForkliftError
 from forklift.metrics import Tally
@@ -585,11 +586,19 @@ class Worker:
 
     # -- maintenance --------------------------------------------------------------------
 
-    def maintain_once(self) -> tuple[int, int]:
-        """Dead-letter exhausted expired leases and prune old finished jobs."""
+    def maintain_once(self) -> tuple[int, int] | None:
+        """Dead-letter exhausted expired leases and prune old finished jobs.
+
+        A singleton section: across all replicas one worker at a time does it; the
+        others return None at once. Returns (rescued, pruned) otherwise.
+        """
+        section = f"maintenance:{self.app.schema}"
         try:
-            rescued = self.store.job_rescue_exhausted()
-            pruned = self.store.job_prune(self.config.keep_finished, self.config.keep_dead)
+            with singleton(self.app.dsn, self._timeouts, section) as mine:
+                if not mine:
+                    return None
+                rescued = self.store.job_rescue_exhausted()
+                pruned = self.store.job_prune(self.config.keep_finished, self.config.keep_dead)
         except DatabaseError as exc:
             emit(log, "maintenance.failed", logging.WARNING, error=exc)
             return 0, 0

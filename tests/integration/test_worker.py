@@ -293,3 +293,31 @@ def test_queues_are_served_only_by_their_workers(
     wait_for(lambda: state_is(db, schema, mine, "succeeded"), what="mine done")
     time.sleep(0.3)
     assert state_is(db, schema, other, "ready")
+
+
+def test_maintenance_is_a_singleton_across_workers(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    from forklift._singleton import lock_key
+
+    job_id = app.enqueue("noop", max_attempts=1)
+    db.execute(
+        f"UPDATE {schema}.jobs SET state = 'running', attempts = 1, lease_owner = 'gone:1:x',"
+        " lease_until = now() - interval '1 second' WHERE id = %s",
+        (job_id,),
+    )
+    worker = run_worker()  # maintenance off in its loop: the test calls it
+    wait_for(lambda: hasattr(worker, "store"), what="worker booted")
+    key = lock_key(f"maintenance:{schema}")
+    # Another replica holds the section: this worker skips it and touches nothing.
+    db.execute("SELECT pg_advisory_lock(%s)", (key,))
+    try:
+        assert worker.maintain_once() is None
+        assert state_is(db, schema, job_id, "running")
+    finally:
+        db.execute("SELECT pg_advisory_unlock(%s)", (key,))
+    assert worker.maintain_once() == (1, 0)
+    assert state_is(db, schema, job_id, "dead")
+    # And it let go: the lock is free again.
+    assert db.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone() == (True,)
+    db.execute("SELECT pg_advisory_unlock(%s)", (key,))
