@@ -23,20 +23,21 @@ from psycopg_pool import ConnectionPool
 
 from forklift import _db
 from forklift._events import emit
-from forklift._singleton import singleton
 from forklift.app import App
-from forklift.errors import DatabaseError, ForkliftError
+from forklift.errors import DatabaseError
 from forklift.metrics import Tally
 from forklift.store import ClaimedJob, JobStore
 from forklift.workers import executor
+from forklift.workers.completer import CompleterMixin
 from forklift.workers.config import WorkerConfig
 from forklift.workers.context import JobContext
 from forklift.workers.executor import Outcome
+from forklift.workers.heartbeat import HeartbeatMixin
+from forklift.workers.listener import ListenerMixin
+from forklift.workers.maintenance import MaintenanceMixin
 from forklift.workers.wakeup import Wakeup
 
 log = logging.getLogger(__name__)
-
-_COMPLETE_BATCH = 1000
 
 
 def make_owner(pid: int | None = None, nonce: str | None = None) -> str:
@@ -44,7 +45,7 @@ def make_owner(pid: int | None = None, nonce: str | None = None) -> str:
     return f"{socket.gethostname()}:{pid or os.getpid()}:{nonce or secrets.token_hex(3)}"
 
 
-class Worker:
+class Worker(CompleterMixin, HeartbeatMixin, ListenerMixin, MaintenanceMixin):
     """One process's job loop. __init__ does no I/O; run() boots and blocks until stopped."""
 
     def __init__(
@@ -458,152 +459,3 @@ class Worker:
                 error=outcome.error,
             )
         self._forget(ctx, "dead" if dead else "failed")
-
-    # -- completer ----------------------------------------------------------------------
-
-    def _complete_loop(self) -> None:
-        while True:
-            first = self._done.get()
-            if first is None:
-                self._flush_all_pending()
-                return
-            batch = [first]
-            while len(batch) < _COMPLETE_BATCH:
-                try:
-                    more = self._done.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    self._flush(batch)
-                    self._flush_all_pending()
-                    return
-                batch.append(more)
-            self._flush(batch)
-
-    def _flush_all_pending(self) -> None:
-        rest = []
-        while True:
-            try:
-                ctx = self._done.get_nowait()
-            except queue.Empty:
-                break
-            if ctx is not None:
-                rest.append(ctx)
-        if rest:
-            self._flush(rest)
-
-    def _flush(self, batch: list[JobContext]) -> None:
-        """Group-commit successes; retry through a database outage until the lease ends."""
-        give_up_at = time.monotonic() + self.config.lease
-        delay = 0.05
-        while True:
-            try:
-                with self._flush_lock:
-                    done = self.store.job_complete_many(
-                        [(c.job_id, c.attempt) for c in batch], self.owner
-                    )
-                    for ctx in batch:
-                        ctx.finished = True
-                break
-            except DatabaseError as exc:
-                if time.monotonic() >= give_up_at or self._closing.is_set():
-                    emit(log, "job.complete_failed", logging.ERROR, jobs=len(batch), error=exc)
-                    done = set()
-                    break
-                time.sleep(delay)
-                delay = min(1.0, delay * 2)
-        for ctx in batch:
-            if ctx.job_id in done:
-                emit(
-                    log,
-                    "job.succeeded",
-                    logging.DEBUG,
-                    job=ctx.job_id,
-                    task=ctx.task,
-                    attempt=ctx.attempt,
-                    owner=self.owner,
-                )
-                self._forget(ctx, "succeeded")
-            else:
-                self._lease_lost(ctx, "completion refused")
-
-    # -- heartbeat ----------------------------------------------------------------------
-
-    def _heartbeat_loop(self) -> None:
-        while not self._closing.wait(self.config.heartbeat_interval):
-            try:
-                self.renew_once()
-            except ForkliftError as exc:
-                emit(log, "lease.renew_failed", logging.WARNING, error=exc)
-
-    def renew_once(self) -> int:
-        """Renew every held lease in one statement; mark the ones found gone as lost."""
-        with self._flush_lock:
-            held = [c for c in self._held_snapshot() if not c.finished]
-            if not held:
-                return 0
-            kept = self.store.lease_renew_many(
-                [(c.job_id, c.attempt) for c in held], self.owner, self.config.lease
-            )
-        if self.tally is not None:
-            self.tally.renewed(len(kept))
-        for ctx in held:
-            if ctx.job_id in kept:
-                continue
-            with ctx.outcome_lock:
-                if ctx.finished:
-                    continue
-                ctx.lease_lost = True
-                ctx.cancelled.set()
-            self._log_lease_lost(ctx, "handler told to stop")
-        return len(kept)
-
-    # -- listener -----------------------------------------------------------------------
-
-    def _listen_loop(self) -> None:
-        channel = self.store.channel
-        queues = set(self.config.queues)
-        assert self._wakeup is not None
-        delay = 0.5
-        while not self._closing.is_set():
-            try:
-                with _db.connect(
-                    self.app.dsn, self._timeouts, application_name="forklift-listener"
-                ) as conn:
-                    conn.execute(f'LISTEN "{channel}"')
-                    delay = 0.5
-                    self._wakeup.set()  # anything sent while we were away: look now
-                    while not self._closing.is_set():
-                        for note in conn.notifies(timeout=0.5):
-                            if note.payload in queues:
-                                self._wakeup.set()
-            except psycopg.Error as exc:
-                if self._closing.is_set():
-                    return
-                emit(log, "listener.reconnect", logging.WARNING, error=exc, retry_in=delay)
-                self._closing.wait(delay)
-                delay = min(10.0, delay * 2)
-
-    # -- maintenance --------------------------------------------------------------------
-
-    def maintain_once(self) -> tuple[int, int] | None:
-        """Dead-letter exhausted expired leases and prune old finished jobs.
-
-        A singleton section: across all replicas one worker at a time does it; the
-        others return None at once. Returns (rescued, pruned) otherwise.
-        """
-        section = f"maintenance:{self.app.schema}"
-        try:
-            with singleton(self.app.dsn, self._timeouts, section) as mine:
-                if not mine:
-                    return None
-                rescued = self.store.job_rescue_exhausted()
-                pruned = self.store.job_prune(self.config.keep_finished, self.config.keep_dead)
-        except DatabaseError as exc:
-            emit(log, "maintenance.failed", logging.WARNING, error=exc)
-            return 0, 0
-        for job_id in rescued:
-            emit(
-                log, "job.dead", logging.ERROR, job=job_id, error="lease expired, no attempts left"
-            )
-        return len(rescued), pruned

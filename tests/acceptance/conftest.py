@@ -47,6 +47,23 @@ class Proc:
             return []
         return [int(p) for p in text.split()]
 
+    def titles(self) -> list[str]:
+        """The process titles of the children (`forklift worker 1/2 [...]: running x#7`)."""
+        found = []
+        for pid in self.children():
+            try:
+                found.append(Path(f"/proc/{pid}/cmdline").read_bytes().decode().strip("\0 "))
+            except OSError:
+                pass
+        return found
+
+    def wait_started(self, task: str, job_id: int) -> None:
+        """Until a child's title says it runs the job: its handler has begun."""
+        wait_for(
+            lambda: any(t.endswith(f"running {task}#{job_id}") for t in self.titles()),
+            what=f"{task}#{job_id} started in a child",
+        )
+
     def wait(self, timeout: float) -> int:
         return self.popen.wait(timeout=timeout)
 

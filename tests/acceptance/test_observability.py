@@ -142,7 +142,7 @@ def test_readyz_goes_503_on_sigterm_before_anything_else(
     url = metrics_url(sup)
     wait_for(lambda: get(url + "/readyz")[0] == 200, what="ready")
     assert get(url + "/healthz")[0] == 200
-    wait_state(db, schema, job_id, "running")
+    sup.wait_started("sleep", job_id)  # begun, so the graceful stop lets it finish
     sup.signal(signal.SIGTERM)
     _status, body = wait_for(
         lambda: (r := get(url + "/readyz"))[0] == 503 and r, what="not ready while draining"

@@ -71,7 +71,8 @@ def test_sigterm_lets_a_short_job_finish(
     app = forklift.App(dsn, schema=schema)
     job_id = app.enqueue("effect", {"key": "short", "sleep": 1.0})
     sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "1", "--grace", "10")
-    wait_state(db, schema, job_id, "running")
+    # Started, not just claimed: a job claimed but not begun is released on a stop.
+    sup.wait_started("effect", job_id)
     sup.stop_cleanly(timeout=15)
     assert scalar(db, f"SELECT state FROM {schema}.jobs WHERE id = %s", job_id) == "succeeded"
     assert scalar(db, f"SELECT count(*) FROM {schema}.effects") == 1
@@ -88,7 +89,7 @@ def test_sigterm_past_the_deadline_kills_a_wedged_child_and_releases_its_job(
     sup = forklift_cli(
         "run", "tests.apps.basic:app", "--workers", "1", "--grace", "0.5", "--kill-grace", "0.5"
     )
-    wait_state(db, schema, job_id, "running")
+    sup.wait_started("wedge", job_id)
     time.sleep(0.2)  # well inside the regex by now
     assert sup.stop_cleanly(timeout=15) < 0.5 + 0.5 + 3
     assert released(db, schema, job_id)
@@ -226,7 +227,7 @@ def test_hup_rolls_children_onto_fresh_code_without_dropping_a_job(
     old = set(sup.children())
     app = forklift.App(dsn, schema=schema)
     running = app.enqueue("which", {"sleep": 1.5})
-    wait_state(db, schema, running, "running")
+    sup.wait_started("which", running)  # begun: the roll must let it finish
     code.write_text(source.format(v=2))
     sup.signal(signal.SIGHUP)
     wait_for(

@@ -1,0 +1,107 @@
+"""Group commit: successes queue up and are completed many per statement, fenced."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+
+from forklift import _db
+from forklift._events import emit
+from forklift.app import App
+from forklift.errors import DatabaseError
+from forklift.metrics import Tally
+from forklift.store import JobStore
+from forklift.workers.config import WorkerConfig
+from forklift.workers.context import JobContext
+
+log = logging.getLogger(__name__)
+
+_COMPLETE_BATCH = 1000
+
+
+class CompleterMixin:
+    """The completer thread of a Worker: drains `_done`, completes in batches."""
+
+    app: App
+    config: WorkerConfig
+    owner: str
+    store: JobStore
+    tally: Tally | None
+    _timeouts: _db.Timeouts
+    _closing: threading.Event
+    _flush_lock: threading.Lock
+    _done: queue.SimpleQueue[JobContext | None]
+
+    def _forget(self, ctx: JobContext, outcome: str) -> None:
+        raise NotImplementedError
+
+    def _lease_lost(self, ctx: JobContext, effect: str) -> None:
+        raise NotImplementedError
+
+    def _complete_loop(self) -> None:
+        while True:
+            first = self._done.get()
+            if first is None:
+                self._flush_all_pending()
+                return
+            batch = [first]
+            while len(batch) < _COMPLETE_BATCH:
+                try:
+                    more = self._done.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    self._flush(batch)
+                    self._flush_all_pending()
+                    return
+                batch.append(more)
+            self._flush(batch)
+
+    def _flush_all_pending(self) -> None:
+        rest = []
+        while True:
+            try:
+                ctx = self._done.get_nowait()
+            except queue.Empty:
+                break
+            if ctx is not None:
+                rest.append(ctx)
+        if rest:
+            self._flush(rest)
+
+    def _flush(self, batch: list[JobContext]) -> None:
+        """Group-commit successes; retry through a database outage until the lease ends."""
+        give_up_at = time.monotonic() + self.config.lease
+        delay = 0.05
+        while True:
+            try:
+                with self._flush_lock:
+                    done = self.store.job_complete_many(
+                        [(c.job_id, c.attempt) for c in batch], self.owner
+                    )
+                    for ctx in batch:
+                        ctx.finished = True
+                break
+            except DatabaseError as exc:
+                if time.monotonic() >= give_up_at or self._closing.is_set():
+                    emit(log, "job.complete_failed", logging.ERROR, jobs=len(batch), error=exc)
+                    done = set()
+                    break
+                time.sleep(delay)
+                delay = min(1.0, delay * 2)
+        for ctx in batch:
+            if ctx.job_id in done:
+                emit(
+                    log,
+                    "job.succeeded",
+                    logging.DEBUG,
+                    job=ctx.job_id,
+                    task=ctx.task,
+                    attempt=ctx.attempt,
+                    owner=self.owner,
+                )
+                self._forget(ctx, "succeeded")
+            else:
+                self._lease_lost(ctx, "completion refused")

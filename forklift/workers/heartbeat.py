@@ -1,0 +1,65 @@
+"""Lease renewal: one statement renews every held lease; a lease found gone is lost."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from forklift import _db
+from forklift._events import emit
+from forklift.app import App
+from forklift.errors import ForkliftError
+from forklift.metrics import Tally
+from forklift.store import JobStore
+from forklift.workers.config import WorkerConfig
+from forklift.workers.context import JobContext
+
+log = logging.getLogger(__name__)
+
+
+class HeartbeatMixin:
+    """The heartbeat thread of a Worker: renews leases every third of the lease."""
+
+    app: App
+    config: WorkerConfig
+    owner: str
+    store: JobStore
+    tally: Tally | None
+    _timeouts: _db.Timeouts
+    _closing: threading.Event
+    _flush_lock: threading.Lock
+
+    def _held_snapshot(self) -> list[JobContext]:
+        raise NotImplementedError
+
+    def _log_lease_lost(self, ctx: JobContext, effect: str) -> None:
+        raise NotImplementedError
+
+    def _heartbeat_loop(self) -> None:
+        while not self._closing.wait(self.config.heartbeat_interval):
+            try:
+                self.renew_once()
+            except ForkliftError as exc:
+                emit(log, "lease.renew_failed", logging.WARNING, error=exc)
+
+    def renew_once(self) -> int:
+        """Renew every held lease in one statement; mark the ones found gone as lost."""
+        with self._flush_lock:
+            held = [c for c in self._held_snapshot() if not c.finished]
+            if not held:
+                return 0
+            kept = self.store.lease_renew_many(
+                [(c.job_id, c.attempt) for c in held], self.owner, self.config.lease
+            )
+        if self.tally is not None:
+            self.tally.renewed(len(kept))
+        for ctx in held:
+            if ctx.job_id in kept:
+                continue
+            with ctx.outcome_lock:
+                if ctx.finished:
+                    continue
+                ctx.lease_lost = True
+                ctx.cancelled.set()
+            self._log_lease_lost(ctx, "handler told to stop")
+        return len(kept)

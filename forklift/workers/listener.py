@@ -1,0 +1,56 @@
+"""LISTEN/NOTIFY: a notification for one of our queues wakes the claim loop (a hint)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import psycopg
+
+from forklift import _db
+from forklift._events import emit
+from forklift.app import App
+from forklift.metrics import Tally
+from forklift.store import JobStore
+from forklift.workers.config import WorkerConfig
+from forklift.workers.wakeup import Wakeup
+
+log = logging.getLogger(__name__)
+
+
+class ListenerMixin:
+    """The listener thread of a Worker: reconnects with backoff; polling covers gaps."""
+
+    app: App
+    config: WorkerConfig
+    owner: str
+    store: JobStore
+    tally: Tally | None
+    _timeouts: _db.Timeouts
+    _closing: threading.Event
+    _flush_lock: threading.Lock
+    _wakeup: Wakeup | None
+
+    def _listen_loop(self) -> None:
+        channel = self.store.channel
+        queues = set(self.config.queues)
+        assert self._wakeup is not None
+        delay = 0.5
+        while not self._closing.is_set():
+            try:
+                with _db.connect(
+                    self.app.dsn, self._timeouts, application_name="forklift-listener"
+                ) as conn:
+                    conn.execute(f'LISTEN "{channel}"')
+                    delay = 0.5
+                    self._wakeup.set()  # anything sent while we were away: look now
+                    while not self._closing.is_set():
+                        for note in conn.notifies(timeout=0.5):
+                            if note.payload in queues:
+                                self._wakeup.set()
+            except psycopg.Error as exc:
+                if self._closing.is_set():
+                    return
+                emit(log, "listener.reconnect", logging.WARNING, error=exc, retry_in=delay)
+                self._closing.wait(delay)
+                delay = min(10.0, delay * 2)
