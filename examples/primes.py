@@ -23,7 +23,7 @@ def setup() -> None:
         )
 
 
-@app.task(queue="default", max_attempts=3, timeout=60.0)
+@app.task(name="count_primes", queue="default", max_attempts=3, timeout=60.0)
 def count_primes(ctx: forklift.JobContext, *, below: int) -> None:
     """Pure-Python CPU work (a sieve), then the answer and the job's completion commit
     together: a retry after a crash never stores it twice."""

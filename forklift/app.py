@@ -217,6 +217,13 @@ class App:
         """Register a handler `fn(ctx, **kwargs)` as a task (bare or with options)."""
 
         def register(f: Callable[P, R]) -> Task[P, R]:
+            if name is None and f.__module__ == "__main__":
+                # Workers import the module under its real name, never as __main__: a
+                # derived name would differ between producer and worker.
+                raise ConfigError(
+                    f"task {f.__qualname__!r} is defined in a script run as __main__: "
+                    "give it an explicit name, e.g. @app.task(name=...)"
+                )
             task_name = name or f"{f.__module__}.{f.__qualname__}"
             if task_name in self.tasks:
                 raise ConfigError(f"task {task_name!r} is registered twice")

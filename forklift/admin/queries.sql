@@ -28,7 +28,7 @@ SELECT id, kind, host, pid, supervisor_id, queues, current_job, rss_bytes,
        extract(epoch FROM now() - started_at)::float8 AS uptime,
        extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age
 FROM {schema}.processes
-ORDER BY host, coalesce(supervisor_id, id), kind DESC, pid;
+ORDER BY host, coalesce(supervisor_id, id), kind = 'supervisor' DESC, pid;
 
 -- name: ping
 -- Is the database there?

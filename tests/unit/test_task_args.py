@@ -50,3 +50,13 @@ def test_misfit_says_what_is_wrong() -> None:
     assert "c" in (kw.misfit({"a": 1, "c": 3}) or "")
     with pytest.raises(forklift.ArgumentError, match="'kw'"):
         kw.check_args({"c": 3})
+
+
+def test_a_task_in_a_script_run_as_main_needs_an_explicit_name() -> None:
+    def handler(ctx: forklift.JobContext) -> None: ...
+
+    handler.__module__ = "__main__"
+    with pytest.raises(forklift.ConfigError, match="explicit name"):
+        app.task(handler)
+    named = app.task(name="from_a_script")(handler)
+    assert named.name == "from_a_script"
