@@ -50,7 +50,6 @@ class ClaimedJob:
     attempt: int
     max_attempts: int
     timeout: float | None
-    available_at: datetime
     wait: float = 0.0  # seconds from available to claimed (database clock)
 
 
@@ -189,8 +188,7 @@ class JobStore:
                 attempt=r[6],
                 max_attempts=r[7],
                 timeout=r[8],
-                available_at=r[9],
-                wait=r[10],
+                wait=r[9],
             )
             for r in rows
         ]

@@ -88,7 +88,7 @@ UPDATE {schema}.jobs AS j SET
         ELSE j.errors END
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.queue, j.task, j.args, j.idempotency_key, j.priority, j.attempts,
-          j.max_attempts, j.timeout, j.available_at,
+          j.max_attempts, j.timeout,
           greatest(0, extract(epoch FROM now() - j.available_at))::float8;
 
 -- name: job_next_available

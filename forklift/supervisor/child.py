@@ -127,15 +127,3 @@ class Reporter:
                     data = data[os.write(self.fd, data) :]
             except OSError:
                 pass  # the parent is gone; the child notices through getppid()
-
-
-def report_heartbeat(fd: int, rss: int) -> None:
-    Reporter(fd).heartbeat(rss)
-
-
-def report_start(fd: int, job_id: int, timeout: float | None, task: str) -> None:
-    Reporter(fd).start(job_id, timeout, task)
-
-
-def report_end(fd: int, job_id: int) -> None:
-    Reporter(fd).end(job_id)

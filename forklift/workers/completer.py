@@ -34,7 +34,7 @@ class CompleterMixin:
     _flush_lock: threading.Lock
     _done: queue.SimpleQueue[JobContext | None]
 
-    def _forget(self, ctx: JobContext, outcome: str) -> None:
+    def _succeeded(self, ctx: JobContext) -> None:
         raise NotImplementedError
 
     def _lease_lost(self, ctx: JobContext, effect: str) -> None:
@@ -93,15 +93,6 @@ class CompleterMixin:
                 delay = min(1.0, delay * 2)
         for ctx in batch:
             if ctx.job_id in done:
-                emit(
-                    log,
-                    "job.succeeded",
-                    logging.DEBUG,
-                    job=ctx.job_id,
-                    task=ctx.task,
-                    attempt=ctx.attempt,
-                    owner=self.owner,
-                )
-                self._forget(ctx, "succeeded")
+                self._succeeded(ctx)
             else:
                 self._lease_lost(ctx, "completion refused")

@@ -32,7 +32,9 @@ class HeartbeatMixin:
     def _held_snapshot(self) -> list[JobContext]:
         raise NotImplementedError
 
-    def _log_lease_lost(self, ctx: JobContext, effect: str) -> None:
+    def _job_event(
+        self, event: str, ctx: JobContext, level: int = logging.INFO, **fields: object
+    ) -> None:
         raise NotImplementedError
 
     def _heartbeat_loop(self) -> None:
@@ -61,5 +63,5 @@ class HeartbeatMixin:
                     continue
                 ctx.lease_lost = True
                 ctx.cancelled.set()
-            self._log_lease_lost(ctx, "handler told to stop")
+            self._job_event("job.lease_lost", ctx, logging.WARNING, effect="handler told to stop")
         return len(kept)

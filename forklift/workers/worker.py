@@ -231,44 +231,44 @@ class Worker(CompleterMixin, HeartbeatMixin, ListenerMixin, MaintenanceMixin):
             self._active += 1
         if self.tally is not None:
             self.tally.wait(job.queue, job.wait)
-        emit(
-            log,
-            "job.claimed",
-            logging.DEBUG,
-            job=job.id,
-            task=job.task,
-            attempt=job.attempt,
-            owner=self.owner,
-        )
+        self._job_event("job.claimed", ctx, logging.DEBUG)
         return ctx
 
-    def _free_slot(self, ctx: JobContext) -> None:
+    def _free_slot(self, ctx: JobContext, *, wake: bool = True) -> None:
         with self._held_lock:
             if ctx.slot_freed:
                 return
             ctx.slot_freed = True
             self._active -= 1
-        assert self._wakeup is not None
-        self._wakeup.set()
+        if wake:
+            assert self._wakeup is not None
+            self._wakeup.set()
 
-    def _log_lease_lost(self, ctx: JobContext, effect: str) -> None:
+    def _job_event(
+        self, event: str, ctx: JobContext, level: int = logging.INFO, **fields: object
+    ) -> None:
+        """One lifecycle event of a held job, with the fields every job event carries."""
         emit(
             log,
-            "job.lease_lost",
-            logging.WARNING,
+            event,
+            level,
             job=ctx.job_id,
             task=ctx.task,
             attempt=ctx.attempt,
             owner=self.owner,
-            effect=effect,
+            **fields,
         )
 
+    def _succeeded(self, ctx: JobContext) -> None:
+        self._job_event("job.succeeded", ctx, logging.DEBUG)
+        self._forget(ctx, "succeeded")
+
     def _lease_lost(self, ctx: JobContext, effect: str) -> None:
-        self._log_lease_lost(ctx, effect)
+        self._job_event("job.lease_lost", ctx, logging.WARNING, effect=effect)
         self._forget(ctx, "lease_lost")
 
     def _forget(self, ctx: JobContext, outcome: str) -> None:
-        self._free_slot(ctx)
+        self._free_slot(ctx, wake=False)  # the wake-up below covers it
         with self._held_lock:
             if self._held.get(ctx.job_id) is ctx:
                 del self._held[ctx.job_id]
@@ -314,15 +314,7 @@ class Worker(CompleterMixin, HeartbeatMixin, ListenerMixin, MaintenanceMixin):
         for ctx in contexts:
             self._free_slot(ctx)
             if ctx.job_id in released:
-                emit(
-                    log,
-                    "job.released",
-                    job=ctx.job_id,
-                    task=ctx.task,
-                    attempt=ctx.attempt,
-                    owner=self.owner,
-                    reason=why,
-                )
+                self._job_event("job.released", ctx, reason=why)
                 if self.tally is not None:
                     self.tally.job(ctx.queue, ctx.task, "released", None)
             with self._held_lock:
@@ -396,16 +388,7 @@ class Worker(CompleterMixin, HeartbeatMixin, ListenerMixin, MaintenanceMixin):
             except psycopg.Error as exc:
                 return executor.failure(exc)
             ctx.finished = True
-        emit(
-            log,
-            "job.succeeded",
-            logging.DEBUG,
-            job=ctx.job_id,
-            task=ctx.task,
-            attempt=ctx.attempt,
-            owner=self.owner,
-        )
-        self._forget(ctx, "succeeded")
+        self._succeeded(ctx)
         return None
 
     def _record_failure(self, ctx: JobContext, outcome: Outcome) -> None:
@@ -436,26 +419,9 @@ class Worker(CompleterMixin, HeartbeatMixin, ListenerMixin, MaintenanceMixin):
             self._lease_lost(ctx, "outcome refused")
             return
         if dead:
-            emit(
-                log,
-                "job.dead",
-                logging.ERROR,
-                job=job.id,
-                task=job.task,
-                attempt=job.attempt,
-                owner=self.owner,
-                error=outcome.error,
-            )
+            self._job_event("job.dead", ctx, logging.ERROR, error=outcome.error)
         else:
-            emit(
-                log,
-                "job.failed",
-                logging.WARNING,
-                job=job.id,
-                task=job.task,
-                attempt=job.attempt,
-                owner=self.owner,
-                retry_in=round(delay, 3),
-                error=outcome.error,
+            self._job_event(
+                "job.failed", ctx, logging.WARNING, retry_in=round(delay, 3), error=outcome.error
             )
         self._forget(ctx, "dead" if dead else "failed")

@@ -12,10 +12,8 @@ import pytest
 from forklift.supervisor.autoscale import Autoscaler
 from forklift.supervisor.child import (
     Child,
+    Reporter,
     RunningJob,
-    report_end,
-    report_heartbeat,
-    report_start,
 )
 from forklift.supervisor.config import SupervisorConfig
 from forklift.supervisor.death import describe_exit, signal_name
@@ -316,9 +314,9 @@ def test_read_with_nothing_written_is_still_open(child: Child) -> None:
 
 def test_heartbeats_set_rss_and_peak_rss(child: Child, pipe: tuple[int, int]) -> None:
     write_fd = pipe[1]
-    report_heartbeat(write_fd, 1000)
-    report_heartbeat(write_fd, 5000)
-    report_heartbeat(write_fd, 3000)
+    Reporter(write_fd).heartbeat(1000)
+    Reporter(write_fd).heartbeat(5000)
+    Reporter(write_fd).heartbeat(3000)
     assert child.read(7.0) is True
     assert (child.rss, child.peak_rss, child.last_seen) == (3000, 5000, 7.0)
     assert not child.busy
@@ -326,27 +324,27 @@ def test_heartbeats_set_rss_and_peak_rss(child: Child, pipe: tuple[int, int]) ->
 
 def test_start_and_end_track_jobs_busy_and_idle_since(child: Child, pipe: tuple[int, int]) -> None:
     write_fd = pipe[1]
-    report_start(write_fd, 7, 1.5, "render")
+    Reporter(write_fd).start(7, 1.5, "render")
     assert child.read(10.0)
     assert child.jobs == {7: RunningJob(7, "render", 10.0, 1.5)}
     assert child.busy and child.idle_since is None and child.last_seen == 10.0
 
-    report_start(write_fd, 8, None, "send email")  # a second thread's job; spaces survive
+    Reporter(write_fd).start(8, None, "send email")  # a second thread's job; spaces survive
     assert child.read(11.0)
     assert child.jobs[8] == RunningJob(8, "send email", 11.0, None)
 
-    report_end(write_fd, 7)
+    Reporter(write_fd).end(7)
     assert child.read(12.0)
     assert list(child.jobs) == [8]
     assert child.busy and child.idle_since is None  # still running job 8
 
-    report_end(write_fd, 8)
+    Reporter(write_fd).end(8)
     assert child.read(13.0)
     assert child.jobs == {} and not child.busy and child.idle_since == 13.0
 
 
 def test_a_long_task_name_is_cut_to_200_characters(child: Child, pipe: tuple[int, int]) -> None:
-    report_start(pipe[1], 1, 2, "t" * 5000)
+    Reporter(pipe[1]).start(1, 2, "t" * 5000)
     assert child.read(1.0)
     assert child.jobs[1].task == "t" * 200
     assert child.jobs[1].timeout == 2.0
@@ -386,16 +384,16 @@ def test_a_line_split_inside_a_multibyte_character_survives(
 def test_many_reports_in_one_read(child: Child, pipe: tuple[int, int]) -> None:
     write_fd = pipe[1]
     for i in range(1, 2001):
-        report_start(write_fd, i, None, "noop")
-        report_heartbeat(write_fd, i)
-        report_end(write_fd, i)
+        Reporter(write_fd).start(i, None, "noop")
+        Reporter(write_fd).heartbeat(i)
+        Reporter(write_fd).end(i)
     assert child.read(1.0)
     assert child.jobs == {} and child.rss == 2000 and child.peak_rss == 2000
 
 
 def test_read_returns_false_once_the_write_end_closes(child: Child, pipe: tuple[int, int]) -> None:
     write_fd = pipe[1]
-    report_start(write_fd, 5, None, "last words")
+    Reporter(write_fd).start(5, None, "last words")
     os.close(write_fd)
     # What the child wrote before it died is still applied (reap reads once more).
     assert child.read(9.0) is False
@@ -412,11 +410,11 @@ def test_read_after_close_returns_false(child: Child) -> None:
 def test_report_writers_never_raise_once_the_parent_is_gone(pipe: tuple[int, int]) -> None:
     read_fd, write_fd = pipe
     os.close(read_fd)
-    report_heartbeat(write_fd, 1)  # EPIPE, swallowed
-    report_start(write_fd, 1, None, "x")
-    report_end(write_fd, 1)
+    Reporter(write_fd).heartbeat(1)  # EPIPE, swallowed
+    Reporter(write_fd).start(1, None, "x")
+    Reporter(write_fd).end(1)
     os.close(write_fd)
-    report_heartbeat(write_fd, 1)  # EBADF, swallowed
+    Reporter(write_fd).heartbeat(1)  # EBADF, swallowed
 
 
 def test_overdue_respects_the_timeout() -> None:
