@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from forklift import _db
-from forklift.store import translated
+from forklift.store import short_connection
 
 
 def lock_key(name: str) -> int:
@@ -25,10 +25,7 @@ def singleton(dsn: str, timeouts: _db.Timeouts, name: str) -> Iterator[bool]:
     explicitly, or by the connection closing if the release itself fails.
     """
     key = lock_key(name)
-    with (
-        translated(f"singleton {name}"),
-        _db.connect(dsn, timeouts, application_name="forklift-singleton") as conn,
-    ):
+    with short_connection(dsn, timeouts, "forklift-singleton", f"singleton {name}") as conn:
         row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
         held = bool(row and row[0])
         try:

@@ -16,7 +16,7 @@ from psycopg_pool import ConnectionPool
 from forklift import _db, _json, _sql
 from forklift.backoff import Backoff
 from forklift.errors import ArgumentError, ConfigError, UnknownTaskError
-from forklift.store import JobStore, NewJob, translated
+from forklift.store import JobStore, NewJob, short_connection, translated
 
 if TYPE_CHECKING:
     from forklift.workers.context import JobContext
@@ -377,9 +377,7 @@ class App:
         from forklift.schema import migrate
 
         timeouts = _db.Timeouts(statement=60.0, lock=30.0)
-        with translated("cannot connect to migrate"):
-            conn = _db.connect(self.dsn, timeouts, application_name="forklift-migrate")
-        with conn:
+        with short_connection(self.dsn, timeouts, "forklift-migrate", "migrate") as conn:
             return migrate(conn, self.schema)
 
     def close(self) -> None:

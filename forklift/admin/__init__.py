@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
 from forklift import _db, _sql
-from forklift.store import translated
+from forklift.store import short_connection
 
 
 @dataclass(frozen=True)
@@ -45,13 +46,13 @@ class AdminStore:
         self.timeouts = timeouts or _db.Timeouts(connect=2.0, statement=2.0, lock=1.0)
         self.q = _sql.load("forklift.admin", "queries.sql", schema)
 
-    def _connect(self) -> psycopg.Connection[Any]:
-        return _db.connect(self.dsn, self.timeouts, application_name="forklift-admin")
+    def _conn(self, what: str) -> AbstractContextManager[psycopg.Connection[Any]]:
+        return short_connection(self.dsn, self.timeouts, "forklift-admin", what)
 
     def queue_stats(self, *, throughput: bool = True) -> list[QueueStats]:
         """Per-queue counts; `throughput` adds successes in the last minute (a scan of
         that minute's finished jobs, so the metrics endpoint leaves it out)."""
-        with translated("reading queue statistics failed"), self._connect() as conn:
+        with self._conn("reading queue statistics failed") as conn:
             rows = conn.execute(self.q["queue_depth"]).fetchall()
             done = dict(conn.execute(self.q["queue_throughput"]).fetchall()) if throughput else {}
         stats = {
@@ -71,10 +72,10 @@ class AdminStore:
         return [stats[q] for q in sorted(stats)]
 
     def process_list(self) -> list[ProcessRow]:
-        with translated("reading the process registry failed"), self._connect() as conn:
+        with self._conn("reading the process registry failed") as conn:
             rows = conn.execute(self.q["process_list"]).fetchall()
         return [ProcessRow(*r) for r in rows]
 
     def ping(self) -> None:
-        with translated("database unreachable"), self._connect() as conn:
+        with self._conn("database unreachable") as conn:
             conn.execute(self.q["ping"])

@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from forklift import _sql
+from forklift import _db, _sql
 from forklift.errors import DatabaseError
 
 Conn = psycopg.Connection[Any]
@@ -62,6 +62,19 @@ def translated(what: str) -> Iterator[None]:
         raise DatabaseError(f"{what}: {type(exc).__name__}: {exc}") from exc
     except PoolTimeout as exc:
         raise DatabaseError(f"{what}: no database connection available: {exc}") from exc
+
+
+@contextmanager
+def short_connection(
+    dsn: str, timeouts: _db.Timeouts, application_name: str, what: str
+) -> Iterator[Conn]:
+    """A bounded connection for one piece of work, closed after it; errors translated.
+
+    For callers that must hold no connection between calls (the supervisor across
+    forks, one-shot commands, singleton locks).
+    """
+    with translated(what), _db.connect(dsn, timeouts, application_name=application_name) as c:
+        yield c
 
 
 class JobStore:

@@ -6,15 +6,15 @@ connection and closes it before returning.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import psycopg
 
 from forklift import _db, _sql
-from forklift.store import translated
+from forklift.store import short_connection
 
 
 class Charged(NamedTuple):
@@ -53,13 +53,8 @@ class SupervisorStore:
         self.timeouts = timeouts
         self.q = _sql.load("forklift.supervisor", "queries.sql", schema)
 
-    @contextmanager
-    def _conn(self, what: str) -> Iterator[psycopg.Connection[Any]]:
-        with (
-            translated(what),
-            _db.connect(self.dsn, self.timeouts, application_name="forklift-supervisor") as c,
-        ):
-            yield c
+    def _conn(self, what: str) -> AbstractContextManager[psycopg.Connection[Any]]:
+        return short_connection(self.dsn, self.timeouts, "forklift-supervisor", what)
 
     def job_fail_orphaned(
         self,
