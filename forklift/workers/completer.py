@@ -4,41 +4,22 @@ from __future__ import annotations
 
 import logging
 import queue
-import threading
 import time
 
-from forklift import _db
 from forklift._events import emit
-from forklift.app import App
 from forklift.errors import DatabaseError
-from forklift.metrics import Tally
-from forklift.store import JobStore
-from forklift.workers.config import WorkerConfig
 from forklift.workers.context import JobContext
+from forklift.workers.parts import WorkerParts
 
 log = logging.getLogger(__name__)
 
 _COMPLETE_BATCH = 1000
 
 
-class CompleterMixin:
+class CompleterMixin(WorkerParts):
     """The completer thread of a Worker: drains `_done`, completes in batches."""
 
-    app: App
-    config: WorkerConfig
-    owner: str
-    store: JobStore
-    tally: Tally | None
-    _timeouts: _db.Timeouts
-    _closing: threading.Event
-    _flush_lock: threading.Lock
     _done: queue.SimpleQueue[JobContext | None]
-
-    def _succeeded(self, ctx: JobContext) -> None:
-        raise NotImplementedError
-
-    def _lease_lost(self, ctx: JobContext, effect: str) -> None:
-        raise NotImplementedError
 
     def _complete_loop(self) -> None:
         while True:

@@ -3,39 +3,16 @@
 from __future__ import annotations
 
 import logging
-import threading
 
-from forklift import _db
 from forklift._events import emit
-from forklift.app import App
 from forklift.errors import ForkliftError
-from forklift.metrics import Tally
-from forklift.store import JobStore
-from forklift.workers.config import WorkerConfig
-from forklift.workers.context import JobContext
+from forklift.workers.parts import WorkerParts
 
 log = logging.getLogger(__name__)
 
 
-class HeartbeatMixin:
+class HeartbeatMixin(WorkerParts):
     """The heartbeat thread of a Worker: renews leases every third of the lease."""
-
-    app: App
-    config: WorkerConfig
-    owner: str
-    store: JobStore
-    tally: Tally | None
-    _timeouts: _db.Timeouts
-    _closing: threading.Event
-    _flush_lock: threading.Lock
-
-    def _held_snapshot(self) -> list[JobContext]:
-        raise NotImplementedError
-
-    def _job_event(
-        self, event: str, ctx: JobContext, level: int = logging.INFO, **fields: object
-    ) -> None:
-        raise NotImplementedError
 
     def _heartbeat_loop(self) -> None:
         while not self._closing.wait(self.config.heartbeat_interval):

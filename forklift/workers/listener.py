@@ -3,33 +3,18 @@
 from __future__ import annotations
 
 import logging
-import threading
 
 import psycopg
 
 from forklift import _db
 from forklift._events import emit
-from forklift.app import App
-from forklift.metrics import Tally
-from forklift.store import JobStore
-from forklift.workers.config import WorkerConfig
-from forklift.workers.wakeup import Wakeup
+from forklift.workers.parts import WorkerParts
 
 log = logging.getLogger(__name__)
 
 
-class ListenerMixin:
+class ListenerMixin(WorkerParts):
     """The listener thread of a Worker: reconnects with backoff; polling covers gaps."""
-
-    app: App
-    config: WorkerConfig
-    owner: str
-    store: JobStore
-    tally: Tally | None
-    _timeouts: _db.Timeouts
-    _closing: threading.Event
-    _flush_lock: threading.Lock
-    _wakeup: Wakeup | None
 
     def _listen_loop(self) -> None:
         channel = self.store.channel

@@ -3,31 +3,17 @@
 from __future__ import annotations
 
 import logging
-import threading
 
-from forklift import _db
 from forklift._events import emit
 from forklift._singleton import singleton
-from forklift.app import App
 from forklift.errors import DatabaseError
-from forklift.metrics import Tally
-from forklift.store import JobStore
-from forklift.workers.config import WorkerConfig
+from forklift.workers.parts import WorkerParts
 
 log = logging.getLogger(__name__)
 
 
-class MaintenanceMixin:
+class MaintenanceMixin(WorkerParts):
     """run_once()-style maintenance for a Worker's claim loop."""
-
-    app: App
-    config: WorkerConfig
-    owner: str
-    store: JobStore
-    tally: Tally | None
-    _timeouts: _db.Timeouts
-    _closing: threading.Event
-    _flush_lock: threading.Lock
 
     def maintain_once(self) -> tuple[int, int] | None:
         """Dead-letter exhausted expired leases and prune old finished jobs.

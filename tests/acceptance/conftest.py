@@ -114,6 +114,13 @@ def released(db: psycopg.Connection[Any], schema: str, job_id: int) -> bool:
     return row == ("ready", 0, None)
 
 
+def still_serves(app: Any, db: psycopg.Connection[Any], schema: str, sup: Proc) -> None:
+    """The supervisor is up and a fresh job still gets done."""
+    job_id = app.enqueue("noop")
+    wait_state(db, schema, job_id, "succeeded", timeout=20)
+    assert sup.popen.poll() is None
+
+
 def wait_state(
     db: psycopg.Connection[Any], schema: str, job_id: int, state: str, timeout: float = 10.0
 ) -> None:

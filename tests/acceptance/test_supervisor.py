@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 
 import forklift
-from tests.acceptance.conftest import released, scalar, wait_state
+from tests.acceptance.conftest import released, scalar, still_serves, wait_state
 from tests.conftest import wait_for
 
 
@@ -111,10 +111,7 @@ def test_a_handler_that_exits_the_process_ends_dead_and_supervisor_survives(
     assert row is not None
     assert row[0] == 3 and row[2] == 3
     assert "exited with code 3" in row[1]
-    # Still serving.
-    after = app.enqueue("noop")
-    wait_state(db, schema, after, "succeeded", timeout=20)
-    assert sup.popen.poll() is None
+    still_serves(app, db, schema, sup)
     sup.stop_cleanly(timeout=15)
     app.close()
 
@@ -129,8 +126,7 @@ def test_a_job_past_its_timeout_is_killed_and_charged(
     errors = scalar(db, f"SELECT errors FROM {schema}.jobs WHERE id = %s", job_id)
     assert len(errors) == 2
     assert all("timed out after 1 s" in e["error"] for e in errors)
-    after = app.enqueue("noop")
-    wait_state(db, schema, after, "succeeded", timeout=20)
+    still_serves(app, db, schema, sup)
     sup.stop_cleanly(timeout=15)
     app.close()
 
@@ -147,9 +143,7 @@ def test_a_child_past_the_memory_limit_is_killed_and_its_job_charged(
     errors = scalar(db, f"SELECT errors FROM {schema}.jobs WHERE id = %s", job_id)
     assert len(errors) == 2
     assert all("memory limit" in e["error"] and "SIGKILL" in e["error"] for e in errors)
-    after = app.enqueue("noop")
-    wait_state(db, schema, after, "succeeded", timeout=20)
-    assert sup.popen.poll() is None
+    still_serves(app, db, schema, sup)
     sup.stop_cleanly(timeout=15)
     app.close()
 
