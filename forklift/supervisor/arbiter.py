@@ -299,13 +299,17 @@ class Supervisor:
         nonce = secrets.token_hex(3)
         read_fd, write_fd = os.pipe()
         parent_pid = os.getpid()
-        with self.ops.fork_lock:  # the ops thread is idle and holds no connection
+        # Signals are held back across the fork: one that reached the child before it
+        # dropped the parent's handlers would be swallowed by them (a SIGTERM lost, a
+        # child that never stops). Pending ones arrive once each side is ready.
+        with self.ops.fork_lock, self.signals.held():  # the ops thread is idle, no connection
             pid = os.fork()
-        if pid == 0:  # the child: nothing of the parent's loop survives here
+            if pid == 0:  # the child: nothing of the parent's loop survives here
+                self.signals.reset_in_child()
+        if pid == 0:
             os.close(read_fd)
             for other in self.children.values():
                 other.close()
-            self.signals.reset_in_child()
             self.ops.close_in_child()
             child_main(
                 self.app,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import signal
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import FrameType
 
 HANDLED = (
@@ -54,6 +56,15 @@ class SignalQueue:
 
     def pop(self) -> int | None:
         return self.pending.popleft() if self.pending else None
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Block the handled signals for the block; pending ones are delivered after."""
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
     def reset_in_child(self) -> None:
         """After fork: default dispositions, and close the parent's pipe."""

@@ -71,7 +71,15 @@ class Proc:
         """Send `signum`, require exit code 0; return how many seconds the stop took."""
         started = time.monotonic()
         self.signal(signum)
-        assert self.wait(timeout=timeout) == 0, self.output[-3000:]
+        try:
+            code = self.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            titles = "\n".join(self.titles())
+            pytest.fail(
+                f"no exit {timeout}s after {signum}; children:\n{titles}\n"
+                f"output:\n{self.output[-4000:]}"
+            )
+        assert code == 0, self.output[-3000:]
         return time.monotonic() - started
 
     def stop(self) -> None:
