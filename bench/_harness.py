@@ -27,7 +27,6 @@ import os
 import secrets
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,6 +39,7 @@ from typing import Any, Self
 import psycopg
 
 import forklift
+from forklift import testing
 from forklift._db import redact
 
 DEFAULT_DSN = "postgresql://root@127.0.0.1:5432/test"
@@ -182,15 +182,6 @@ def load_average() -> str:
     return ", ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
-def child_pids(pid: int) -> list[int]:
-    """The direct children of `pid`, unreaped ones included (empty once it is gone)."""
-    try:
-        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-    except OSError:
-        return []
-    return [int(p) for p in text.split()]
-
-
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds `pid` (all its threads) has used so far (0 once gone)."""
     try:
@@ -261,66 +252,21 @@ def child_env(dsn: str, schema: str) -> dict[str, str]:
     return env
 
 
-class ForkliftProcess:
-    """A `python -m forklift ...` process in its own session, its output in a file."""
+class ForkliftProcess(testing.ForkliftProcess):
+    """forklift.testing's process, its log in the bench's directory, run from the repo root."""
 
     def __init__(self, args: Sequence[str], env: dict[str, str], logdir: Path) -> None:
-        self.log_path = logdir / f"forklift-{time.monotonic_ns()}.log"
-        with self.log_path.open("wb") as log:  # the child keeps its own descriptor
-            self.popen = subprocess.Popen(
-                [sys.executable, "-m", "forklift", *args],
-                env=env,
-                cwd=REPO_ROOT,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # a Ctrl-C of the bench reaches the bench only
-            )
-        self.pid = self.popen.pid
-        self.returncode: int | None = None  # set by stop()
-        self._output: str | None = None  # all of it, read once it has stopped
+        log = logdir / f"forklift-{time.monotonic_ns()}.log"
+        super().__init__(args, env, log, cwd=REPO_ROOT)
 
-    def children(self) -> list[int]:
-        return child_pids(self.pid)
-
-    def output(self) -> str:
-        """What it has printed so far; once stopped, all of it (also after `logdir` is gone)."""
-        if self._output is not None:
-            return self._output
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-
-    def check_alive(self) -> None:
-        """Raise, with the end of its output, if it has exited."""
-        if self.popen.poll() is not None:
-            raise RuntimeError(
-                f"forklift (pid {self.pid}) exited with {self.popen.returncode}:\n"
-                + self.output()[-3000:]
-            )
+    @property
+    def returncode(self) -> int | None:
+        """Its exit code once it has exited (None while it runs)."""
+        return self.popen.poll()
 
     def terminate(self) -> None:
         """SIGTERM it if it is still running, without waiting (stop() waits)."""
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-
-    def stop(self, timeout: float = 60.0) -> int:
-        """SIGTERM and wait; past `timeout`, SIGKILL its children and it. Return the code."""
-        if self.returncode is not None:
-            return self.returncode
-        self.terminate()
-        try:
-            self.popen.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            say(f"forklift (pid {self.pid}) still running {timeout:g}s after SIGTERM; killing")
-            for pid in self.children():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            self.popen.kill()
-            self.popen.wait(timeout=10)
-        self.returncode = self.popen.returncode
-        self._output = self.output()
-        return self.returncode
+        self.signal(signal.SIGTERM)
 
 
 # -- the bench ---------------------------------------------------------------------------

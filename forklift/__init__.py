@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from forklift.app import App, JobSpec, Task
+from forklift.app import App, JobSpec
 from forklift.backoff import Backoff
 from forklift.errors import (
     ArgumentError,
@@ -15,6 +15,7 @@ from forklift.errors import (
     Retry,
     UnknownTaskError,
 )
+from forklift.task import Task
 from forklift.workers.config import WorkerConfig
 from forklift.workers.context import JobContext
 

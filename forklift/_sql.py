@@ -8,7 +8,9 @@ from importlib import resources
 
 from forklift.errors import ConfigError
 
-_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+# 58 characters at most: the notification channel, "<schema>_jobs", must fit the 63
+# bytes of a PostgreSQL identifier.
+_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,57}$")
 _HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
 
@@ -17,14 +19,26 @@ def check_schema_name(schema: str) -> str:
     if not _IDENTIFIER.fullmatch(schema) or schema.startswith("pg_"):
         raise ConfigError(
             f"schema name {schema!r} must be a lower-case identifier "
-            "(letters, digits, underscore; at most 63 characters; not starting with pg_)"
+            "(letters, digits, underscore; at most 58 characters; not starting with pg_)"
         )
     return schema
 
 
+def channel_name(schema: str) -> str:
+    """The LISTEN/NOTIFY channel on which workers of `schema` hear of ready jobs."""
+    return f"{check_schema_name(schema)}_jobs"
+
+
 def render(text: str, schema: str) -> str:
-    """Fill the `{schema}` placeholders of a query or migration."""
-    return text.replace("{schema}", f'"{check_schema_name(schema)}"')
+    """Fill the placeholders of a query or migration.
+
+    `{schema}` becomes the quoted schema name; `{channel}` the notification channel, a
+    plain lower-case identifier, so it serves both `LISTEN {channel}` and
+    `pg_notify('{channel}', ...)`.
+    """
+    return text.replace("{schema}", f'"{check_schema_name(schema)}"').replace(
+        "{channel}", channel_name(schema)
+    )
 
 
 def parse(text: str) -> dict[str, str]:

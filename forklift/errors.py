@@ -7,7 +7,7 @@ class ForkliftError(Exception):
     """A forklift operation failed."""
 
 
-class ConfigError(ForkliftError):
+class ConfigError(ForkliftError, ValueError):
     """forklift is configured wrongly."""
 
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -14,20 +13,6 @@ import pytest
 import forklift
 
 DSN = os.environ.get("FORKLIFT_TEST_DATABASE_URL", "postgresql://root@127.0.0.1:5432/test")
-
-
-def wait_for(
-    condition: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02, what: str = ""
-) -> Any:
-    """Poll `condition` until it returns something truthy; fail the test at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what or condition}")
-        time.sleep(interval)
 
 
 @pytest.fixture(scope="session")

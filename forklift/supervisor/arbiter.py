@@ -21,6 +21,7 @@ from setproctitle import setproctitle
 
 from forklift import _db
 from forklift._events import emit
+from forklift._ids import make_owner
 from forklift.app import App
 from forklift.errors import DatabaseError
 from forklift.metrics import Totals
@@ -34,7 +35,6 @@ from forklift.supervisor.restarts import RestartPolicy
 from forklift.supervisor.signals import SignalQueue
 from forklift.supervisor.store import ProcessInfo, SupervisorStore
 from forklift.supervisor.systemd import Notifier
-from forklift.workers.worker import make_owner
 
 log = logging.getLogger(__name__)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from forklift.errors import ConfigError
+
 
 @dataclass
 class Autoscaler:
@@ -24,7 +26,7 @@ class Autoscaler:
 
     def __post_init__(self) -> None:
         if not 1 <= self.minimum <= self.maximum:
-            raise ValueError("autoscale needs 1 <= MIN <= MAX")
+            raise ConfigError("autoscale needs 1 <= MIN <= MAX")
 
     def decide(self, now: float, current: int, backlog: int, busy: int, longest_idle: float) -> int:
         if current < self.minimum:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from forklift.errors import ConfigError
 from forklift.workers.config import WorkerConfig
 
 
@@ -32,21 +33,21 @@ class SupervisorConfig:
 
     def __post_init__(self) -> None:
         if self.workers < 1:
-            raise ValueError("workers must be >= 1")
+            raise ConfigError("workers must be >= 1")
         if self.max_jobs_per_child is not None and self.max_jobs_per_child < 1:
-            raise ValueError("max_jobs_per_child must be >= 1")
+            raise ConfigError("max_jobs_per_child must be >= 1")
         if self.max_memory_per_child is not None and self.max_memory_per_child <= 0:
-            raise ValueError("max_memory_per_child must be > 0 MiB")
+            raise ConfigError("max_memory_per_child must be > 0 MiB")
         if self.child_timeout < 1:
-            raise ValueError("child_timeout must be >= 1 second (children report every 0.5 s)")
+            raise ConfigError("child_timeout must be >= 1 second (children report every 0.5 s)")
         if self.kill_grace < 0:
-            raise ValueError("kill_grace must be >= 0")
+            raise ConfigError("kill_grace must be >= 0")
         if self.autoscale_idle <= 0:
-            raise ValueError("autoscale_idle must be > 0")
+            raise ConfigError("autoscale_idle must be > 0")
         if self.autoscale is not None:
             low, high = self.autoscale
             if not 1 <= low <= high:
-                raise ValueError("autoscale needs 1 <= MIN <= MAX")
+                raise ConfigError("autoscale needs 1 <= MIN <= MAX")
 
     @property
     def shutdown_budget(self) -> float:

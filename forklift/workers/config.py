@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from forklift.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class WorkerConfig:
@@ -33,19 +35,19 @@ class WorkerConfig:
 
     def __post_init__(self) -> None:
         if not self.queues or any(not q for q in self.queues):
-            raise ValueError("queues must name at least one non-empty queue")
+            raise ConfigError("queues must name at least one non-empty queue")
         if self.concurrency < 1:
-            raise ValueError("concurrency must be >= 1")
+            raise ConfigError("concurrency must be >= 1")
         if self.pool is not None and self.pool < 1:
-            raise ValueError("pool must be >= 1")
+            raise ConfigError("pool must be >= 1")
         if self.lease < 1:
-            raise ValueError("lease must be >= 1 second")
+            raise ConfigError("lease must be >= 1 second")
         if self.poll_interval <= 0:
-            raise ValueError("poll_interval must be > 0")
+            raise ConfigError("poll_interval must be > 0")
         if self.grace < 0:
-            raise ValueError("grace must be >= 0")
+            raise ConfigError("grace must be >= 0")
         if self.max_jobs is not None and self.max_jobs < 1:
-            raise ValueError("max_jobs must be >= 1")
+            raise ConfigError("max_jobs must be >= 1")
 
     @property
     def pool_size(self) -> int:

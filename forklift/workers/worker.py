@@ -11,8 +11,6 @@ import logging
 import os
 import queue
 import random
-import secrets
-import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -23,6 +21,7 @@ from psycopg_pool import ConnectionPool
 
 from forklift import _db
 from forklift._events import emit
+from forklift._ids import make_owner
 from forklift.app import App
 from forklift.errors import DatabaseError
 from forklift.metrics import Tally
@@ -38,11 +37,6 @@ from forklift.workers.maintenance import MaintenanceMixin
 from forklift.workers.wakeup import Wakeup
 
 log = logging.getLogger(__name__)
-
-
-def make_owner(pid: int | None = None, nonce: str | None = None) -> str:
-    """A lease owner id unique to one process incarnation: host:pid:nonce."""
-    return f"{socket.gethostname()}:{pid or os.getpid()}:{nonce or secrets.token_hex(3)}"
 
 
 class Worker(CompleterMixin, HeartbeatMixin, ListenerMixin, MaintenanceMixin):

@@ -9,8 +9,8 @@ from typing import Any
 import psycopg
 
 import forklift
+from forklift.testing import wait_for
 from tests.acceptance.conftest import scalar
-from tests.conftest import wait_for
 
 
 def test_a_backlog_scales_up_to_max_and_idleness_back_down(
@@ -44,13 +44,13 @@ def test_a_backlog_scales_up_to_max_and_idleness_back_down(
     wait_for(lambda: count() == 1, timeout=20, what="back down to one child")
     assert max(seen) == 3, seen
 
-    targets = [int(n) for n in re.findall(r"supervisor\.scale workers=(\d+)", sup.output)]
-    assert targets == [2, 3, 2, 1], sup.output
-    assert re.search(r"supervisor\.started pid=\d+ workers=1 ", sup.output), sup.output
-    assert "child.killing" not in sup.output and "restart_backoff" not in sup.output
+    targets = [int(n) for n in re.findall(r"supervisor\.scale workers=(\d+)", sup.output())]
+    assert targets == [2, 3, 2, 1], sup.output()
+    assert re.search(r"supervisor\.started pid=\d+ workers=1 ", sup.output()), sup.output()
+    assert "child.killing" not in sup.output() and "restart_backoff" not in sup.output()
 
     sup.stop_cleanly(timeout=15)
-    assert sup.output.count("child.started") == 3
-    assert sup.output.count("reason=clean exit") == 3
-    assert sup.output.count("retiring=scale down") == 2
+    assert sup.output().count("child.started") == 3
+    assert sup.output().count("reason=clean exit") == 3
+    assert sup.output().count("retiring=scale down") == 2
     app.close()

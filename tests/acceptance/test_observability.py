@@ -18,14 +18,14 @@ import psycopg
 import pytest
 
 import forklift
+from forklift.testing import wait_for
 from tests.acceptance.conftest import scalar, wait_state
 from tests.acceptance.proxy import Proxy
-from tests.conftest import wait_for
 
 
 def metrics_url(sup: Any) -> str:
     match = wait_for(
-        lambda: re.search(r"supervisor\.http addr=([\d.]+:\d+)", sup.output), what="http addr"
+        lambda: re.search(r"supervisor\.http addr=([\d.]+:\d+)", sup.output()), what="http addr"
     )
     return f"http://{match[1]}"
 
@@ -162,7 +162,7 @@ def test_database_outage_keeps_the_supervisor_up_not_ready_then_recovers(
     env: dict[str, str],
 ) -> None:
     info = psycopg.conninfo.conninfo_to_dict(dsn)
-    proxy = Proxy((str(info.get("host", "127.0.0.1")), int(info.get("port", 5432))))
+    proxy = Proxy((str(info.get("host", "127.0.0.1")), int(str(info.get("port", 5432)))))
     env["FORKLIFT_DATABASE_URL"] = (
         f"postgresql://{info.get('user', 'root')}@127.0.0.1:{proxy.port}/{info['dbname']}"
     )
@@ -275,7 +275,7 @@ def test_logs_are_json_events_and_never_show_the_password(
     sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "1", "--log-level", "DEBUG")
     wait_state(db, schema, failing, "dead")
     sup.stop_cleanly(timeout=20)
-    events = [json.loads(line) for line in sup.output.splitlines() if line.strip()]
+    events = [json.loads(line) for line in sup.output().splitlines() if line.strip()]
     names = {e.get("event") for e in events}
     assert {
         "supervisor.started",
@@ -288,7 +288,7 @@ def test_logs_are_json_events_and_never_show_the_password(
     } <= names
     dead = next(e for e in events if e.get("event") == "job.dead")
     assert dead["job"] == failing and dead["task"] == "fail" and dead["attempt"] == 1
-    assert "s3cr3t-pw" not in sup.output
+    assert "s3cr3t-pw" not in sup.output()
     # A bad database with a password: the error names the problem, never the secret.
     bad = subprocess.run(
         [

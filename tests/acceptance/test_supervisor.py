@@ -11,8 +11,8 @@ from typing import Any
 import psycopg
 
 import forklift
+from forklift.testing import wait_for
 from tests.acceptance.conftest import released, scalar, still_serves, wait_state
-from tests.conftest import wait_for
 
 
 def owner_pid(db: psycopg.Connection[Any], schema: str, job_id: int) -> int:
@@ -61,7 +61,7 @@ def test_sigterm_releases_a_job_longer_than_grace_and_exits_zero(
     wait_state(db, schema, long_job, "running")
     assert sup.stop_cleanly(timeout=15) < 1 + 4
     assert released(db, schema, long_job)
-    assert "job.released" in sup.output
+    assert "job.released" in sup.output()
     app.close()
 
 
@@ -93,7 +93,7 @@ def test_sigterm_past_the_deadline_kills_a_wedged_child_and_releases_its_job(
     time.sleep(0.2)  # well inside the regex by now
     assert sup.stop_cleanly(timeout=15) < 0.5 + 0.5 + 3
     assert released(db, schema, job_id)
-    assert "killed by SIGKILL" in sup.output
+    assert "killed by SIGKILL" in sup.output()
     app.close()
 
 
@@ -159,9 +159,9 @@ def test_max_jobs_per_child_recycles_children(
         timeout=30,
         what="all jobs done",
     )
-    wait_for(lambda: sup.output.count("child.started") >= 4, what="four children in turn")
-    assert sup.output.count("reason=clean exit") >= 3
-    assert "restart_backoff" not in sup.output
+    wait_for(lambda: sup.output().count("child.started") >= 4, what="four children in turn")
+    assert sup.output().count("reason=clean exit") >= 3
+    assert "restart_backoff" not in sup.output()
     sup.stop_cleanly(timeout=15)
     app.close()
 
@@ -172,10 +172,10 @@ def test_crash_loop_backs_off_and_keeps_the_supervisor_up(
     app = forklift.App(dsn, schema=schema)
     app.enqueue_many([forklift.JobSpec("exit", {"code": 9}, max_attempts=1) for _ in range(6)])
     sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "1")
-    wait_for(lambda: "supervisor.crash_loop" in sup.output, timeout=30, what="crash loop seen")
+    wait_for(lambda: "supervisor.crash_loop" in sup.output(), timeout=30, what="crash loop seen")
     delays = [
         float(line.split("delay=")[1].split()[0])
-        for line in sup.output.splitlines()
+        for line in sup.output().splitlines()
         if "child.restart_backoff" in line
     ]
     assert delays[:4] == sorted(delays[:4]) and delays[0] < delays[3]
@@ -242,8 +242,8 @@ def test_hup_rolls_children_onto_fresh_code_without_dropping_a_job(
 def test_an_app_that_does_not_import_exits_at_once(forklift_cli: Any) -> None:
     sup = forklift_cli("run", "tests.apps.does_not_exist:app", "--workers", "2")
     assert sup.wait(timeout=15) != 0
-    assert "ModuleNotFoundError" in sup.output
-    assert "child.started" not in sup.output
+    assert "ModuleNotFoundError" in sup.output()
+    assert "child.started" not in sup.output()
 
 
 def test_children_stop_when_the_supervisor_dies(
@@ -279,13 +279,15 @@ def test_hup_with_code_that_no_longer_imports_keeps_the_running_children(
     before = set(sup.children())
     code.write_text("import forklift\nraise RuntimeError('half-deployed')\n")
     sup.signal(signal.SIGHUP)
-    wait_for(lambda: "reload: importing breakable:app failed" in sup.output, what="reload refused")
-    assert "half-deployed" in sup.output
+    wait_for(
+        lambda: "reload: importing breakable:app failed" in sup.output(), what="reload refused"
+    )
+    assert "half-deployed" in sup.output()
     # The loop goes on (it serves a TTIN) and the old children are all still there.
     sup.signal(signal.SIGTTIN)
     wait_for(lambda: len(sup.children()) == 3, what="a third child")
     assert before <= set(sup.children())
-    assert "child.retiring" not in sup.output
+    assert "child.retiring" not in sup.output()
     sup.stop_cleanly(timeout=15)
 
 
@@ -309,11 +311,11 @@ def test_a_second_sigint_hurries_a_graceful_stop(
     sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "1", "--grace", "30")
     wait_state(db, schema, job_id, "running")
     sup.signal(signal.SIGINT)
-    wait_for(lambda: "supervisor.stopping mode=graceful" in sup.output, what="graceful stop")
+    wait_for(lambda: "supervisor.stopping mode=graceful" in sup.output(), what="graceful stop")
     started = time.monotonic()
     sup.signal(signal.SIGINT)
     assert sup.wait(timeout=15) == 0
     assert time.monotonic() - started < 5
-    assert "supervisor.stopping mode=fast" in sup.output
+    assert "supervisor.stopping mode=fast" in sup.output()
     assert scalar(db, f"SELECT state FROM {schema}.jobs WHERE id = %s", job_id) == "ready"
     app.close()

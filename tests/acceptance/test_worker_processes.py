@@ -3,41 +3,33 @@
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
 import forklift
+from forklift.testing import ForkliftProcess, wait_for
 from tests.acceptance.conftest import released
-from tests.conftest import wait_for
 
 
 @pytest.fixture
-def spawn(env: dict[str, str]) -> Iterator[Any]:
-    procs: list[subprocess.Popen[str]] = []
+def spawn(env: dict[str, str], tmp_path: Path) -> Iterator[Any]:
+    procs: list[ForkliftProcess] = []
 
-    def start(*flags: str) -> subprocess.Popen[str]:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "forklift", "worker", "tests.apps.basic:app", *flags],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+    def start(*flags: str) -> ForkliftProcess:
+        log = tmp_path / f"worker-{len(procs)}.log"
+        proc = ForkliftProcess(["worker", "tests.apps.basic:app", *flags], env, log)
         procs.append(proc)
         return proc
 
     yield start
     for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGCONT)
-            proc.kill()
-        proc.communicate(timeout=10)
+        proc.signal(signal.SIGCONT)  # a frozen one cannot die of SIGKILL before it runs
+        proc.kill()
 
 
 def scalar(db: psycopg.Connection[Any], sql: str, *params: Any) -> Any:
@@ -72,7 +64,7 @@ def test_racing_workers_commit_every_effect_exactly_once(
     )
     assert connected == 3
     for w in workers:
-        w.send_signal(signal.SIGTERM)
+        w.signal(signal.SIGTERM)
     for w in workers:
         assert w.wait(timeout=15) == 0
     app.close()
@@ -88,7 +80,7 @@ def test_frozen_worker_cannot_complete_a_job_taken_over(
         lambda: scalar(db, f"SELECT state FROM {schema}.jobs WHERE id = %s", job_id) == "running",
         what="first worker running the job",
     )
-    frozen.send_signal(signal.SIGSTOP)
+    frozen.signal(signal.SIGSTOP)
     wait_for(
         lambda: scalar(db, f"SELECT lease_until < now() FROM {schema}.jobs WHERE id = %s", job_id),
         timeout=10,
@@ -100,12 +92,12 @@ def test_frozen_worker_cannot_complete_a_job_taken_over(
         timeout=15,
         what="second worker completed the job",
     )
-    frozen.send_signal(signal.SIGCONT)
+    frozen.signal(signal.SIGCONT)
     # The frozen one wakes mid-handler; its effect and completion must both be refused.
     time.sleep(0.2)
-    frozen.send_signal(signal.SIGTERM)
-    out, _ = frozen.communicate(timeout=15)
-    assert "job.lease_lost" in out
+    frozen.signal(signal.SIGTERM)
+    assert frozen.wait(timeout=15) == 0
+    assert "job.lease_lost" in frozen.output()
     assert scalar(db, f"SELECT count(*) FROM {schema}.effects") == 1
     row = db.execute(
         f"SELECT attempts, errors->0->>'error' FROM {schema}.jobs WHERE id = %s", (job_id,)
@@ -126,7 +118,7 @@ def test_sigterm_exits_zero_and_releases_the_job(
         what="job running",
     )
     started = time.monotonic()
-    proc.send_signal(signal.SIGTERM)
+    proc.signal(signal.SIGTERM)
     assert proc.wait(timeout=10) == 0
     assert time.monotonic() - started < 5
     assert released(db, schema, job_id)

@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 
 import forklift
-from tests.conftest import wait_for
+from forklift.testing import wait_for
 from tests.integration.conftest import RunWorker
 
 
@@ -162,16 +162,11 @@ def test_notify_wakes_an_idle_worker(
     app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
 ) -> None:
     run_worker(poll_interval=60.0)  # no polling to speak of: only NOTIFY can wake it
-    wait_for(
-        lambda: (
-            db.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'forklift-listener'"
-                " AND query LIKE 'LISTEN%%'"
-            ).fetchone()[0]
-            >= 1
-        ),  # type: ignore[index]
-        what="listener connected",
+    listening = (
+        "SELECT count(*) >= 1 FROM pg_stat_activity"
+        " WHERE application_name = 'forklift-listener' AND query LIKE 'LISTEN%%'"
     )
+    wait_for(lambda: (db.execute(listening).fetchone() or (False,))[0], what="listener connected")
     time.sleep(0.3)  # idle now
     job_id = app.enqueue("noop")
     wait_for(lambda: state_is(db, schema, job_id, "succeeded"), timeout=3, what="woken by NOTIFY")

@@ -130,7 +130,7 @@ def test_top_level_must_be_a_mapping(args: Any) -> None:
 
 def test_top_level_key_must_be_a_string() -> None:
     with pytest.raises(forklift.ArgumentError, match="key 1 is not a string"):
-        _json.dumps_args({1: "x"})
+        _json.dumps_args({1: "x"})  # type: ignore[dict-item]
 
 
 # -- property: whatever JSON can hold round-trips ----------------------------------------

@@ -57,7 +57,7 @@ def test_parse_header_needs_the_exact_form() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["forklift", "t_abc1", "_private", "a", "jobs2", "a" * 63, "select"]
+    "name", ["forklift", "t_abc1", "_private", "a", "jobs2", "a" * 58, "select"]
 )
 def test_schema_name_accepted(name: str) -> None:
     assert _sql.check_schema_name(name) == name
@@ -78,6 +78,7 @@ def test_schema_name_accepted(name: str) -> None:
         " ",
         "1abc",
         "é",
+        "a" * 59,  # "<schema>_jobs" would pass the 63-byte identifier limit
         "a" * 64,
         "a" * 200,
         "forklift\n",
@@ -131,3 +132,10 @@ def test_load_is_per_schema() -> None:
     for name in a:
         assert a[name].replace('"t_one"', '"t_two"') == b[name]
         assert '"t_two"' not in a[name]
+
+
+def test_render_fills_the_channel_for_listen_and_notify() -> None:
+    assert _sql.render("LISTEN {channel}; SELECT pg_notify('{channel}', 'q')", "t_x") == (
+        "LISTEN t_x_jobs; SELECT pg_notify('t_x_jobs', 'q')"
+    )
+    assert len(_sql.channel_name("a" * 58)) == 63

@@ -1,0 +1,135 @@
+"""Task: a registered handler, its defaults, and the check that arguments fit it."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+
+import psycopg
+
+from forklift.backoff import Backoff
+from forklift.errors import ArgumentError, ConfigError
+
+if TYPE_CHECKING:
+    from forklift.app import App
+    from forklift.workers.context import JobContext
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+# Keyword names Task.enqueue() takes for itself; a handler parameter with one of these
+# names must be enqueued through App.enqueue(name, {...}).
+ENQUEUE_OPTIONS = frozenset(
+    {"idempotency_key", "run_at", "delay", "priority", "queue", "conn", "max_attempts"}
+)
+
+
+def check_priority(priority: int) -> None:
+    if not -32768 <= priority <= 32767:
+        raise ConfigError(f"priority must be between -32768 and 32767, got {priority}")
+
+
+class Task(Generic[P, R]):
+    """A registered handler plus its defaults; `.enqueue(**kwargs)` schedules a run."""
+
+    def __init__(
+        self,
+        app: App,
+        fn: Callable[..., R],
+        *,
+        name: str,
+        queue: str,
+        priority: int,
+        max_attempts: int,
+        timeout: float | None,
+        backoff: Backoff,
+    ) -> None:
+        if max_attempts < 1:
+            raise ConfigError(f"task {name!r}: max_attempts must be >= 1")
+        if timeout is not None and timeout <= 0:
+            raise ConfigError(f"task {name!r}: timeout must be > 0 seconds")
+        check_priority(priority)
+        self.app = app
+        self.fn = fn
+        self.name = name
+        self.queue = queue
+        self.priority = priority
+        self.max_attempts = max_attempts
+        self.timeout = timeout
+        self.backoff = backoff
+        self.signature = inspect.signature(fn)
+        params = list(self.signature.parameters.values())
+        if not params or params[0].kind not in (
+            inspect.Parameter.POSITIONAL_ONLY,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        ):
+            raise ConfigError(
+                f"task {name!r}: the handler's first parameter must take the JobContext"
+            )
+        self.reserved = sorted(ENQUEUE_OPTIONS & {p.name for p in params[1:]})
+        # Precomputed for fits(): binding a signature per job is slow at bulk rates.
+        by_name = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        self._names = frozenset(p.name for p in params[1:] if p.kind in by_name)
+        self._required = frozenset(
+            p.name
+            for p in params[1:]
+            if p.default is inspect.Parameter.empty
+            and p.kind in (*by_name, inspect.Parameter.POSITIONAL_ONLY)
+        )
+        self._any_keyword = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+    def __call__(self, ctx: JobContext, /, **kwargs: Any) -> R:
+        return self.fn(ctx, **kwargs)
+
+    def fits(self, args: Mapping[str, Any]) -> bool:
+        """True if the handler can be called as fn(ctx, **args) (a fast check)."""
+        keys = args.keys()
+        return self._required <= keys and (self._any_keyword or keys <= self._names)
+
+    def misfit(self, args: Mapping[str, Any]) -> str | None:
+        """Why `args` do not fit the handler's keyword parameters (None if they do)."""
+        if self.fits(args):
+            return None
+        try:
+            self.signature.bind(None, **args)
+        except TypeError as exc:
+            return str(exc)
+        return None
+
+    def check_args(self, args: Mapping[str, Any]) -> None:
+        """Raise ArgumentError if `args` do not fit the handler's keyword parameters."""
+        problem = self.misfit(args)
+        if problem is not None:
+            raise ArgumentError(f"task {self.name!r}: {problem}")
+
+    def enqueue(
+        self,
+        *,
+        idempotency_key: str | None = None,
+        run_at: datetime | None = None,
+        delay: float | timedelta | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+        max_attempts: int | None = None,
+        conn: psycopg.Connection[Any] | None = None,
+        **kwargs: Any,
+    ) -> int:
+        """Enqueue a run with `kwargs` as the handler's arguments; return the job id."""
+        if self.reserved:
+            raise ConfigError(
+                f"task {self.name!r} has parameters named {', '.join(self.reserved)}, which "
+                f"enqueue() takes as options: use app.enqueue({self.name!r}, {{...}}) instead"
+            )
+        return self.app.enqueue(
+            self.name,
+            kwargs,
+            idempotency_key=idempotency_key,
+            run_at=run_at,
+            delay=delay,
+            priority=priority,
+            queue=queue,
+            max_attempts=max_attempts,
+            conn=conn,
+        )
