@@ -80,10 +80,14 @@ def _imports_of(path: Path, tree: ast.Module) -> set[str]:
     for node in tree.body:
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.startswith("forklift"))
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module.startswith("forklift"):
-                found.add(node.module)
-                found.update(f"{node.module}.{a.name}" for a in node.names)
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 0
+            and (node.module or "").startswith("forklift")
+        ):
+            assert node.module is not None
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
     return found
 
 
