@@ -11,8 +11,7 @@ from typing import Any
 
 import psycopg
 
-from forklift import _sql
-from forklift._singleton import lock_key
+from forklift import _locks, _sql
 from forklift.errors import DatabaseError, MigrationError
 
 log = logging.getLogger(__name__)
@@ -29,6 +28,11 @@ class Migration:
     @property
     def checksum(self) -> str:
         return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+
+
+def queries(schema: str) -> dict[str, str]:
+    """The migrator's statements, rendered for `schema`."""
+    return _sql.load(__name__, "queries.sql", schema)
 
 
 def migrations() -> list[Migration]:
@@ -51,29 +55,23 @@ def migrate(conn: psycopg.Connection[Any], schema: str = "forklift") -> list[int
     _sql.check_schema_name(schema)
     if not conn.autocommit:
         raise MigrationError("migrate() needs an autocommit connection")
-    key = lock_key(f"migrate:{schema}")
+    lock = f"migrate:{schema}"
     try:
-        conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+        _locks.wait(conn, lock)
         try:
             return _migrate_locked(conn, schema)
         finally:
-            conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+            _locks.release(conn, lock)
     except psycopg.Error as exc:
         raise DatabaseError(f"migration failed: {exc}") from exc
 
 
 def _migrate_locked(conn: psycopg.Connection[Any], schema: str) -> list[int]:
-    quoted = _sql.render("{schema}", schema)
+    q = queries(schema)
     with conn.transaction():
-        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
-        conn.execute(
-            f"CREATE TABLE IF NOT EXISTS {quoted}.schema_migrations ("
-            " version integer PRIMARY KEY, name text NOT NULL, checksum text NOT NULL,"
-            " applied_at timestamptz NOT NULL DEFAULT now())"
-        )
-    rows = conn.execute(
-        f"SELECT version, name, checksum FROM {quoted}.schema_migrations"
-    ).fetchall()
+        conn.execute(q["schema_create"])
+        conn.execute(q["migrations_table_create"])
+    rows = conn.execute(q["migrations_applied"]).fetchall()
     applied = {version: (name, checksum) for version, name, checksum in rows}
     known = {m.version: m for m in migrations()}
 
@@ -97,9 +95,12 @@ def _migrate_locked(conn: psycopg.Connection[Any], schema: str) -> list[int]:
         with conn.transaction():
             conn.execute(_sql.render(migration.text, schema).encode("utf-8"))
             conn.execute(
-                f"INSERT INTO {quoted}.schema_migrations (version, name, checksum)"
-                " VALUES (%s, %s, %s)",
-                (migration.version, migration.name, migration.checksum),
+                q["migration_record"],
+                {
+                    "version": migration.version,
+                    "name": migration.name,
+                    "checksum": migration.checksum,
+                },
             )
         log.info(
             "applied migration %04d_%s to schema %s", migration.version, migration.name, schema

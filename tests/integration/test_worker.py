@@ -293,7 +293,7 @@ def test_queues_are_served_only_by_their_workers(
 def test_maintenance_is_a_singleton_across_workers(
     app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
 ) -> None:
-    from forklift._singleton import lock_key
+    from forklift._locks import lock_key
 
     job_id = app.enqueue("noop", max_attempts=1)
     db.execute(

@@ -1,0 +1,38 @@
+"""Session-level advisory locks: stable keys from names, and the statements that take them."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import psycopg
+
+from forklift import _sql
+
+
+def lock_key(name: str) -> int:
+    """A stable 63-bit advisory-lock key for `name` (include the schema in it).
+
+    From SHA-256, not hash(): the same on every process, host and Python version.
+    """
+    digest = hashlib.sha256(f"forklift:{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+def _queries() -> dict[str, str]:
+    return _sql.load("forklift", "locks.sql", "forklift")  # the statements name no schema
+
+
+def wait(conn: psycopg.Connection[Any], name: str) -> None:
+    """Take the lock `name` on `conn`, waiting as long as the statement timeout allows."""
+    conn.execute(_queries()["lock_wait"], {"key": lock_key(name)})
+
+
+def try_take(conn: psycopg.Connection[Any], name: str) -> bool:
+    """Take the lock `name` on `conn` if it is free; never waits."""
+    row = conn.execute(_queries()["lock_try"], {"key": lock_key(name)}).fetchone()
+    return bool(row and row[0])
+
+
+def release(conn: psycopg.Connection[Any], name: str) -> None:
+    conn.execute(_queries()["lock_release"], {"key": lock_key(name)})
