@@ -1,0 +1,62 @@
+"""The `forklift` command line: one module per group of commands, main() here.
+
+argparse, not click or typer: it is in the standard library (one dependency fewer for a
+daemon that ships into containers), and `flags.flag()` gives every flag its FORKLIFT_*
+variable and default in one place, which is all the framework this CLI needs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import psycopg
+
+from forklift import _db, _logging
+from forklift.cli import flags, observe, processes, produce
+from forklift.errors import ForkliftError
+
+EPILOG = """\
+The database comes from --dsn, then FORKLIFT_DATABASE_URL, then DATABASE_URL.
+Every flag also reads a FORKLIFT_* environment variable, named in its help.
+"""
+
+COMMAND_GROUPS = (produce, processes, observe)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="forklift",
+        description="forklift: a PostgreSQL-backed durable job queue with a prefork supervisor.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    common = argparse.ArgumentParser(add_help=False)
+    flags.add_logging(common)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for group in COMMAND_GROUPS:
+        group.register(sub, [common])
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    except ForkliftError as exc:  # a bad FORKLIFT_* variable
+        print(f"forklift: error: {_db.redact(str(exc))}", file=sys.stderr)
+        return 2
+    # Daemons log to stdout (journald, kubectl logs); one-shot commands keep stdout for
+    # their answer and log to stderr.
+    daemon = args.command in ("run", "worker")
+    _logging.setup(args.log_level, args.log_format, sys.stdout if daemon else sys.stderr)
+    try:
+        return int(args.func(args))
+    except (ForkliftError, psycopg.Error) as exc:
+        print(f"forklift: error: {_db.redact(str(exc))}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,208 @@
+"""Command-line flags: each reads a FORKLIFT_* variable for its default, and says so."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from typing import Any
+
+from forklift._config import duration, env, positive_int, queue_list
+from forklift.supervisor.config import SupervisorConfig
+from forklift.workers.config import WorkerConfig
+
+
+def flag(
+    p: argparse.ArgumentParser,
+    name: str,
+    parse: Callable[[str], Any],
+    default: Any,
+    help: str,
+    *,
+    shown: str | None = None,
+    metavar: str | None = None,
+) -> None:
+    """A flag whose default comes from FORKLIFT_<FLAG>; the help names both."""
+    var = name.lstrip("-").replace("-", "_").upper()
+    tail = f"env FORKLIFT_{var}"
+    if shown or default is not None:
+        tail += f"; default: {shown or default}"
+    p.add_argument(
+        name,
+        type=parse,
+        metavar=metavar,
+        default=env(var, parse, default),
+        help=f"{help} ({tail})",
+    )
+
+
+def boolean(text: str) -> bool:
+    if text.lower() in ("1", "true", "yes", "on"):
+        return True
+    if text.lower() in ("0", "false", "no", "off", ""):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not a yes/no value")
+
+
+def autoscale(text: str) -> tuple[int, int]:
+    low, sep, high = text.partition(":")
+    try:
+        pair = (int(low), int(high))
+    except ValueError:
+        pair = (0, 0)
+    if not sep or not 1 <= pair[0] <= pair[1]:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected MIN:MAX with 1 <= MIN <= MAX")
+    return pair
+
+
+def add_database(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dsn", help="PostgreSQL URL (env FORKLIFT_DATABASE_URL, DATABASE_URL)")
+    p.add_argument(
+        "--schema",
+        default=env("SCHEMA", str, "forklift"),
+        help="schema holding forklift's tables (env FORKLIFT_SCHEMA; default: forklift)",
+    )
+
+
+def add_logging(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--log-format",
+        default=env("LOG_FORMAT", str, "json"),
+        choices=["json", "text"],
+        help="logs on stdout: one JSON object per line, or plain text "
+        "(env FORKLIFT_LOG_FORMAT; default: json)",
+    )
+    p.add_argument(
+        "--log-level",
+        default=env("LOG_LEVEL", str, "INFO"),
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        type=str.upper,
+        help="log verbosity (env FORKLIFT_LOG_LEVEL; default: INFO)",
+    )
+
+
+def add_worker(p: argparse.ArgumentParser) -> None:
+    """How each worker process claims and runs jobs (`run` and `worker`)."""
+    flag(
+        p, "--queues", queue_list, ("default",), "comma-separated queues to serve", shown="default"
+    )
+    flag(
+        p,
+        "--concurrency",
+        positive_int,
+        1,
+        "handler threads per worker process; 1 for CPU-heavy work, more for I/O-bound or tiny jobs",
+    )
+    flag(
+        p,
+        "--pool",
+        positive_int,
+        None,
+        "database connections per worker process for handlers' ctx.transaction(), on "
+        "top of 3 for claims, renewals and completions",
+        shown="min(concurrency, 8)",
+    )
+    flag(p, "--lease", duration, 30.0, "lease length; renewed every third of it", shown="30s")
+    flag(p, "--poll-interval", duration, 2.0, "fallback poll when no NOTIFY arrives", shown="2s")
+    flag(
+        p,
+        "--grace",
+        duration,
+        30.0,
+        "on SIGTERM, how long running jobs may finish before they are released",
+        shown="30s",
+    )
+    p.add_argument(
+        "--no-listen",
+        action="store_true",
+        default=env("NO_LISTEN", boolean, False),
+        help="do not LISTEN for new jobs; poll only (env FORKLIFT_NO_LISTEN)",
+    )
+
+
+def add_processes(p: argparse.ArgumentParser) -> None:
+    """How many worker processes `run` keeps, and when it recycles them."""
+    flag(
+        p, "--workers", positive_int, os.cpu_count() or 1, "worker processes", shown="the CPU count"
+    )
+    flag(p, "--max-jobs-per-child", positive_int, None, "recycle a worker after this many jobs")
+    flag(
+        p,
+        "--max-memory-per-child",
+        float,
+        None,
+        "recycle a worker whose RSS passes this many MiB after its job; kill it (and "
+        "charge its jobs) past 1.5x",
+        metavar="MIB",
+    )
+    flag(
+        p,
+        "--autoscale",
+        autoscale,
+        None,
+        "scale between MIN and MAX workers by backlog and idleness; overrides --workers",
+        metavar="MIN:MAX",
+    )
+    flag(
+        p,
+        "--autoscale-idle",
+        duration,
+        15.0,
+        "with --autoscale, retire a worker after it idled this long",
+        shown="15s",
+    )
+
+
+def add_policing(p: argparse.ArgumentParser) -> None:
+    """When `run` kills a worker, and where it serves its metrics."""
+    flag(
+        p,
+        "--child-timeout",
+        duration,
+        30.0,
+        "kill a worker that has not reported for this long",
+        shown="30s",
+    )
+    flag(
+        p,
+        "--kill-grace",
+        duration,
+        3.0,
+        "SIGTERM-to-SIGKILL wait when killing a worker for a timeout, and after the shutdown grace",
+        shown="3s",
+    )
+    flag(
+        p,
+        "--metrics-addr",
+        str,
+        "127.0.0.1:9090",
+        "serve /metrics (all workers as one), /healthz and /readyz here; 'off' to "
+        "disable; port 0 picks a free one",
+        metavar="HOST:PORT",
+    )
+
+
+def worker_config(args: argparse.Namespace) -> WorkerConfig:
+    return WorkerConfig(
+        queues=args.queues,
+        concurrency=args.concurrency,
+        lease=args.lease,
+        poll_interval=args.poll_interval,
+        grace=args.grace,
+        listen=not args.no_listen,
+        pool=args.pool,
+    )
+
+
+def supervisor_config(args: argparse.Namespace) -> SupervisorConfig:
+    return SupervisorConfig(
+        workers=args.workers,
+        worker=worker_config(args),
+        max_jobs_per_child=args.max_jobs_per_child,
+        max_memory_per_child=args.max_memory_per_child,
+        autoscale=args.autoscale,
+        autoscale_idle=args.autoscale_idle,
+        child_timeout=args.child_timeout,
+        kill_grace=args.kill_grace,
+        metrics_addr=None if args.metrics_addr in ("", "off") else args.metrics_addr,
+    )

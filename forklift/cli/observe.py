@@ -1,0 +1,74 @@
+"""`forklift status` and `forklift ps`: what the queues and the processes are doing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from forklift.admin import AdminStore
+from forklift.cli import flags, output
+from forklift.cli.apps import app_for
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    app = app_for(args)
+    stats = AdminStore(app.dsn, app.schema).queue_stats()
+    if args.json:
+        print(json.dumps([vars(s) for s in stats], indent=2))
+        return 0
+    header = ("queue", "ready", "scheduled", "running", "dead", "oldest ready", "done/min")
+    rows = [
+        (
+            s.queue,
+            s.ready,
+            s.scheduled,
+            s.running,
+            s.dead,
+            output.age(s.oldest_ready_age),
+            s.succeeded_last_minute,
+        )
+        for s in stats
+    ]
+    output.table(header, rows, empty="no jobs")
+    return 0
+
+
+def cmd_ps(args: argparse.Namespace) -> int:
+    app = app_for(args)
+    procs = AdminStore(app.dsn, app.schema).process_list()
+    if args.json:
+        print(json.dumps([vars(p) for p in procs], indent=2))
+        return 0
+    header = ("host", "pid", "kind", "queues", "job", "uptime", "rss", "seen")
+    rows = [
+        (
+            p.host,
+            p.pid,
+            p.kind if p.kind == "supervisor" else "  worker",
+            ",".join(p.queues),
+            p.current_job or "-",
+            output.age(p.uptime),
+            f"{p.rss_bytes / 2**20:.0f} MiB" if p.rss_bytes else "-",
+            f"{p.heartbeat_age:.0f}s ago",
+        )
+        for p in procs
+    ]
+    output.table(header, rows, empty="no forklift processes registered")
+    return 0
+
+
+def register(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    common: list[argparse.ArgumentParser],
+) -> None:
+    p = sub.add_parser(
+        "status", parents=common, help="queues: ready, scheduled, running, dead, oldest age"
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    flags.add_database(p)
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("ps", parents=common, help="live supervisors and workers, all hosts")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    flags.add_database(p)
+    p.set_defaults(func=cmd_ps)

@@ -1,0 +1,86 @@
+"""`forklift run` (the supervisor) and `forklift worker` (one process, no supervisor)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import traceback
+from types import FrameType
+
+from forklift import _config
+from forklift.cli import flags
+from forklift.cli.apps import app_for
+from forklift.errors import ForkliftError
+
+RUN_DESCRIPTION = (
+    "Import the app once, fork worker processes, restart the ones that crash, "
+    "record how they died on the jobs they held, and stop gracefully on SIGTERM. "
+    "Signals: TERM/INT graceful stop (second INT or QUIT: release now and exit); "
+    "HUP rolling restart with freshly imported code; TTIN/TTOU one worker more/fewer."
+)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from forklift.workers import Worker
+
+    app = app_for(args)
+    worker = Worker(app, flags.worker_config(args))
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        # Only flag and wake: the loop does the work (a second INT or any QUIT: fast).
+        fast = signum == signal.SIGQUIT or (signum == signal.SIGINT and worker.stopping)
+        worker.request_stop(fast=fast)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+        signal.signal(sig, on_signal)
+    worker.run()
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from forklift.supervisor import Supervisor
+    from forklift.supervisor.reload import reimport
+
+    try:
+        app = _config.load_app(args.app)
+    except ForkliftError:
+        raise
+    except BaseException:
+        # The app does not import: say why once and stop; forking would only loop.
+        traceback.print_exc()
+        print(f"forklift: error: could not import {args.app}", file=sys.stderr)
+        return 3
+    if args.dsn:
+        app._dsn = args.dsn
+    app.dsn  # noqa: B018 - fail now, not in every child, when no database is configured
+    config = flags.supervisor_config(args)
+    return Supervisor(app, config, app_target=args.app, reimport=reimport).run()
+
+
+def register(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    common: list[argparse.ArgumentParser],
+) -> None:
+    p = sub.add_parser(
+        "run",
+        parents=common,
+        help="the supervisor: fork worker processes and keep them healthy (foreground)",
+        description=RUN_DESCRIPTION,
+    )
+    p.add_argument("app", metavar="MODULE:APP", help="the app, e.g. myproject.jobs:app")
+    flags.add_processes(p)
+    flags.add_policing(p)
+    flags.add_worker(p)
+    flags.add_database(p)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "worker",
+        parents=common,
+        help="one worker process in the foreground (no supervisor; for debugging)",
+    )
+    p.add_argument("app", metavar="MODULE:APP", help="the app, e.g. myproject.jobs:app")
+    flags.add_worker(p)
+    flags.add_database(p)
+    p.set_defaults(func=cmd_worker)

@@ -1,0 +1,62 @@
+"""`forklift migrate` and `forklift enqueue`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from forklift._config import duration
+from forklift.cli import flags
+from forklift.cli.apps import app_for
+from forklift.errors import ForkliftError
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    app = app_for(args)
+    applied = app.migrate()
+    if applied:
+        print(f"applied migrations {', '.join(f'{v:04d}' for v in applied)} to {app.schema}")
+    else:
+        print(f"schema {app.schema} is up to date")
+    return 0
+
+
+def cmd_enqueue(args: argparse.Namespace) -> int:
+    app = app_for(args)
+    try:
+        payload = json.loads(args.args)
+    except json.JSONDecodeError as exc:
+        raise ForkliftError(f"--args is not valid JSON: {exc}") from None
+    if not isinstance(payload, dict):
+        raise ForkliftError("--args must be a JSON object of keyword arguments")
+    job_id = app.enqueue(
+        args.task,
+        payload,
+        idempotency_key=args.key,
+        delay=args.delay,
+        queue=args.queue,
+        priority=args.priority,
+    )
+    print(job_id)
+    return 0
+
+
+def register(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: list[argparse.ArgumentParser]
+) -> None:
+    p = sub.add_parser(
+        "migrate", parents=common, help="apply the schema (idempotent, safe to run concurrently)"
+    )
+    flags.add_database(p)
+    p.set_defaults(func=cmd_migrate)
+
+    p = sub.add_parser("enqueue", parents=common, help="enqueue one job")
+    p.add_argument("app", metavar="MODULE:APP", help="the app, e.g. myproject.jobs:app")
+    p.add_argument("task", metavar="TASK", help="the task name")
+    p.add_argument("--args", default="{}", help="keyword arguments as a JSON object")
+    p.add_argument("--key", help="idempotency key: enqueueing the same key again adds nothing")
+    p.add_argument("--delay", type=duration, help="start no sooner than this (e.g. 10s, 5m)")
+    p.add_argument("--queue", help="override the task's queue")
+    p.add_argument("--priority", type=int, help="override the task's priority (higher first)")
+    flags.add_database(p)
+    p.set_defaults(func=cmd_enqueue)
