@@ -55,138 +55,184 @@ def fresh(new_schema: Callable[[], str]) -> str:
 # -- catalog introspection ---------------------------------------------------------------
 
 _RELKINDS = {"r": "table", "p": "partitioned table", "i": "index", "S": "sequence", "v": "view"}
+_NS = "(SELECT oid FROM pg_namespace WHERE nspname = %(schema)s)"  # the schema's oid
+
+Conn = psycopg.Connection[Any]
 
 
-def _rows(conn: psycopg.Connection[Any], sql: str, schema: str) -> list[tuple[Any, ...]]:
+def _rows(conn: Conn, sql: str, schema: str) -> list[tuple[Any, ...]]:
     return conn.execute(sql, {"schema": schema}).fetchall()
+
+
+def _enums(conn: Conn, schema: str) -> list[str]:
+    rows = _rows(
+        conn,
+        f"""SELECT t.typname, array_agg(e.enumlabel ORDER BY e.enumsortorder)
+           FROM pg_type t JOIN pg_enum e ON e.enumtypid = t.oid
+           WHERE t.typnamespace = {_NS} GROUP BY t.typname ORDER BY t.typname""",
+        schema,
+    )
+    return [f"enum {typname}: {', '.join(labels)}" for typname, labels in rows]
+
+
+def _types(conn: Conn, schema: str) -> list[str]:
+    """Types other than enums, arrays and the row types of tables."""
+    rows = _rows(
+        conn,
+        f"""SELECT t.typname, t.typtype FROM pg_type t
+           LEFT JOIN pg_class c ON c.oid = t.typrelid
+           WHERE t.typnamespace = {_NS} AND t.typtype <> 'e'
+             AND t.typelem = 0 AND coalesce(c.relkind, 'c') = 'c'
+           ORDER BY t.typname""",
+        schema,
+    )
+    return [f"type {typname}: typtype={typtype}" for typname, typtype in rows]
+
+
+def _relations(conn: Conn, schema: str) -> list[str]:
+    out = []
+    for relname, relkind, persistence, options in _rows(
+        conn,
+        f"""SELECT c.relname, c.relkind, c.relpersistence, c.reloptions FROM pg_class c
+           WHERE c.relnamespace = {_NS} ORDER BY c.relname""",
+        schema,
+    ):
+        line = f"{_RELKINDS.get(relkind, f'relkind={relkind}')} {relname}"
+        if persistence != "p":
+            line += f" persistence={persistence}"
+        if options:
+            line += f" WITH ({', '.join(sorted(options))})"
+        out.append(line)
+    return out
+
+
+def _columns(conn: Conn, schema: str) -> list[str]:
+    out = []
+    for relname, attname, typ, notnull, default, identity, generated in _rows(
+        conn,
+        f"""SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod),
+                  a.attnotnull, pg_get_expr(d.adbin, d.adrelid), a.attidentity,
+                  a.attgenerated
+           FROM pg_attribute a
+           JOIN pg_class c ON c.oid = a.attrelid
+           LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+           WHERE c.relnamespace = {_NS} AND c.relkind IN ('r', 'p', 'v')
+             AND a.attnum > 0 AND NOT a.attisdropped
+           ORDER BY c.relname, a.attnum""",
+        schema,
+    ):
+        line = f"column {relname}.{attname} {typ}"
+        if notnull:
+            line += " NOT NULL"
+        if default is not None:
+            line += f" DEFAULT {default}"
+        if identity:
+            line += f" IDENTITY {'ALWAYS' if identity == 'a' else 'BY DEFAULT'}"
+        if generated:
+            line += f" GENERATED={generated}"
+        out.append(line)
+    return out
+
+
+def _constraints(conn: Conn, schema: str) -> list[str]:
+    # contype 'n' (NOT NULL as constraints, PostgreSQL 18+) is already in the columns.
+    rows = _rows(
+        conn,
+        f"""SELECT c.relname, con.conname, pg_get_constraintdef(con.oid)
+           FROM pg_constraint con JOIN pg_class c ON c.oid = con.conrelid
+           WHERE con.connamespace = {_NS} AND con.contype <> 'n'
+           ORDER BY c.relname, con.conname""",
+        schema,
+    )
+    return [
+        f"constraint {relname}.{conname}: {definition}" for relname, conname, definition in rows
+    ]
+
+
+def _indexes(conn: Conn, schema: str) -> list[str]:
+    rows = _rows(
+        conn,
+        f"""SELECT i.relname, pg_get_indexdef(i.oid)
+           FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
+           WHERE i.relnamespace = {_NS} ORDER BY i.relname""",
+        schema,
+    )
+    return [f"index {indexname}: {definition}" for indexname, definition in rows]
+
+
+def _sequences(conn: Conn, schema: str) -> list[str]:
+    """Each sequence's settings and the column that owns it."""
+    rows = _rows(
+        conn,
+        f"""SELECT c.relname, format_type(s.seqtypid, NULL), s.seqstart, s.seqincrement,
+                  s.seqmin, s.seqmax, s.seqcache, s.seqcycle,
+                  (SELECT t.relname || '.' || a.attname FROM pg_depend dep
+                   JOIN pg_class t ON t.oid = dep.refobjid
+                   JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = dep.refobjsubid
+                   WHERE dep.classid = 'pg_class'::regclass AND dep.objid = c.oid
+                     AND dep.deptype IN ('a', 'i'))
+           FROM pg_sequence s JOIN pg_class c ON c.oid = s.seqrelid
+           WHERE c.relnamespace = {_NS} ORDER BY c.relname""",
+        schema,
+    )
+    return [
+        f"sequence {seqname}: {typ} start={start} increment={inc} min={lo} max={hi}"
+        f" cache={cache} cycle={cycle} owned_by={owner}"
+        for seqname, typ, start, inc, lo, hi, cache, cycle, owner in rows
+    ]
+
+
+def _triggers(conn: Conn, schema: str) -> list[str]:
+    rows = _rows(
+        conn,
+        f"""SELECT t.tgname, t.tgenabled, pg_get_triggerdef(t.oid)
+           FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+           WHERE c.relnamespace = {_NS} AND NOT t.tgisinternal
+           ORDER BY c.relname, t.tgname""",
+        schema,
+    )
+    return [
+        f"trigger {tgname} (enabled={enabled}): {definition}"
+        for tgname, enabled, definition in rows
+    ]
+
+
+def _functions(conn: Conn, schema: str) -> list[str]:
+    """Each function's signature, then its definition indented."""
+    out = []
+    for proname, args, definition in _rows(
+        conn,
+        f"""SELECT p.proname, pg_get_function_identity_arguments(p.oid),
+                  pg_get_functiondef(p.oid)
+           FROM pg_proc p WHERE p.pronamespace = {_NS}
+           ORDER BY p.proname, 2""",
+        schema,
+    ):
+        out.append(f"function {proname}({args}):")
+        out.extend(f"    {line}".rstrip() for line in definition.strip().splitlines())
+    return out
+
+
+# The parts of the catalog description, in the order they appear in it.
+_CATALOG_PARTS: tuple[Callable[[Conn, str], list[str]], ...] = (
+    _enums,
+    _types,
+    _relations,
+    _columns,
+    _constraints,
+    _indexes,
+    _sequences,
+    _triggers,
+    _functions,
+)
 
 
 def catalog(dsn: str, schema: str) -> str:
     """A deterministic text description of everything in `schema`, with its name replaced."""
-    out: list[str] = []
     with psycopg.connect(dsn, autocommit=True) as conn:
-        ns = "(SELECT oid FROM pg_namespace WHERE nspname = %(schema)s)"
-
         exists = _rows(conn, "SELECT 1 FROM pg_namespace WHERE nspname = %(schema)s", schema)
         assert exists, f"schema {schema} does not exist"
-
-        for typname, labels in _rows(
-            conn,
-            f"""SELECT t.typname, array_agg(e.enumlabel ORDER BY e.enumsortorder)
-                FROM pg_type t JOIN pg_enum e ON e.enumtypid = t.oid
-                WHERE t.typnamespace = {ns} GROUP BY t.typname ORDER BY t.typname""",
-            schema,
-        ):
-            out.append(f"enum {typname}: {', '.join(labels)}")
-
-        for typname, typtype in _rows(
-            conn,
-            f"""SELECT t.typname, t.typtype FROM pg_type t
-                LEFT JOIN pg_class c ON c.oid = t.typrelid
-                WHERE t.typnamespace = {ns} AND t.typtype <> 'e'
-                  AND t.typelem = 0 AND coalesce(c.relkind, 'c') = 'c'
-                ORDER BY t.typname""",
-            schema,
-        ):
-            out.append(f"type {typname}: typtype={typtype}")
-
-        for relname, relkind, persistence, options in _rows(
-            conn,
-            f"""SELECT c.relname, c.relkind, c.relpersistence, c.reloptions FROM pg_class c
-                WHERE c.relnamespace = {ns} ORDER BY c.relname""",
-            schema,
-        ):
-            kind = _RELKINDS.get(relkind, f"relkind={relkind}")
-            line = f"{kind} {relname}"
-            if persistence != "p":
-                line += f" persistence={persistence}"
-            if options:
-                line += f" WITH ({', '.join(sorted(options))})"
-            out.append(line)
-
-        for relname, attname, typ, notnull, default, identity, generated in _rows(
-            conn,
-            f"""SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod),
-                       a.attnotnull, pg_get_expr(d.adbin, d.adrelid), a.attidentity,
-                       a.attgenerated
-                FROM pg_attribute a
-                JOIN pg_class c ON c.oid = a.attrelid
-                LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-                WHERE c.relnamespace = {ns} AND c.relkind IN ('r', 'p', 'v')
-                  AND a.attnum > 0 AND NOT a.attisdropped
-                ORDER BY c.relname, a.attnum""",
-            schema,
-        ):
-            line = f"column {relname}.{attname} {typ}"
-            if notnull:
-                line += " NOT NULL"
-            if default is not None:
-                line += f" DEFAULT {default}"
-            if identity:
-                line += f" IDENTITY {'ALWAYS' if identity == 'a' else 'BY DEFAULT'}"
-            if generated:
-                line += f" GENERATED={generated}"
-            out.append(line)
-
-        # contype 'n' (NOT NULL as constraints, PostgreSQL 18+) is already in the columns.
-        for relname, conname, definition in _rows(
-            conn,
-            f"""SELECT c.relname, con.conname, pg_get_constraintdef(con.oid)
-                FROM pg_constraint con JOIN pg_class c ON c.oid = con.conrelid
-                WHERE con.connamespace = {ns} AND con.contype <> 'n'
-                ORDER BY c.relname, con.conname""",
-            schema,
-        ):
-            out.append(f"constraint {relname}.{conname}: {definition}")
-
-        for indexname, definition in _rows(
-            conn,
-            f"""SELECT i.relname, pg_get_indexdef(i.oid)
-                FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
-                WHERE i.relnamespace = {ns} ORDER BY i.relname""",
-            schema,
-        ):
-            out.append(f"index {indexname}: {definition}")
-
-        for seqname, typ, start, inc, lo, hi, cache, cycle, owner in _rows(
-            conn,
-            f"""SELECT c.relname, format_type(s.seqtypid, NULL), s.seqstart, s.seqincrement,
-                       s.seqmin, s.seqmax, s.seqcache, s.seqcycle,
-                       (SELECT t.relname || '.' || a.attname FROM pg_depend dep
-                        JOIN pg_class t ON t.oid = dep.refobjid
-                        JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = dep.refobjsubid
-                        WHERE dep.classid = 'pg_class'::regclass AND dep.objid = c.oid
-                          AND dep.deptype IN ('a', 'i'))
-                FROM pg_sequence s JOIN pg_class c ON c.oid = s.seqrelid
-                WHERE c.relnamespace = {ns} ORDER BY c.relname""",
-            schema,
-        ):
-            out.append(
-                f"sequence {seqname}: {typ} start={start} increment={inc} min={lo} max={hi}"
-                f" cache={cache} cycle={cycle} owned_by={owner}"
-            )
-
-        for tgname, enabled, definition in _rows(
-            conn,
-            f"""SELECT t.tgname, t.tgenabled, pg_get_triggerdef(t.oid)
-                FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
-                WHERE c.relnamespace = {ns} AND NOT t.tgisinternal
-                ORDER BY c.relname, t.tgname""",
-            schema,
-        ):
-            out.append(f"trigger {tgname} (enabled={enabled}): {definition}")
-
-        for proname, args, definition in _rows(
-            conn,
-            f"""SELECT p.proname, pg_get_function_identity_arguments(p.oid),
-                       pg_get_functiondef(p.oid)
-                FROM pg_proc p WHERE p.pronamespace = {ns}
-                ORDER BY p.proname, 2""",
-            schema,
-        ):
-            out.append(f"function {proname}({args}):")
-            out.extend(f"    {line}".rstrip() for line in definition.strip().splitlines())
-
+        out = [line for part in _CATALOG_PARTS for line in part(conn, schema)]
     text = "\n".join(line.rstrip() for line in out) + "\n"
     # The schema name appears quoted or bare (quote_ident); either way it becomes {schema}.
     return re.sub(rf'"{schema}"|\b{schema}\b', PLACEHOLDER, text)
