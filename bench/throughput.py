@@ -56,6 +56,7 @@ from bench._harness import (
     say,
 )
 from bench.apps import register
+from forklift.testing import wait_for
 
 # -- results -----------------------------------------------------------------------------
 
@@ -240,6 +241,7 @@ class ThroughputBench(Bench):
         samples: list[tuple[float, int]] = []
         polling = 0.0
         try:
+            # Not wait_for: every poll is a progress sample, timed along with the query.
             while True:
                 asked = time.perf_counter()
                 done = self.succeeded() - already
@@ -260,23 +262,24 @@ class ThroughputBench(Bench):
 
     def wait_listening(self, timeout: float = 20.0) -> None:
         """Wait until a worker's listener has run LISTEN on this schema's channel."""
-        channel = f"{self.schema}_jobs"
-        deadline = time.monotonic() + timeout
-        while not self.scalar(
-            "SELECT count(*) FROM pg_stat_activity WHERE query = %s", (f'LISTEN "{channel}"',)
-        ):
-            if time.monotonic() > deadline:
-                raise RuntimeError("the worker did not LISTEN in time")
+        listen = f'LISTEN "{self.schema}_jobs"'
+
+        def listening() -> bool:
             self.check_workers_alive()
-            time.sleep(self.poll_interval)
+            return bool(
+                self.scalar("SELECT count(*) FROM pg_stat_activity WHERE query = %s", (listen,))
+            )
+
+        wait_for(listening, timeout, self.poll_interval, "the worker to LISTEN")
 
     def wait_latency_rows(self, n: int, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while self.scalar("SELECT count(*) FROM {s}.latency") < n:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"latency jobs did not all run within {timeout}s")
+        """Wait until `n` latency jobs have recorded their start."""
+
+        def recorded() -> bool:
             self.check_workers_alive()
-            time.sleep(self.poll_interval)
+            return bool(self.scalar("SELECT count(*) FROM {s}.latency") >= n)
+
+        wait_for(recorded, timeout, self.poll_interval, f"{n} latency jobs to run")
 
     def latency(self, jobs: int, gap: float, warmup: int = 5) -> list[float]:
         """Enqueue-to-start latencies in ms of `jobs` jobs sent `gap` s apart to one idle worker."""
@@ -459,6 +462,15 @@ def concurrency_list(text: str) -> list[int]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = parser("python -m bench.throughput", __doc__)
+    add_processing_args(p)
+    add_enqueue_args(p)
+    add_latency_args(p)
+    add_scale_args(p)
+    return p
+
+
+def add_processing_args(p: argparse.ArgumentParser) -> None:
+    """Phase 2: how many jobs, workers and threads, how many runs, how often to poll."""
     p.add_argument(
         "--jobs",
         type=positive,
@@ -497,6 +509,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds between progress polls, each a count(*) of the succeeded jobs that "
         "competes with the workers for the server's CPU (%(default)s)",
     )
+
+
+def add_enqueue_args(p: argparse.ArgumentParser) -> None:
+    """Phase 1: jobs enqueued one at a time and in batches (--batch fills the other phases)."""
     p.add_argument(
         "--enqueue-one",
         type=positive,
@@ -512,6 +528,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--batch", type=positive, default=10_000, help="jobs per enqueue_many call (%(default)s)"
     )
+
+
+def add_latency_args(p: argparse.ArgumentParser) -> None:
+    """Phase 3: jobs sent one at a time to an idle worker."""
     p.add_argument(
         "--latency-jobs", type=positive, default=200, help="jobs in the latency phase (%(default)s)"
     )
@@ -521,6 +541,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.02,
         help="seconds between latency jobs (%(default)s)",
     )
+
+
+def add_scale_args(p: argparse.ArgumentParser) -> None:
+    """Phase 4: the small and the large table, and what is measured on them."""
     p.add_argument("--skip-scale", action="store_true", help="skip the 10k-vs-1M ready jobs phase")
     p.add_argument(
         "--scale-small", type=positive, default=10_000, help="ready jobs, small table (%(default)s)"
@@ -550,7 +574,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=50_000,
         help="jobs per enqueue_many call when filling the scale tables (%(default)s)",
     )
-    return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
