@@ -55,6 +55,7 @@ from bench._harness import (
     say,
 )
 from bench.cpu_app import register
+from forklift.testing import wait_for
 
 POLL_INTERVAL = 0.005
 FAST_CRASH = 5.0  # forklift.supervisor.restarts.RestartPolicy.fast_crash
@@ -121,6 +122,8 @@ class RestartBench(Bench):
     def wait_settled(self, workers: int, settle: float, timeout: float = 120.0) -> None:
         """Wait until the supervisor has `workers` children, each older than `settle` s."""
         assert self.supervisor is not None
+        # Not wait_for: it sleeps just until the youngest child reaches `settle`, rather
+        # than polling at a fixed interval, and gives up early when that is past the deadline.
         deadline = time.monotonic() + timeout
         while True:
             self.supervisor.check_alive()
@@ -139,16 +142,17 @@ class RestartBench(Bench):
 
     def wait_running(self, job_id: int, attempts: int, timeout: float = 30.0) -> str:
         """Wait until the job runs its `attempts`-th attempt; return its lease owner."""
-        assert self.supervisor is not None
-        deadline = time.monotonic() + timeout
-        while True:
+        supervisor = self.supervisor
+        assert supervisor is not None
+
+        def running() -> str | None:
+            supervisor.check_alive()
             state, tries, owner, _ = self.job(job_id)
-            if state == "running" and tries == attempts and owner:
-                return owner
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"job {job_id} not running within {timeout:g} s: {state}")
-            self.supervisor.check_alive()
-            time.sleep(POLL_INTERVAL)
+            return owner if state == "running" and tries == attempts else None
+
+        what = f"job {job_id} to run its attempt {attempts}"
+        owner: str = wait_for(running, timeout, POLL_INTERVAL, what)
+        return owner
 
     def kill_once(self, nap: float, workers: int, timeout: float = 30.0) -> Kill:
         """Enqueue a nap, SIGKILL the child running it, time what follows."""
@@ -164,6 +168,8 @@ class RestartBench(Bench):
         recorded = retry_delay = rerun = full = None
         by_replacement = False
         state, attempts = "running", 1
+        # Not wait_for: one loop, every 5 ms, times three events from the kill (the death
+        # recorded, the job running again, the supervisor at full strength).
         while rerun is None or full is None:
             now = time.perf_counter() - killed
             if rerun is None:
@@ -187,13 +193,18 @@ class RestartBench(Bench):
         return Kill(job_id, victim, victim_age, rerun, recorded, retry_delay, full, by_replacement)
 
     def wait_done(self, job_id: int, timeout: float) -> None:
-        assert self.supervisor is not None
-        deadline = time.monotonic() + timeout
-        while (state := self.job(job_id)[0]) != "succeeded":
-            if state not in ("running", "ready") or time.monotonic() > deadline:
+        """Wait until the job has succeeded; raise at once if it went anywhere else."""
+        supervisor = self.supervisor
+        assert supervisor is not None
+
+        def succeeded() -> bool:
+            supervisor.check_alive()
+            state = self.job(job_id)[0]
+            if state not in ("running", "ready", "succeeded"):
                 raise RuntimeError(f"job {job_id} is {state}, expected it to succeed")
-            self.supervisor.check_alive()
-            time.sleep(0.05)
+            return state == "succeeded"
+
+        wait_for(succeeded, timeout, 0.05, f"job {job_id} to succeed")
 
 
 # -- command line ------------------------------------------------------------------------
