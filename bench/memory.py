@@ -49,6 +49,7 @@ from bench._harness import (
     say,
 )
 from bench.cpu_app import register
+from forklift.testing import wait_for
 
 TARGET_USS_MIB = 15.0
 BURN_ITERATIONS = 100_000  # ~10 ms of CPU per job: enough to exercise the whole job path
@@ -120,29 +121,30 @@ class MemoryBench(Bench):
         self, proc: ForkliftProcess, pids: Callable[[], list[int]], n: int, timeout: float = 30.0
     ) -> list[int]:
         """Wait until `n` worker processes run, each holding its pool's first connection."""
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def connected() -> list[int] | None:
             proc.check_alive()
             found = pids()
-            if len(found) == n:
-                names = [f"forklift-worker:{p}" for p in found]
-                row = self.db.execute(
-                    "SELECT count(DISTINCT application_name) FROM pg_stat_activity "
-                    "WHERE application_name = ANY(%s)",
-                    (names,),
-                ).fetchone()
-                if row is not None and row[0] == n:
-                    return found
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{n} connected worker processes not seen in {timeout:g} s")
-            time.sleep(0.05)
+            if len(found) != n:
+                return None
+            names = [f"forklift-worker:{p}" for p in found]
+            row = self.db.execute(
+                "SELECT count(DISTINCT application_name) FROM pg_stat_activity "
+                "WHERE application_name = ANY(%s)",
+                (names,),
+            ).fetchone()
+            return found if row is not None and row[0] == n else None
+
+        found: list[int] = wait_for(connected, timeout, 0.05, f"{n} connected worker processes")
+        return found
 
     def work(self, proc: ForkliftProcess, jobs: int, timeout: float = 120.0) -> None:
         """Enqueue `jobs` short burn jobs and wait until all have succeeded."""
         self.db.execute(f"TRUNCATE {self.schema}.jobs")
         self.app.enqueue_many([("burn", {"iterations": BURN_ITERATIONS})] * jobs)
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def done() -> bool:
+            proc.check_alive()
             row = self.db.execute(
                 f"SELECT count(*) FILTER (WHERE state = 'succeeded'), "
                 f"count(*) FILTER (WHERE state IN ('dead', 'cancelled')) FROM {self.schema}.jobs"
@@ -150,12 +152,9 @@ class MemoryBench(Bench):
             assert row is not None
             if row[1]:
                 raise RuntimeError(f"{row[1]} burn jobs failed")
-            if row[0] >= jobs:
-                return
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"only {row[0]}/{jobs} jobs done after {timeout:g} s")
-            proc.check_alive()
-            time.sleep(0.05)
+            return bool(row[0] >= jobs)
+
+        wait_for(done, timeout, 0.05, f"{jobs} burn jobs to succeed")
 
 
 # -- command line ------------------------------------------------------------------------
