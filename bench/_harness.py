@@ -210,12 +210,18 @@ def wait_quiet(max_cores: float, timeout: float) -> None:
     """Wait (up to `timeout` s) until the rest of the machine uses < `max_cores` cores."""
     if timeout <= 0:
         return
-    deadline = time.monotonic() + timeout
-    while (load := others_busy(1.0)) >= max_cores:
-        if time.monotonic() > deadline:
-            say(f"    the machine is busy ({load:.2f} cores used by others): measuring anyway")
-            return
-    say(f"    others use {load:.2f} cores now")
+    loads: list[float] = []
+
+    def quiet() -> bool:
+        loads.append(others_busy(1.0))
+        return loads[-1] < max_cores
+
+    try:  # no pause between the rounds: each sample takes a second already
+        testing.wait_for(quiet, timeout, interval=0, what="a quiet machine")
+    except testing.WaitTimedOut:
+        say(f"    the machine is busy ({loads[-1]:.2f} cores used by others): measuring anyway")
+        return
+    say(f"    others use {loads[-1]:.2f} cores now")
 
 
 # -- processes ---------------------------------------------------------------------------
