@@ -124,6 +124,8 @@ class CpuBench(Bench):
         )
         first: float | None = None
         try:
+            # Not wait_for: the clock reads of this loop are the measurement (the wall time
+            # and the first success).
             while True:
                 done = self.scalar("SELECT count(*) FROM {s}.jobs WHERE state = 'succeeded'")
                 now = time.perf_counter() - started
@@ -312,6 +314,29 @@ def cores(runs: list[Run]) -> str:
 
 def report(args: argparse.Namespace, runs: dict[str, list[Run]]) -> list[Row]:
     """The table rows: medians over the rounds, each ratio against its own run's d."""
+    ratios = [r.ratio(args.jobs, args.workers) for r in runs["forklift"]]
+    ratio = statistics.median(ratios)
+    rows = forklift_rows(args, runs, ratios)
+    if runs.get("single"):
+        rows += single_rows(args, runs["single"], ratio)
+    if runs.get("pool"):
+        rows += pool_rows(args, runs["pool"], ratio)
+    if runs.get("asyncio"):
+        rows += asyncio_rows(args, runs["asyncio"], ratio)
+    every = [r for group in runs.values() for r in group]
+    rows.append(
+        Row(
+            "runs repeated because other processes were busy",
+            f"{sum(r.attempts - 1 for r in every)} (of {len(every)} kept)",
+        )
+    )
+    return rows
+
+
+def forklift_rows(
+    args: argparse.Namespace, runs: dict[str, list[Run]], ratios: list[float]
+) -> list[Row]:
+    """d over all runs, then the main run (`ratios`: each round's wall / ideal)."""
     w, n = args.workers, args.jobs
     med = statistics.median
     main = runs["forklift"]
@@ -321,9 +346,8 @@ def report(args: argparse.Namespace, runs: dict[str, list[Run]]) -> list[Row]:
         for d in (r.d_before, r.d_after)
     ]
     wall = med(r.seconds for r in main)
-    ratios = [r.ratio(n, w) for r in main]
     ratio = med(ratios)
-    rows = [
+    return [
         Row(
             "single call d (median; min-max over all runs)",
             f"{med(ds) * 1e3:.1f} ms; {min(ds) * 1e3:.1f}-{max(ds) * 1e3:.1f} ms",
@@ -353,60 +377,64 @@ def report(args: argparse.Namespace, runs: dict[str, list[Run]]) -> list[Row]:
             cores(main),
         ),
     ]
-    if runs.get("single"):
-        one = runs["single"]
-        rows += [
-            Row("forklift run --workers 1: wall", f"{med(r.seconds for r in one):.2f} s"),
-            Row(
-                f"forklift run --workers 1: wall / ({n} x d)",
-                f"{med(r.ratio(n, 1) for r in one):.3f}",
-            ),
-            Row(
-                "  cores used by forklift / by other processes",
-                cores(one),
-            ),
-            Row(
-                f"speed-up: {w} workers vs 1 (normalised by d)",
-                f"{med(r.ratio(n, 1) for r in one) / ratio * w:.2f} x",
-            ),
-        ]
-    if runs.get("pool"):
-        pool = runs["pool"]
-        pool_ratio = med(r.ratio(n, w) for r in pool)
-        rows += [
-            Row(
-                f"multiprocessing.Pool({w}).map, no queue: wall / ideal",
-                f"{pool_ratio:.3f} ({med(r.seconds for r in pool):.2f} s)",
-            ),
-            Row("  cores used by the pool / by other processes", cores(pool)),
-            Row(
-                f"forklift {w} workers / Pool({w}) (normalised by d)",
-                f"{ratio / pool_ratio:.3f}",
-            ),
-        ]
-    if runs.get("asyncio"):
-        aio = runs["asyncio"]
-        aio_ratio = med(r.ratio(n, w) for r in aio)
-        rows += [
-            Row("asyncio runner (1 process, gather): wall", f"{med(r.seconds for r in aio):.2f} s"),
-            Row(f"asyncio runner: wall / ideal ({w} cores)", f"{aio_ratio:.3f}"),
-            Row(
-                "  cores used by the runner / by other processes",
-                cores(aio),
-            ),
-            Row(
-                f"speed-up: forklift {w} workers vs asyncio runner (normalised by d)",
-                f"{aio_ratio / ratio:.2f} x",
-            ),
-        ]
-    every = [r for group in runs.values() for r in group]
-    rows.append(
+
+
+def single_rows(args: argparse.Namespace, one: list[Run], ratio: float) -> list[Row]:
+    """`forklift run --workers 1`, and the speed-up of the main run (at `ratio`) over it."""
+    n, w = args.jobs, args.workers
+    med = statistics.median
+    return [
+        Row("forklift run --workers 1: wall", f"{med(r.seconds for r in one):.2f} s"),
         Row(
-            "runs repeated because other processes were busy",
-            f"{sum(r.attempts - 1 for r in every)} (of {len(every)} kept)",
-        )
-    )
-    return rows
+            f"forklift run --workers 1: wall / ({n} x d)",
+            f"{med(r.ratio(n, 1) for r in one):.3f}",
+        ),
+        Row(
+            "  cores used by forklift / by other processes",
+            cores(one),
+        ),
+        Row(
+            f"speed-up: {w} workers vs 1 (normalised by d)",
+            f"{med(r.ratio(n, 1) for r in one) / ratio * w:.2f} x",
+        ),
+    ]
+
+
+def pool_rows(args: argparse.Namespace, pool: list[Run], ratio: float) -> list[Row]:
+    """The multiprocessing.Pool reference, and the main run (at `ratio`) against it."""
+    n, w = args.jobs, args.workers
+    med = statistics.median
+    pool_ratio = med(r.ratio(n, w) for r in pool)
+    return [
+        Row(
+            f"multiprocessing.Pool({w}).map, no queue: wall / ideal",
+            f"{pool_ratio:.3f} ({med(r.seconds for r in pool):.2f} s)",
+        ),
+        Row("  cores used by the pool / by other processes", cores(pool)),
+        Row(
+            f"forklift {w} workers / Pool({w}) (normalised by d)",
+            f"{ratio / pool_ratio:.3f}",
+        ),
+    ]
+
+
+def asyncio_rows(args: argparse.Namespace, aio: list[Run], ratio: float) -> list[Row]:
+    """The single-process asyncio runner, and the main run's (at `ratio`) speed-up over it."""
+    n, w = args.jobs, args.workers
+    med = statistics.median
+    aio_ratio = med(r.ratio(n, w) for r in aio)
+    return [
+        Row("asyncio runner (1 process, gather): wall", f"{med(r.seconds for r in aio):.2f} s"),
+        Row(f"asyncio runner: wall / ideal ({w} cores)", f"{aio_ratio:.3f}"),
+        Row(
+            "  cores used by the runner / by other processes",
+            cores(aio),
+        ),
+        Row(
+            f"speed-up: forklift {w} workers vs asyncio runner (normalised by d)",
+            f"{aio_ratio / ratio:.2f} x",
+        ),
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
