@@ -75,6 +75,7 @@ from bench._harness import (
     say,
 )
 from bench.metrics_app import TASKS, register
+from forklift.testing import WaitTimedOut, wait_for
 
 GAUGE_TTL = 2.0  # forklift.supervisor.ops: queue gauges cached this long
 READY_TTL = 1.0  # forklift.supervisor.ops: the /readyz database ping cached this long
@@ -148,14 +149,14 @@ class Supervisor(ForkliftProcess):
 
     def wait_addr(self, timeout: float = 30.0) -> str:
         """HOST:PORT from the "supervisor.http" log line."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for entry in self.events():
-                if entry.get("event") == "supervisor.http":
-                    return str(entry["addr"])
+
+        def logged() -> str | None:
             self.check_alive()
-            time.sleep(0.05)
-        raise RuntimeError(f"no supervisor.http log line within {timeout:g}s")
+            addrs = [e["addr"] for e in self.events() if e.get("event") == "supervisor.http"]
+            return str(addrs[0]) if addrs else None
+
+        addr: str = wait_for(logged, timeout, 0.05, "the supervisor.http log line")
+        return addr
 
 
 # -- scraping ----------------------------------------------------------------------------
@@ -331,6 +332,8 @@ class MetricsBench(Bench):
         started = time.perf_counter()
         under_load = Timings()
         last_say = started
+        # Not wait_for: each round also scrapes /metrics under load (and times it), and
+        # the processing time is read off this loop's clock.
         while True:
             left = self.scalar(
                 "SELECT count(*) FROM {s}.jobs WHERE state NOT IN ('succeeded', 'dead')"
@@ -361,15 +364,18 @@ class MetricsBench(Bench):
             time.sleep(0.25)
 
     def wait_caught_up(self, url: str, expected: Expected, timeout: float = 15.0) -> float:
-        """Seconds until /metrics counts every attempt the database recorded."""
-        started = time.perf_counter()
-        while True:
+        """Seconds until /metrics counts every attempt the database recorded (nan: never)."""
+
+        def caught_up() -> bool:
             status, body, _ = get(f"{url}/metrics")
-            if status == 200 and Scrape.parse(body).attempts >= expected.attempts:
-                return time.perf_counter() - started
-            if time.perf_counter() - started > timeout:
-                return math.nan
-            time.sleep(0.1)
+            return status == 200 and Scrape.parse(body).attempts >= expected.attempts
+
+        started = time.perf_counter()
+        try:
+            wait_for(caught_up, timeout, 0.1, "/metrics to count every attempt")
+        except WaitTimedOut:
+            return math.nan
+        return time.perf_counter() - started
 
 
 def timed_get(url: str, timings: Timings, diagnose: Callable[[], str]) -> bytes | None:
@@ -427,112 +433,147 @@ def timing_rows(label: str, t: Timings, target: float | None) -> list[Row]:
     return rows
 
 
+@dataclass
+class Processed:
+    """What processing every job took, and what the database says happened."""
+
+    total: int  # jobs enqueued, no-op and failing
+    seconds: float  # until no job was ready or running
+    lag: float  # then until /metrics counted every attempt (nan: it did not in time)
+    expected: Expected
+    under_load: Timings  # /metrics scraped meanwhile
+
+
 def run(bench: MetricsBench, args: argparse.Namespace, rows: list[Row]) -> None:
+    """The steps of the bench, each adding its rows to `rows`."""
+    url, processed = process(bench, args)
+    assert bench.sup is not None
+    rows += processing_rows(processed)
+    scrape = settled_scrape(url)
+    rows += counter_rows(scrape, processed.expected)
+    rows += histogram_and_gauge_rows(scrape, processed.expected)
+    rows += metrics_speed_rows(bench, args, url)
+    rows += under_load_rows(bench, processed.under_load)
+    rows += health_speed_rows(bench, args, url)
+    rows += shutdown_rows(bench.sup)
+    bench.keep_log = bench.keep_log or any(r.met is False for r in rows if "ms" not in r.value)
+
+
+def process(bench: MetricsBench, args: argparse.Namespace) -> tuple[str, Processed]:
+    """Enqueue the jobs, start the supervisor, wait for the jobs and for /metrics."""
     say(f"enqueueing {args.jobs:,} no-op jobs and 5 failing jobs per task ...")
     total, seconds = bench.enqueue(args.jobs, args.batch)
     say(f"  {total:,} jobs in {seconds:.2f}s")
     url = bench.start_supervisor(args.workers, args.concurrency)
-    assert bench.sup is not None
     say(f"processing with {args.workers} workers x concurrency {args.concurrency} ...")
     processing, under_load = bench.wait_finished(url, args.timeout)
     say(f"  all finished after {processing:.1f}s ({total / processing:,.0f} jobs/s)")
     expected = bench.expected()
     lag = bench.wait_caught_up(url, expected)
     say(f"  /metrics caught up {lag:.2f}s later")
+    return url, Processed(total, processing, lag, expected, under_load)
 
-    # Correctness, on one scrape taken once the counts have settled and the queue gauges
-    # (cached GAUGE_TTL, possibly from a scrape just before the last jobs finished) are
-    # read afresh.
+
+def processing_rows(p: Processed) -> list[Row]:
+    return [
+        Row("jobs enqueued (no-op + failing)", f"{p.total:,}"),
+        Row("processing time (info)", f"{p.seconds:.1f} s ({p.total / p.seconds:,.0f}/s)"),
+        Row("/metrics caught up with the database after", f"{p.lag:.2f} s"),
+    ]
+
+
+def settled_scrape(url: str) -> Scrape:
+    """One scrape once the counts have settled, with the queue gauges read afresh.
+
+    The gauges are cached GAUGE_TTL, possibly from a scrape just before the last jobs
+    finished: this one comes after that.
+    """
     time.sleep(GAUGE_TTL + 0.1)
     status, body, _ = get(f"{url}/metrics")
     if status != 200:
         raise RuntimeError(f"/metrics: HTTP {status}")
-    scrape = Scrape.parse(body)
-    rows.append(Row("jobs enqueued (no-op + failing)", f"{total:,}"))
-    rows.append(Row("processing time (info)", f"{processing:.1f} s ({total / processing:,.0f}/s)"))
-    rows.append(Row("/metrics caught up with the database after", f"{lag:.2f} s"))
-    rows.append(
+    return Scrape.parse(body)
+
+
+def counter_rows(scrape: Scrape, expected: Expected) -> list[Row]:
+    """forklift_jobs_total by outcome, and the histograms' counts, against the database."""
+    other = {o for (_, _, o) in scrape.jobs} - {"succeeded", "failed", "dead"}
+    durations = int(sum(d["count"] for d in scrape.durations.values()))
+    return [
         equal_row(
             'sum forklift_jobs_total{outcome="succeeded"}',
             scrape.outcome("succeeded"),
             expected.succeeded,
             "succeeded in db",
-        )
-    )
-    rows.append(
+        ),
         equal_row(
             'sum forklift_jobs_total{outcome="dead"}',
             scrape.outcome("dead"),
             expected.dead,
             "dead in db",
-        )
-    )
-    rows.append(
+        ),
         equal_row(
             'sum forklift_jobs_total{outcome="failed"}',
             scrape.outcome("failed"),
             expected.attempts - expected.succeeded - expected.dead,
             "retried attempts",
-        )
-    )
-    rows.append(
+        ),
         equal_row(
             "sum forklift_jobs_total (all outcomes)", scrape.attempts, expected.attempts, "db"
-        )
-    )
-    other = {o for (_, _, o) in scrape.jobs} - {"succeeded", "failed", "dead"}
-    rows.append(Row("other outcomes seen", ", ".join(sorted(other)) or "none", "none", not other))
-    durations = int(sum(d["count"] for d in scrape.durations.values()))
-    rows.append(
-        equal_row("sum forklift_job_duration_seconds_count", durations, expected.attempts, "db")
-    )
-    rows.append(
+        ),
+        Row("other outcomes seen", ", ".join(sorted(other)) or "none", "none", not other),
+        equal_row("sum forklift_job_duration_seconds_count", durations, expected.attempts, "db"),
         equal_row(
             "sum forklift_job_wait_seconds_count", int(scrape.wait_count), expected.attempts, "db"
-        )
-    )
+        ),
+    ]
+
+
+def histogram_and_gauge_rows(scrape: Scrape, expected: Expected) -> list[Row]:
+    """Every task's histogram and outcomes present and well formed; the dead-jobs gauge."""
     full = sum(
         1
         for t in TASKS
         if ("default", t) in scrape.durations
         and all(("default", t, o) in scrape.jobs for o in ("succeeded", "failed", "dead"))
     )
-    rows.append(
+    bad = scrape.malformed_histograms()
+    dead_gauge = scrape.gauges.get("forklift_queue_depth{queue=default,state=dead}")
+    return [
         Row(
             "tasks with a duration histogram and 3 outcomes",
             f"{full}/{len(TASKS)}",
             f"= {len(TASKS)}",
             full == len(TASKS),
-        )
-    )
-    bad = scrape.malformed_histograms()
-    rows.append(
+        ),
         Row(
             "malformed duration histograms",
             str(len(bad)) + (f" ({bad[0]}...)" if bad else ""),
             "0",
             not bad,
-        )
-    )
-    dead_gauge = scrape.gauges.get("forklift_queue_depth{queue=default,state=dead}")
-    rows.append(
+        ),
         Row(
             'forklift_queue_depth{state="dead"}',
             "absent" if dead_gauge is None else f"{dead_gauge:,.0f}",
             f"= {expected.dead:,} (db)",
             dead_gauge == expected.dead,
-        )
-    )
+        ),
+    ]
 
-    # speed
+
+def metrics_speed_rows(bench: MetricsBench, args: argparse.Namespace, url: str) -> list[Row]:
+    """Warm scrapes of /metrics (with the supervisor's CPU per scrape), then cold ones."""
+    assert bench.sup is not None
     say(f"timing {args.scrapes} warm scrapes of /metrics ...")
     cpu = CpuUse(bench.sup.pid)
     with cpu.measure():
         warm, body = time_warm(f"{url}/metrics", args.scrapes, GAUGE_TTL, bench.diagnose)
     final = Scrape.parse(body)
-    rows.append(Row("/metrics response size", f"{final.size:,} bytes"))
-    rows.append(Row("/metrics series (sample lines)", f"{final.series:,}"))
-    rows += timing_rows(f"/metrics warm, {args.scrapes} sequential", warm, TARGET_MS)
+    rows = [
+        Row("/metrics response size", f"{final.size:,} bytes"),
+        Row("/metrics series (sample lines)", f"{final.series:,}"),
+        *timing_rows(f"/metrics warm, {args.scrapes} sequential", warm, TARGET_MS),
+    ]
     # The priming scrapes run too: the supervisor's CPU is spread over all of them.
     scrapes = args.scrapes + math.ceil(cpu.wall / (0.9 * GAUGE_TTL))
     rows.append(
@@ -549,14 +590,19 @@ def run(bench: MetricsBench, args: argparse.Namespace, rows: list[Row]) -> None:
     cold = time_cold(f"{url}/metrics", args.cold, GAUGE_TTL + 0.1, bench.diagnose)
     rows += timing_rows(f"/metrics cold (gauge query), {args.cold}", cold, TARGET_MS)
     say(f"  {cold.summary()}")
-    rows.append(
+    return rows
+
+
+def under_load_rows(bench: MetricsBench, under_load: Timings) -> list[Row]:
+    """The scrapes taken while the jobs ran: failures (a target), times (informational)."""
+    rows = [
         Row(
             "/metrics failures while processing",
             str(len(bench.scrape_errors)),
             "0",
             not bench.scrape_errors,
         )
-    )
+    ]
     for error in bench.scrape_errors[:10]:
         say(f"  scrape failed {error}")
     if under_load.ms:
@@ -566,6 +612,12 @@ def run(bench: MetricsBench, args: argparse.Namespace, rows: list[Row]) -> None:
                 f"{under_load.p50:.2f} / {under_load.max:.2f} ms",
             )
         )
+    return rows
+
+
+def health_speed_rows(bench: MetricsBench, args: argparse.Namespace, url: str) -> list[Row]:
+    """Warm /healthz and /readyz, then cold /readyz (its database ping not cached)."""
+    rows: list[Row] = []
     for path in ("/healthz", "/readyz"):
         warm, _ = time_warm(f"{url}{path}", args.scrapes, READY_TTL, bench.diagnose)
         rows += timing_rows(f"{path} warm, {args.scrapes} sequential", warm, TARGET_MS)
@@ -573,28 +625,32 @@ def run(bench: MetricsBench, args: argparse.Namespace, rows: list[Row]) -> None:
     cold = time_cold(f"{url}/readyz", args.cold, READY_TTL + 0.1, bench.diagnose)
     rows += timing_rows(f"/readyz cold (db ping), {args.cold}", cold, TARGET_MS)
     say(f"  /readyz cold: {cold.summary()}")
+    return rows
 
+
+def shutdown_rows(sup: Supervisor) -> list[Row]:
+    """SIGTERM the supervisor: its exit code, and the warnings it logged unexpectedly."""
     say("SIGTERM to the supervisor ...")
     started = time.perf_counter()
-    code = bench.sup.stop()
-    rows.append(
+    code = sup.stop()
+    rows = [
         Row(
             "supervisor exit code after SIGTERM",
             f"{code} (in {time.perf_counter() - started:.1f} s)",
             "0",
             code == 0,
         )
-    )
+    ]
     problems = [
         e
-        for e in bench.sup.events()
+        for e in sup.events()
         if ("raw" in e or e.get("level") in ("warning", "error", "critical"))
         and e.get("event") not in EXPECTED_EVENTS
     ]
     rows.append(Row("unexpected warning/error log lines", str(len(problems)), "0", not problems))
     for e in problems[:20]:
         say(f"  [forklift] {json.dumps(e)[:300]}")
-    bench.keep_log = bench.keep_log or any(r.met is False for r in rows if "ms" not in r.value)
+    return rows
 
 
 # -- command line ------------------------------------------------------------------------
