@@ -11,19 +11,38 @@ import psycopg
 import pytest
 
 import forklift
+from forklift.embedded import EmbeddedPostgres
 
-DSN = os.environ.get("FORKLIFT_TEST_DATABASE_URL", "postgresql://root@127.0.0.1:5432/test")
+LOCAL = "postgresql://root@127.0.0.1:5432/test"
+
+
+def _answers(url: str) -> bool:
+    try:
+        with psycopg.connect(url, connect_timeout=2) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.OperationalError:
+        return False
+    return True
 
 
 @pytest.fixture(scope="session")
-def dsn() -> str:
-    # CI has PostgreSQL: an unreachable database is a failure, never a skip.
-    try:
-        with psycopg.connect(DSN, connect_timeout=5) as conn:
-            conn.execute("SELECT 1")
-    except psycopg.OperationalError as exc:
-        pytest.fail(f"PostgreSQL is not reachable at {DSN}: {exc}")
-    return DSN
+def dsn() -> Iterator[str]:
+    """The database every test works in (its own schemas in it), chosen once:
+
+    FORKLIFT_TEST_DATABASE_URL when set; else the local server at 127.0.0.1:5432 when it
+    answers; else an embedded PostgreSQL started for this run (FORKLIFT_TEST_EMBEDDED=1
+    forces that one). A named database that does not answer is a failure, never a skip.
+    """
+    named = os.environ.get("FORKLIFT_TEST_DATABASE_URL")
+    if named:
+        if not _answers(named):
+            pytest.fail(f"PostgreSQL is not reachable at FORKLIFT_TEST_DATABASE_URL={named}")
+        yield named
+    elif os.environ.get("FORKLIFT_TEST_EMBEDDED") != "1" and _answers(LOCAL):
+        yield LOCAL
+    else:
+        with EmbeddedPostgres(prefix="forklift-test-pg-") as server:
+            yield server.dsn
 
 
 @pytest.fixture

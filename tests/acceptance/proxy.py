@@ -5,15 +5,42 @@ from __future__ import annotations
 import socket
 import threading
 
+import psycopg
+
 
 class Proxy:
-    def __init__(self, target: tuple[str, int]) -> None:
+    """Listens on 127.0.0.1 and forwards to PostgreSQL (over TCP or its Unix socket)."""
+
+    def __init__(self, target: tuple[str, int] | str) -> None:
         self.target = target
         self.port = 0
         self._listener: socket.socket | None = None
         self._conns: list[socket.socket] = []
         self._lock = threading.Lock()
         self.restore()
+
+    @classmethod
+    def to(cls, dsn: str) -> Proxy:
+        """A proxy in front of the server `dsn` names."""
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+        host, port = str(info.get("host") or "127.0.0.1"), int(str(info.get("port") or 5432))
+        return cls(f"{host}/.s.PGSQL.{port}" if host.startswith("/") else (host, port))
+
+    def dsn_through(self, dsn: str) -> str:
+        """`dsn`, but connecting through this proxy."""
+        return psycopg.conninfo.make_conninfo(dsn, host="127.0.0.1", port=str(self.port))
+
+    def _connect_upstream(self) -> socket.socket:
+        if isinstance(self.target, str):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(5)
+            try:
+                sock.connect(self.target)
+            except OSError:
+                sock.close()
+                raise
+            return sock
+        return socket.create_connection(self.target, timeout=5)
 
     def restore(self) -> None:
         """Accept connections again (on the same port)."""
@@ -46,7 +73,7 @@ class Proxy:
             except OSError:
                 return
             try:
-                upstream = socket.create_connection(self.target, timeout=5)
+                upstream = self._connect_upstream()
             except OSError:
                 client.close()
                 continue

@@ -161,11 +161,8 @@ def test_database_outage_keeps_the_supervisor_up_not_ready_then_recovers(
     forklift_cli: Any,
     env: dict[str, str],
 ) -> None:
-    info = psycopg.conninfo.conninfo_to_dict(dsn)
-    proxy = Proxy((str(info.get("host", "127.0.0.1")), int(str(info.get("port", 5432)))))
-    env["FORKLIFT_DATABASE_URL"] = (
-        f"postgresql://{info.get('user', 'root')}@127.0.0.1:{proxy.port}/{info['dbname']}"
-    )
+    proxy = Proxy.to(dsn)
+    env["FORKLIFT_DATABASE_URL"] = proxy.dsn_through(dsn)
     sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "1")
     url = metrics_url(sup)
     wait_for(lambda: get(url + "/readyz")[0] == 200, what="ready")
@@ -262,11 +259,11 @@ def test_logs_are_json_events_and_never_show_the_password(
     forklift_cli: Any,
     env: dict[str, str],
 ) -> None:
-    info = psycopg.conninfo.conninfo_to_dict(dsn)
     # Trust auth ignores the password, so this DSN works and carries a secret.
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
     secret_dsn = (
-        f"postgresql://{info.get('user', 'root')}:s3cr3t-pw@{info.get('host')}:"
-        f"{info.get('port', 5432)}/{info['dbname']}"
+        f"postgresql://{info.get('user') or 'root'}:s3cr3t-pw@/{info['dbname']}"
+        f"?host={info.get('host') or '127.0.0.1'}&port={info.get('port') or 5432}"
     )
     env["FORKLIFT_DATABASE_URL"] = secret_dsn
     env["FORKLIFT_LOG_FORMAT"] = "json"
