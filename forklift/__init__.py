@@ -5,6 +5,7 @@ from __future__ import annotations
 from forklift.app import App, JobSpec
 from forklift.backoff import Backoff
 from forklift.errors import (
+    AppImportError,
     ArgumentError,
     ConfigError,
     DatabaseError,
@@ -21,6 +22,7 @@ from forklift.workers.context import JobContext
 
 __all__ = [
     "App",
+    "AppImportError",
     "ArgumentError",
     "Backoff",
     "ConfigError",

@@ -7,11 +7,12 @@ import importlib
 import os
 import re
 import sys
+import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from forklift.app import App
-from forklift.errors import ConfigError
+from forklift.errors import AppImportError, ConfigError
 
 T = TypeVar("T")
 
@@ -57,6 +58,31 @@ def env(name: str, parse: Callable[[str], T], default: T) -> T:
         raise ConfigError(f"FORKLIFT_{name}={raw!r}: {exc}") from None
 
 
+def _import(module_name: str, target: str) -> Any:
+    """Import the app's module; anything it raises becomes one AppImportError line
+    (the original stays its __cause__, for --debug)."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            raise AppImportError(
+                f"cannot import {target}: no module named {exc.name!r} (forklift looks in "
+                f"the current directory, {os.getcwd()}, and on PYTHONPATH)"
+            ) from exc
+        raise AppImportError(f"cannot import {target}: {_where(exc)}") from exc
+    except (Exception, SystemExit) as exc:
+        raise AppImportError(f"cannot import {target}: {_where(exc)}") from exc
+
+
+def _where(exc: BaseException) -> str:
+    """`TypeError: boom (at app/jobs.py:12)`: the error and the innermost frame."""
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    frames = traceback.extract_tb(exc.__traceback__)
+    if frames:
+        text += f" (at {frames[-1].filename}:{frames[-1].lineno})"
+    return text
+
+
 def load_app(target: str) -> App:
     """Import 'package.module:attribute' and return the App it names."""
     module_name, sep, attr = target.partition(":")
@@ -64,7 +90,7 @@ def load_app(target: str) -> App:
         raise ConfigError(f"{target!r}: expected MODULE:APP, e.g. myproject.jobs:app")
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    module = importlib.import_module(module_name)
+    module = _import(module_name, target)
     obj: Any = module
     for part in attr.split("."):
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -12,7 +13,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from forklift import _db, _json, _sql
+from forklift import _db, _json, _names, _sql
 from forklift.backoff import Backoff
 from forklift.errors import ArgumentError, ConfigError, UnknownTaskError
 from forklift.store import JobStore, NewJob, short_connection, translated
@@ -99,16 +100,21 @@ class App:
         """Register a handler `fn(ctx, **kwargs)` as a task (bare or with options)."""
 
         def register(f: Callable[P, R]) -> Task[P, R]:
-            if name is None and f.__module__ == "__main__":
-                # Workers import the module under its real name, never as __main__: a
-                # derived name would differ between producer and worker.
-                raise ConfigError(
-                    f"task {f.__qualname__!r} is defined in a script run as __main__: "
-                    "give it an explicit name, e.g. @app.task(name=...)"
-                )
-            task_name = name or f"{f.__module__}.{f.__qualname__}"
+            # The function's name, the same wherever it is imported from (a script run
+            # as __main__ and the worker that imports it agree).
+            task_name = name if name is not None else f.__name__
+            try:
+                _names.check("task", task_name)
+                _names.check("queue", queue)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
             if task_name in self.tasks:
-                raise ConfigError(f"task {task_name!r} is registered twice")
+                other = self.tasks[task_name].fn
+                raise ConfigError(
+                    f"two tasks are named {task_name!r} in this app "
+                    f"({other.__module__}.{other.__qualname__} and "
+                    f"{f.__module__}.{f.__qualname__}): give one of them name=..."
+                )
             t: Task[P, R] = Task(
                 self,
                 f,
@@ -123,6 +129,23 @@ class App:
             return t
 
         return register(fn) if fn is not None else register
+
+    def _task_for_enqueue(self, name: str) -> Task[Any, Any] | None:
+        """The registered task `name`; None for a producer-only app (no tasks), which may
+        enqueue any well-formed name for workers elsewhere."""
+        try:
+            _names.check("task", name)
+        except ValueError as exc:
+            raise ArgumentError(str(exc)) from None
+        task = self.tasks.get(name)
+        if task is None and self.tasks:
+            close = difflib.get_close_matches(name, list(self.tasks), n=3, cutoff=0.6)
+            hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+            raise UnknownTaskError(
+                f"no task named {name!r} in this app{hint} (an App with no tasks "
+                "registered may enqueue any name, for workers that define it)"
+            )
+        return task
 
     def get_task(self, name: str) -> Task[Any, Any]:
         try:
@@ -144,15 +167,18 @@ class App:
         queue: str | None = None,
         max_attempts: int | None = None,
     ) -> NewJob:
-        if not task_name or not isinstance(task_name, str):
-            raise ArgumentError("task name must be a non-empty string")
+        task = self._task_for_enqueue(task_name)
         args = {} if args is None else args
         text = _json.dumps_args(args)
-        task = self.tasks.get(task_name)
         if task is not None:
             task.check_args(args)
-        if idempotency_key is not None and not isinstance(idempotency_key, str):
-            raise ArgumentError("idempotency_key must be a string")
+        try:
+            if queue is not None:
+                _names.check("queue", queue)
+            if idempotency_key is not None:
+                _names.check("idempotency key", idempotency_key, limit=_names.MAX_KEY)
+        except ValueError as exc:
+            raise ArgumentError(str(exc)) from None
         if run_at is not None and run_at.tzinfo is None:
             raise ArgumentError("run_at must be timezone-aware (e.g. datetime.now(timezone.utc))")
         if priority is not None:

@@ -11,6 +11,10 @@ class ConfigError(ForkliftError, ValueError):
     """forklift is configured wrongly."""
 
 
+class AppImportError(ForkliftError):
+    """The app named MODULE:APP could not be imported."""
+
+
 class DatabaseError(ForkliftError):
     """The database refused or could not complete an operation."""
 

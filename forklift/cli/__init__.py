@@ -11,15 +11,16 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-import psycopg
-
+import forklift
 from forklift import _db, _logging
 from forklift.cli import flags, observe, processes, produce
+from forklift.cli.errors import HANDLED, Exit, report
 from forklift.errors import ForkliftError
 
 EPILOG = """\
 The database comes from --dsn, then FORKLIFT_DATABASE_URL, then DATABASE_URL.
 Every flag also reads a FORKLIFT_* environment variable, named in its help.
+Exit codes: 0 ok, 1 error, 2 usage, 3 the app does not import, 130 interrupted.
 """
 
 COMMAND_GROUPS = (produce, processes, observe)
@@ -32,8 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"forklift {forklift.__version__}")
     common = argparse.ArgumentParser(add_help=False)
     flags.add_logging(common)
+    common.add_argument("--debug", action="store_true", help="on an error, show the traceback too")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for group in COMMAND_GROUPS:
         group.register(sub, [common])
@@ -46,16 +49,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except ForkliftError as exc:  # a bad FORKLIFT_* variable
         print(f"forklift: error: {_db.redact(str(exc))}", file=sys.stderr)
-        return 2
+        return Exit.USAGE
     # Daemons log to stdout (journald, kubectl logs); one-shot commands keep stdout for
     # their answer and log to stderr.
     daemon = args.command in ("run", "worker")
     _logging.setup(args.log_level, args.log_format, sys.stdout if daemon else sys.stderr)
     try:
         return int(args.func(args))
-    except (ForkliftError, psycopg.Error) as exc:
-        print(f"forklift: error: {_db.redact(str(exc))}", file=sys.stderr)
-        return 1
+    except HANDLED as exc:
+        return report(exc, debug=args.debug)
+    except KeyboardInterrupt:
+        print("forklift: interrupted", file=sys.stderr)
+        return Exit.INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import argparse
 import signal
-import sys
-import traceback
 from types import FrameType
 
 from forklift import _config
 from forklift.cli import flags
 from forklift.cli.apps import app_for
-from forklift.errors import ForkliftError
 
 RUN_DESCRIPTION = (
     "Import the app once, fork worker processes, restart the ones that crash, "
@@ -42,15 +39,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from forklift.supervisor import Supervisor
     from forklift.supervisor.reload import reimport
 
-    try:
-        app = _config.load_app(args.app)
-    except ForkliftError:
-        raise
-    except BaseException:
-        # The app does not import: say why once and stop; forking would only loop.
-        traceback.print_exc()
-        print(f"forklift: error: could not import {args.app}", file=sys.stderr)
-        return 3
+    # An app that does not import stops here (exit 3), before any fork would loop on it.
+    app = _config.load_app(args.app)
     if args.dsn:
         app._dsn = args.dsn
     app.dsn  # noqa: B018 - fail now, not in every child, when no database is configured

@@ -8,7 +8,7 @@ import json
 from forklift._config import duration
 from forklift.cli import flags
 from forklift.cli.apps import app_for
-from forklift.errors import ForkliftError
+from forklift.cli.errors import UsageError
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -22,13 +22,17 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_enqueue(args: argparse.Namespace) -> int:
-    app = app_for(args)
     try:
         payload = json.loads(args.args)
     except json.JSONDecodeError as exc:
-        raise ForkliftError(f"--args is not valid JSON: {exc}") from None
+        raise UsageError(f"--args is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise UsageError("--args is nested too deeply to be job arguments") from None
     if not isinstance(payload, dict):
-        raise ForkliftError("--args must be a JSON object of keyword arguments")
+        raise UsageError(
+            '--args must be a JSON object of keyword arguments, e.g. {"path": "a.png"}'
+        )
+    app = app_for(args)
     job_id = app.enqueue(
         args.task,
         payload,

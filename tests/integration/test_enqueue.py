@@ -80,10 +80,12 @@ def test_arguments_that_do_not_fit_a_known_handler_are_refused(
     assert count(db, schema) == 0
 
 
-def test_unknown_task_can_be_enqueued_for_other_workers(
-    app: forklift.App, db: psycopg.Connection[Any], schema: str
+def test_a_producer_only_app_enqueues_tasks_other_workers_define(
+    dsn: str, db: psycopg.Connection[Any], schema: str
 ) -> None:
-    job_id = app.enqueue("elsewhere.task", {"x": [1, 2]}, queue="remote", priority=3)
+    producer = forklift.App(dsn, schema=schema)  # no tasks registered: any name goes
+    job_id = producer.enqueue("elsewhere.task", {"x": [1, 2]}, queue="remote", priority=3)
+    producer.close()
     row = db.execute(
         f"SELECT task, queue, priority FROM {schema}.jobs WHERE id = %s", (job_id,)
     ).fetchone()

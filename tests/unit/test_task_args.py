@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import inspect
+import unicodedata
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import forklift
 
@@ -52,11 +55,79 @@ def test_misfit_says_what_is_wrong() -> None:
         kw.check_args({"c": 3})
 
 
-def test_a_task_in_a_script_run_as_main_needs_an_explicit_name() -> None:
+def test_a_task_is_named_after_its_function_wherever_it_is_defined() -> None:
+    def render(ctx: forklift.JobContext) -> None: ...
+
+    render.__module__ = "__main__"  # a script run directly: the worker imports it by name
+    one = forklift.App(schema="t_unit")
+    assert one.task(render).name == "render"
+    assert one.task(name="render_again")(render).name == "render_again"
+
+
+def test_two_tasks_with_one_name_fail_at_declaration() -> None:
+    one = forklift.App(schema="t_unit")
+
+    @one.task
+    def render(ctx: forklift.JobContext) -> None: ...
+
+    with pytest.raises(forklift.ConfigError, match=r"two tasks are named 'render'.*name="):
+
+        @one.task(name="render")
+        def other(ctx: forklift.JobContext) -> None: ...
+
+
+def test_an_app_with_tasks_refuses_a_name_it_does_not_know_and_suggests() -> None:
+    one = forklift.App("postgresql://nowhere.invalid/x", schema="t_unit")
+
+    @one.task
+    def render(ctx: forklift.JobContext) -> None: ...
+
+    with pytest.raises(forklift.UnknownTaskError, match="did you mean 'render'"):
+        one.enqueue("rendr")  # refused before any connection is made
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        ("x\nH not-a-number", "control character \\(U\\+000A\\) at position 1"),
+        ("nul\x00", "control character"),
+        ("", "must not be empty"),
+        ("t" * 201, "201 characters long; the limit is 200"),
+        ("half\ud800", "lone surrogate"),
+    ],
+)
+def test_bad_task_and_queue_names_are_refused_at_declaration(name: str, problem: str) -> None:
+    one = forklift.App(schema="t_unit")
+
     def handler(ctx: forklift.JobContext) -> None: ...
 
-    handler.__module__ = "__main__"
-    with pytest.raises(forklift.ConfigError, match="explicit name"):
-        app.task(handler)
-    named = app.task(name="from_a_script")(handler)
-    assert named.name == "from_a_script"
+    with pytest.raises(forklift.ConfigError, match=problem):
+        one.task(name=name)(handler)
+    with pytest.raises(forklift.ConfigError, match="queue name"):
+        one.task(name="fine", queue=name)(handler)
+
+
+# -- enqueue validation, fuzzed: anything is refused cleanly or stored as given -----------
+
+producer = forklift.App("postgresql://nowhere.invalid/x", schema="t_unit")
+
+
+@given(task=st.text(max_size=300), queue=st.text(max_size=300), key=st.text(max_size=700))
+def test_any_name_is_refused_with_an_argument_error_or_accepted_intact(
+    task: str, queue: str, key: str
+) -> None:
+    try:
+        job = producer._new_job(task, {}, queue=queue, idempotency_key=key)
+    except forklift.ArgumentError as exc:
+        assert "name" in str(exc)
+        return
+    assert (job.task, job.queue, job.idempotency_key) == (task, queue, key)
+    for name in (task, queue, key):
+        name.encode("utf-8")  # storable
+        assert name and not any(unicodedata.category(c) == "Cc" for c in name)
+    assert len(task) <= 200 and len(queue) <= 200 and len(key) <= 512
+
+
+def test_a_ten_kilobyte_key_is_refused_before_the_database_sees_it() -> None:
+    with pytest.raises(forklift.ArgumentError, match="10000 characters long; the limit is 512"):
+        producer._new_job("noop", {}, idempotency_key="k" * 10_000)

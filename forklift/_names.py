@@ -1,0 +1,45 @@
+"""Names a producer or a task declaration gives: task, queue, idempotency key, schedule.
+
+Checked at declaration and at enqueue, never stored when bad: a name is a non-empty
+string of at most its kind's length, with no control character (a newline in a task name
+once reached the supervisor's report pipe) and valid Unicode (no lone surrogate, which
+the database cannot store).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from typing import Any
+
+# Task, queue and schedule names appear in logs, metrics labels and process titles:
+# short. Idempotency keys are often built from data (a path, a URL), so they get more
+# room, still well inside a btree index row (2,704 bytes; a UTF-8 character is at most 4).
+MAX_NAME = 200
+MAX_KEY = 512
+
+
+def _problem(value: Any, limit: int) -> str | None:
+    if not isinstance(value, str):
+        return f"must be a string, not {type(value).__name__}"
+    if not value:
+        return "must not be empty"
+    if len(value) > limit:
+        return f"is {len(value)} characters long; the limit is {limit}"
+    for i, ch in enumerate(value):
+        if unicodedata.category(ch) in ("Cc", "Cs"):
+            what = "a lone surrogate" if "\ud800" <= ch <= "\udfff" else "a control character"
+            return f"contains {what} (U+{ord(ch):04X}) at position {i}"
+    return None
+
+
+def check(kind: str, value: Any, *, limit: int = MAX_NAME) -> str:
+    """Return `value` if it is a good `kind` name (task, queue, ...), else raise ValueError.
+
+    Callers turn the ValueError into their own error (ConfigError at declaration,
+    ArgumentError at enqueue); the message names the kind and shows the value safely.
+    """
+    problem = _problem(value, limit)
+    if problem is not None:
+        shown = ascii(value)[:80] if isinstance(value, str) else type(value).__name__
+        raise ValueError(f"{kind} name {shown} {problem}")
+    return str(value)
