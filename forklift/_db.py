@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from forklift.errors import ConfigError
+from forklift.errors import ConfigError, DatabaseError
 
 _URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
 _KV_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
@@ -61,6 +61,33 @@ class Timeouts:
             "idle_in_transaction_session_timeout": self.idle_in_transaction,
         }
         return " ".join(f"-c {k}={int(v * 1000)}" for k, v in ms.items())
+
+
+def describe(dsn: str) -> str:
+    """Where `dsn` points, for error messages: `user@host:port/dbname` (never a password)."""
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "an unparsable DSN"
+    host = str(info.get("host") or os.environ.get("PGHOST") or "localhost")
+    port = str(info.get("port") or os.environ.get("PGPORT") or 5432)
+    user = str(info.get("user") or os.environ.get("PGUSER") or "")
+    dbname = str(info.get("dbname") or user)
+    return f"{user + '@' if user else ''}{host}:{port}/{dbname}"
+
+
+def probe(dsn: str, timeouts: Timeouts) -> None:
+    """Connect once, or raise DatabaseError saying where and why, within the connect
+    timeout (a pool would retry quietly and time out with no cause)."""
+    try:
+        with psycopg.connect(dsn, **connect_kwargs(timeouts, "forklift-probe")):
+            pass
+    except psycopg.Error as exc:
+        cause = " ".join(str(exc).split()) or type(exc).__name__
+        raise DatabaseError(
+            f"cannot connect to PostgreSQL at {describe(dsn)}: {redact(cause)} "
+            "(the database comes from --dsn, FORKLIFT_DATABASE_URL or DATABASE_URL)"
+        ) from exc
 
 
 def connect_kwargs(timeouts: Timeouts, application_name: str = "forklift") -> dict[str, Any]:

@@ -273,6 +273,7 @@ class App:
         with self._lock:
             if self._store is None or self._pool_pid != os.getpid():
                 # A pool inherited across fork is never touched: its sockets are the parent's.
+                _db.probe(self.dsn, _db.Timeouts())  # a clear cause now, not a pool timeout
                 self._pool = _db.make_pool(self.dsn, _db.Timeouts(), max_size=4, name="producer")
                 with translated("cannot connect"):
                     self._pool.open(wait=True, timeout=_db.Timeouts().connect * 2)

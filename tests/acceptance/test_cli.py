@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psycopg
@@ -78,3 +79,15 @@ def test_enqueue_refuses_a_task_the_app_does_not_know(
     assert row == (0,)  # nothing stored
     result = forklift_cmd("enqueue", "tests.apps.basic:app", "noop", env=env)
     assert result.returncode == 0 and result.stdout.strip().isdigit()
+
+
+def test_an_unreachable_database_says_where_and_why_at_once(env: dict[str, str]) -> None:
+    env["FORKLIFT_DATABASE_URL"] = "postgresql://someone:s3cr3t@127.0.0.1:1/nowhere"
+    started = time.monotonic()
+    result = forklift_cmd("enqueue", "tests.apps.basic:app", "noop", env=env)
+    assert time.monotonic() - started < 10  # the connect timeout, not a pool's retries
+    assert result.returncode == 1
+    line = one_error_line(result)
+    assert "cannot connect to PostgreSQL at someone@127.0.0.1:1/nowhere" in line
+    assert "Connection refused" in line and "FORKLIFT_DATABASE_URL" in line
+    assert "s3cr3t" not in line
