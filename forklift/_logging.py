@@ -47,9 +47,13 @@ class TextFormatter(logging.Formatter):
         return redact(super().format(record))
 
 
-def setup(level: str = "INFO", fmt: str = "json", stream: TextIO | None = None) -> None:
-    """Route forklift's (and the app's) logs to `stream` (stdout) in the chosen format."""
-    handler = logging.StreamHandler(stream or sys.stdout)
+def setup(level: str = "INFO", fmt: str = "auto", stream: TextIO | None = None) -> None:
+    """Route forklift's (and the app's) logs to `stream` (stdout) in the chosen format:
+    "json", "text", or "auto" (text when the stream is a terminal, else JSON)."""
+    out = stream or sys.stdout
+    if fmt == "auto":
+        fmt = "text" if out.isatty() else "json"
+    handler = logging.StreamHandler(out)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     for old in list(root.handlers):

@@ -67,10 +67,10 @@ def add_database(p: argparse.ArgumentParser) -> None:
 def add_logging(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--log-format",
-        default=env("LOG_FORMAT", str, "json"),
-        choices=["json", "text"],
-        help="logs on stdout: one JSON object per line, or plain text "
-        "(env FORKLIFT_LOG_FORMAT; default: json)",
+        default=env("LOG_FORMAT", str, "auto"),
+        choices=["auto", "json", "text"],
+        help="logs: one JSON object per line, or text for people; auto is text on a "
+        "terminal and JSON otherwise (env FORKLIFT_LOG_FORMAT; default: auto)",
     )
     p.add_argument(
         "--log-level",
@@ -111,6 +111,22 @@ def add_worker(p: argparse.ArgumentParser) -> None:
         30.0,
         "on SIGTERM, how long running jobs may finish before they are released",
         shown="30s",
+    )
+    flag(
+        p,
+        "--retain-finished",
+        duration,
+        86400.0,
+        "keep succeeded and cancelled jobs this long before pruning them",
+        shown="1d",
+    )
+    flag(
+        p,
+        "--retain-dead",
+        duration,
+        7 * 86400.0,
+        "keep dead jobs (for inspection and retry) this long before pruning them",
+        shown="7d",
     )
     p.add_argument(
         "--no-listen",
@@ -191,6 +207,8 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
         grace=args.grace,
         listen=not args.no_listen,
         pool=args.pool,
+        keep_finished=args.retain_finished,
+        keep_dead=args.retain_dead,
     )
 
 
