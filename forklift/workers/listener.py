@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import logging
 
-import psycopg
-
-from forklift import _db
 from forklift._events import emit
+from forklift.errors import DatabaseError
 from forklift.workers.parts import WorkerParts
 
 log = logging.getLogger(__name__)
@@ -17,23 +15,19 @@ class ListenerMixin(WorkerParts):
     """The listener thread of a Worker: reconnects with backoff; polling covers gaps."""
 
     def _listen_loop(self) -> None:
-        channel = self.store.channel
         queues = set(self.config.queues)
         assert self._wakeup is not None
         delay = 0.5
         while not self._closing.is_set():
             try:
-                with _db.connect(
-                    self.app.dsn, self._timeouts, application_name="forklift-listener"
-                ) as conn:
-                    conn.execute(f'LISTEN "{channel}"')
+                with self.store.channel_listen(self.app.dsn, self._timeouts) as notes:
                     delay = 0.5
                     self._wakeup.set()  # anything sent while we were away: look now
                     while not self._closing.is_set():
-                        for note in conn.notifies(timeout=0.5):
-                            if note.payload in queues:
+                        for queue in notes.wait(0.5):
+                            if queue in queues:
                                 self._wakeup.set()
-            except psycopg.Error as exc:
+            except DatabaseError as exc:
                 if self._closing.is_set():
                     return
                 emit(log, "listener.reconnect", logging.WARNING, error=exc, retry_in=delay)
