@@ -15,12 +15,14 @@ from psycopg_pool import ConnectionPool
 
 from forklift import _db, _sql
 from forklift.store._boundary import Conn, short_connection, translated
+from forklift.store._effect import Effect
 from forklift.store._listen import Notifications
 from forklift.store._rows import ClaimedJob, NewJob
 
 __all__ = [
     "ClaimedJob",
     "Conn",
+    "Effect",
     "JobStore",
     "NewJob",
     "Notifications",
@@ -187,10 +189,9 @@ class JobStore:
         with translated("completion failed"), self.pool.connection() as conn:
             return {r[0] for r in conn.execute(self.q["job_complete_many"], params)}
 
-    def job_complete_on(self, conn: Conn, job_id: int, attempt: int, owner: str) -> bool:
-        """Mark one job succeeded inside the caller's open transaction (the effect's)."""
-        params = {"ids": [job_id], "attempts": [attempt], "owner": owner}
-        return conn.execute(self.q["job_complete_many"], params).fetchone() is not None
+    def effect_begin(self) -> Effect:
+        """Open a handler's effect transaction, in which its job's completion will commit."""
+        return Effect(self.pool, self.q["job_complete_many"])
 
     def job_fail(
         self,

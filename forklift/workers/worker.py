@@ -14,10 +14,6 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
-
-import psycopg
-from psycopg_pool import ConnectionPool
 
 from forklift import _db
 from forklift._events import emit
@@ -25,7 +21,7 @@ from forklift._ids import make_owner
 from forklift.app import App
 from forklift.errors import DatabaseError
 from forklift.metrics import Tally
-from forklift.store import ClaimedJob, JobStore
+from forklift.store import ClaimedJob, Effect, JobStore
 from forklift.workers import executor
 from forklift.workers.completer import CompleterMixin
 from forklift.workers.config import WorkerConfig
@@ -86,7 +82,7 @@ class Worker(CompleterMixin, HeartbeatMixin, ListenerMixin, MaintenanceMixin):
         if self._stopping:
             self._wakeup.set()
         self._timeouts = _db.Timeouts.for_lease(cfg.lease)
-        self._pool: ConnectionPool[psycopg.Connection[Any]] = _db.make_pool(
+        self._pool = _db.make_pool(
             self.app.dsn,
             self._timeouts,
             # claims, renewals and completions, plus the handlers' effect transactions
@@ -219,7 +215,7 @@ class Worker(CompleterMixin, HeartbeatMixin, ListenerMixin, MaintenanceMixin):
         return min(self.config.poll_interval, due_in + 0.001)
 
     def _adopt(self, job: ClaimedJob) -> JobContext:
-        ctx = JobContext(job, self._pool)
+        ctx = JobContext(job, self.store)
         with self._held_lock:
             self._held[job.id] = ctx
             self._active += 1
@@ -346,42 +342,34 @@ class Worker(CompleterMixin, HeartbeatMixin, ListenerMixin, MaintenanceMixin):
         else:
             outcome = executor.call(task.fn, (ctx,), job.args)
         ctx.duration = time.monotonic() - started
-        if outcome.succeeded and ctx.in_transaction:
-            failed = self._commit_effect(ctx)
-            if failed is None:
+        effect = ctx.take_effect()
+        if effect is not None:
+            if not outcome.succeeded:
+                effect.rollback()
+            elif (failed := self._commit_effect(ctx, effect)) is None:
                 return
-            outcome = failed
-        elif ctx.in_transaction:
-            ctx.end_transaction(commit=False)
+            else:
+                outcome = failed
         if outcome.succeeded:
             self._free_slot(ctx)
             self._done.put(ctx)  # group-committed by the completer
         else:
             self._record_failure(ctx, outcome)
 
-    def _commit_effect(self, ctx: JobContext) -> Outcome | None:
+    def _commit_effect(self, ctx: JobContext, effect: Effect) -> Outcome | None:
         """Complete the job inside the handler's transaction; commit both or neither.
 
         Returns None when the outcome is recorded, or the failure to record instead.
         """
-        conn = ctx.connection
-        assert conn is not None
         with ctx.outcome_lock:
             try:
-                owned = self.store.job_complete_on(conn, ctx.job_id, ctx.attempt, self.owner)
-            except psycopg.Error as exc:
-                ctx.end_transaction(commit=False)
-                return executor.failure(exc)
-            if not owned:
-                ctx.end_transaction(commit=False)
-                ctx.finished = True
-                self._lease_lost(ctx, "rolled back")
-                return None  # nothing more to record: the job is not ours any more
-            try:
-                ctx.end_transaction(commit=True)
-            except psycopg.Error as exc:
+                owned = effect.commit_completing(ctx.job_id, ctx.attempt, self.owner)
+            except DatabaseError as exc:
                 return executor.failure(exc)
             ctx.finished = True
+            if not owned:
+                self._lease_lost(ctx, "rolled back")
+                return None  # nothing more to record: the job is not ours any more
         self._succeeded(ctx)
         return None
 

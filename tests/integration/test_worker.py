@@ -144,6 +144,36 @@ def test_handler_exception_in_effect_rolls_back_effect(
         del app.tasks["effect_then_fail"]
 
 
+def test_effect_commit_failure_fails_the_attempt_with_its_error(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    db.execute(f"CREATE TABLE {schema}.parents (id integer PRIMARY KEY)")
+    db.execute(
+        f"CREATE TABLE {schema}.children (parent integer REFERENCES {schema}.parents"
+        " DEFERRABLE INITIALLY DEFERRED)"
+    )
+
+    @app.task(name="orphan", max_attempts=1)
+    def orphan(ctx: forklift.JobContext) -> None:
+        with ctx.transaction() as conn:
+            conn.execute(
+                f"INSERT INTO {schema}.effects (job_id, key) VALUES (%s, 'x')", (ctx.job_id,)
+            )
+            conn.execute(f"INSERT INTO {schema}.children VALUES (1)")  # checked at COMMIT
+
+    try:
+        job_id = app.enqueue("orphan")
+        run_worker()
+        wait_for(lambda: state_is(db, schema, job_id, "dead"), what="job dead")
+        row = job(db, schema, job_id)
+        assert row["attempts"] == 1
+        assert "ForeignKeyViolation" in row["last_error"]
+        assert "ForeignKeyViolation" in row["errors"][0]["traceback"]
+        assert effects(db, schema) == []
+    finally:
+        del app.tasks["orphan"]
+
+
 def test_delayed_job_starts_on_time(
     app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
 ) -> None:
