@@ -7,6 +7,7 @@ import queue
 import time
 
 from forklift._events import emit
+from forklift.backoff import Backoff, Streak
 from forklift.errors import DatabaseError
 from forklift.workers.context import JobContext
 from forklift.workers.parts import WorkerParts
@@ -14,6 +15,8 @@ from forklift.workers.parts import WorkerParts
 log = logging.getLogger(__name__)
 
 _COMPLETE_BATCH = 1000
+# Between tries of a batch through an outage: 0.05 s, doubling, at most 1 s.
+RETRY = Backoff(base=0.05, factor=2.0, max=1.0, jitter=0.0)
 
 
 class CompleterMixin(WorkerParts):
@@ -55,7 +58,7 @@ class CompleterMixin(WorkerParts):
     def _flush(self, batch: list[JobContext]) -> None:
         """Group-commit successes; retry through a database outage until the lease ends."""
         give_up_at = time.monotonic() + self.config.lease
-        delay = 0.05
+        retries = Streak(RETRY)
         while True:
             try:
                 with self._flush_lock:
@@ -70,8 +73,7 @@ class CompleterMixin(WorkerParts):
                     emit(log, "job.complete_failed", logging.ERROR, jobs=len(batch), error=exc)
                     done = set()
                     break
-                time.sleep(delay)
-                delay = min(1.0, delay * 2)
+                time.sleep(retries.failed())
         for ctx in batch:
             if ctx.job_id in done:
                 self._succeeded(ctx)

@@ -5,10 +5,14 @@ from __future__ import annotations
 import logging
 
 from forklift._events import emit
+from forklift.backoff import Backoff, Streak
 from forklift.errors import DatabaseError
 from forklift.workers.parts import WorkerParts
 
 log = logging.getLogger(__name__)
+
+# Between reconnects: 0.5 s, doubling, at most 10 s.
+RECONNECT = Backoff(base=0.5, factor=2.0, max=10.0, jitter=0.0)
 
 
 class ListenerMixin(WorkerParts):
@@ -17,11 +21,11 @@ class ListenerMixin(WorkerParts):
     def _listen_loop(self) -> None:
         queues = set(self.config.queues)
         assert self._wakeup is not None
-        delay = 0.5
+        reconnects = Streak(RECONNECT)
         while not self._closing.is_set():
             try:
                 with self.store.channel_listen(self.app.dsn, self._timeouts) as notes:
-                    delay = 0.5
+                    reconnects.succeeded()
                     self._wakeup.set()  # anything sent while we were away: look now
                     while not self._closing.is_set():
                         for queue in notes.wait(0.5):
@@ -30,6 +34,6 @@ class ListenerMixin(WorkerParts):
             except DatabaseError as exc:
                 if self._closing.is_set():
                     return
+                delay = reconnects.failed()
                 emit(log, "listener.reconnect", logging.WARNING, error=exc, retry_in=delay)
                 self._closing.wait(delay)
-                delay = min(10.0, delay * 2)

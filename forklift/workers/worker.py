@@ -19,6 +19,7 @@ from forklift import _db
 from forklift._events import emit
 from forklift._ids import make_owner
 from forklift.app import App
+from forklift.backoff import Backoff, Streak
 from forklift.errors import DatabaseError
 from forklift.metrics import Tally
 from forklift.store import ClaimedJob, Effect, JobStore
@@ -33,6 +34,9 @@ from forklift.workers.maintenance import MaintenanceMixin
 from forklift.workers.wakeup import Wakeup
 
 log = logging.getLogger(__name__)
+
+# After a failed claim: 0.2 s, doubling, at most 5 s between tries.
+CLAIM_RETRY = Backoff(base=0.2, factor=2.0, max=5.0, jitter=0.0)
 
 
 class Worker(CompleterMixin, HeartbeatMixin, ListenerMixin, MaintenanceMixin):
@@ -152,7 +156,7 @@ class Worker(CompleterMixin, HeartbeatMixin, ListenerMixin, MaintenanceMixin):
         assert self._wakeup is not None
         next_maintenance = time.monotonic()
         next_expiry_check = time.monotonic()
-        errors = 0
+        claim_errors = Streak(CLAIM_RETRY)
         while not self._stopping:
             if cfg.maintenance and time.monotonic() >= next_maintenance:
                 self.maintain_once()
@@ -169,15 +173,14 @@ class Worker(CompleterMixin, HeartbeatMixin, ListenerMixin, MaintenanceMixin):
                 jobs = self.store.job_claim(
                     cfg.queues, self.owner, free, cfg.lease, expired=expired
                 )
-                errors = 0
-                if expired:
-                    next_expiry_check = time.monotonic() + cfg.lease / 2
             except DatabaseError as exc:
-                errors += 1
-                delay = min(5.0, 0.1 * 2**errors)
+                delay = claim_errors.failed()
                 emit(log, "worker.claim_failed", logging.WARNING, error=exc, retry_in=delay)
                 self._wakeup.wait(delay)
                 continue
+            claim_errors.succeeded()
+            if expired:
+                next_expiry_check = time.monotonic() + cfg.lease / 2
             if self._stopping:
                 # Invariant: a graceful stop starts no new work. Give these back at once.
                 self._release([self._adopt(j) for j in jobs], "claimed while stopping")
