@@ -26,13 +26,12 @@ class JobContext:
     def __init__(self, job: ClaimedJob, store: JobStore) -> None:
         self.job = job
         self._cancelled: threading.Event | None = None
-        self.lease_lost = False
+        self.duration = 0.0
+        # The worker's bookkeeping (see Holdings for who guards what): the handler has
+        # returned; the outcome is written (or refused); the lock held while writing it.
         self.slot_freed = False
-        # Set once the outcome is written (or refused); guarded by outcome_lock so the
-        # heartbeat never calls a job lost that just completed.
         self.finished = False
         self.outcome_lock = threading.Lock()
-        self.duration = 0.0
         self._store = store
         self._effect: Effect | None = None
 
