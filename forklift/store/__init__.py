@@ -17,12 +17,13 @@ from forklift import _db, _sql
 from forklift.store._boundary import Conn, short_connection, translated
 from forklift.store._effect import Effect
 from forklift.store._listen import Notifications
-from forklift.store._rows import ClaimedJob, NewJob
+from forklift.store._rows import ClaimedJob, JobState, NewJob
 
 __all__ = [
     "ClaimedJob",
     "Conn",
     "Effect",
+    "JobState",
     "JobStore",
     "NewJob",
     "Notifications",
@@ -203,7 +204,7 @@ class JobStore:
         delay: float,
         error: str,
         traceback: str | None,
-    ) -> str | None:
+    ) -> JobState | None:
         """Record a failed attempt; return the new state, or None if the lease was lost."""
         params = {
             "id": job_id,
@@ -216,7 +217,7 @@ class JobStore:
         }
         with translated("failure record failed"), self.pool.connection() as conn:
             row = conn.execute(self.q["job_fail"], params).fetchone()
-        return None if row is None else str(row[0])
+        return None if row is None else JobState(row[0])
 
     def job_release_many(self, held: Sequence[tuple[int, int]], owner: str) -> set[int]:
         """Give (id, attempt) jobs back to ready without counting the attempt."""

@@ -1,7 +1,8 @@
-"""The rows the job store takes and gives: a job to insert, a job claimed."""
+"""The rows the job store takes and gives: a job to insert, a job claimed, job states."""
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -40,3 +41,13 @@ class ClaimedJob:
     max_attempts: int
     timeout: float | None
     wait: float = 0.0  # seconds from available to claimed (database clock)
+
+
+class JobState(enum.StrEnum):
+    """The state of a job row (the schema's job_state type)."""
+
+    READY = "ready"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
