@@ -19,6 +19,7 @@ import pytest
 
 import forklift
 from forklift import _db
+from forklift._singleton import singleton
 from forklift.errors import DatabaseError
 from forklift.metrics import Tally
 from forklift.store import JobState, JobStore
@@ -224,19 +225,14 @@ def test_maintenance_rescues_exhausted_leases_and_prunes_old_jobs(
 
 
 def test_maintenance_skips_while_another_replica_holds_the_section(
-    rig: Rig, app: forklift.App, db: psycopg.Connection[Any], schema: str
+    rig: Rig, app: forklift.App, schema: str
 ) -> None:
-    from forklift._singleton import lock_key
-
     maintenance = Maintenance(rig.store, app.dsn, TIMEOUTS)
     maintenance.ran.enable()
-    key = lock_key(f"maintenance:{schema}")
-    db.execute("SELECT pg_advisory_lock(%s)", (key,))
-    try:
+    with singleton(app.dsn, TIMEOUTS, f"maintenance:{schema}") as held:  # another replica
+        assert held
         maintenance.run_due()  # due at once: the first round runs on the first call
         assert maintenance.ran.wait() is None
-    finally:
-        db.execute("SELECT pg_advisory_unlock(%s)", (key,))
     maintenance.run_due()  # not due again for its interval
     assert maintenance.run_once() == Maintained(0, 0)
     assert maintenance.ran.wait() == Maintained(0, 0)
