@@ -1,80 +1,35 @@
-"""The job store: the only caller of the job queries. Typed arguments in, typed rows out."""
+"""The job store: the only caller of the job queries. Typed arguments in, typed rows out.
+
+It is also their error boundary: every psycopg and pool error that leaves this package
+is a forklift DatabaseError (`translated`), raised from the original.
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
-import psycopg
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool
 
 from forklift import _db, _sql
-from forklift.errors import DatabaseError
+from forklift.store._boundary import Conn, short_connection, translated
+from forklift.store._effect import Effect
+from forklift.store._listen import Notifications
+from forklift.store._rows import ClaimedJob, JobState, NewJob
 
-Conn = psycopg.Connection[Any]
-
-
-@dataclass(slots=True)
-class NewJob:
-    """A job to insert; `args` is already-validated JSON text."""
-
-    task: str
-    args: str
-    queue: str = "default"
-    priority: int = 0
-    max_attempts: int = 5
-    timeout: float | None = None
-    idempotency_key: str | None = None
-    run_at: datetime | None = None
-    delay: float = 0.0
-
-    @property
-    def due_now(self) -> bool:
-        return self.run_at is None and self.delay <= 0
-
-
-@dataclass(slots=True)
-class ClaimedJob:
-    """A job this worker holds the lease of."""
-
-    id: int
-    queue: str
-    task: str
-    args: dict[str, Any]
-    idempotency_key: str | None
-    priority: int
-    attempt: int
-    max_attempts: int
-    timeout: float | None
-    wait: float = 0.0  # seconds from available to claimed (database clock)
-
-
-@contextmanager
-def translated(what: str) -> Iterator[None]:
-    """Turn psycopg and pool errors into forklift's DatabaseError."""
-    try:
-        yield
-    except psycopg.Error as exc:
-        raise DatabaseError(f"{what}: {type(exc).__name__}: {exc}") from exc
-    except PoolTimeout as exc:
-        raise DatabaseError(f"{what}: no database connection available: {exc}") from exc
-
-
-@contextmanager
-def short_connection(
-    dsn: str, timeouts: _db.Timeouts, application_name: str, what: str
-) -> Iterator[Conn]:
-    """A bounded connection for one piece of work, closed after it; errors translated.
-
-    For callers that must hold no connection between calls (the supervisor across
-    forks, one-shot commands, singleton locks).
-    """
-    with translated(what), _db.connect(dsn, timeouts, application_name=application_name) as c:
-        yield c
+__all__ = [
+    "ClaimedJob",
+    "Conn",
+    "Effect",
+    "JobState",
+    "JobStore",
+    "NewJob",
+    "Notifications",
+    "short_connection",
+    "translated",
+]
 
 
 class JobStore:
@@ -83,7 +38,6 @@ class JobStore:
     def __init__(self, pool: ConnectionPool[Conn], schema: str) -> None:
         self.pool = pool
         self.schema = schema
-        self.channel = f"{schema}_jobs"
         self.q = _sql.load("forklift.store", "queries.sql", schema)
 
     # -- producing ---------------------------------------------------------------------
@@ -113,9 +67,14 @@ class JobStore:
         # The key is taken: by a committed job (found now) or by one whose insert we
         # waited on; a fresh statement sees it either way.
         assert job.idempotency_key is not None
-        return self.job_ids_by_key([job.idempotency_key], conn)[job.idempotency_key]
+        return self._ids_by_key([job.idempotency_key], conn)[job.idempotency_key]
 
     def job_ids_by_key(self, keys: Sequence[str], conn: Conn) -> dict[str, int]:
+        """The ids of existing jobs by idempotency key, on the caller's connection."""
+        with translated("job lookup failed"):
+            return self._ids_by_key(keys, conn)
+
+    def _ids_by_key(self, keys: Sequence[str], conn: Conn) -> dict[str, int]:
         rows = conn.execute(self.q["job_ids_by_key"], {"keys": list(keys)}).fetchall()
         return {key: int(id_) for id_, key in rows}
 
@@ -167,7 +126,7 @@ class JobStore:
             keys = [jobs[i].idempotency_key for i in other]
             missing = [k for k in keys if k is not None and k not in by_key]
             if missing:
-                by_key.update(self.job_ids_by_key(missing, conn))
+                by_key.update(self._ids_by_key(missing, conn))
             for i in other:
                 key = jobs[i].idempotency_key
                 if key is not None:
@@ -231,10 +190,9 @@ class JobStore:
         with translated("completion failed"), self.pool.connection() as conn:
             return {r[0] for r in conn.execute(self.q["job_complete_many"], params)}
 
-    def job_complete_on(self, conn: Conn, job_id: int, attempt: int, owner: str) -> bool:
-        """Mark one job succeeded inside the caller's open transaction (the effect's)."""
-        params = {"ids": [job_id], "attempts": [attempt], "owner": owner}
-        return conn.execute(self.q["job_complete_many"], params).fetchone() is not None
+    def effect_begin(self) -> Effect:
+        """Open a handler's effect transaction, in which its job's completion will commit."""
+        return Effect(self.pool, self.q["job_complete_many"])
 
     def job_fail(
         self,
@@ -246,7 +204,7 @@ class JobStore:
         delay: float,
         error: str,
         traceback: str | None,
-    ) -> str | None:
+    ) -> JobState | None:
         """Record a failed attempt; return the new state, or None if the lease was lost."""
         params = {
             "id": job_id,
@@ -256,11 +214,10 @@ class JobStore:
             "delay": delay,
             "error": error,
             "traceback": traceback,
-            "channel": self.channel,
         }
         with translated("failure record failed"), self.pool.connection() as conn:
             row = conn.execute(self.q["job_fail"], params).fetchone()
-        return None if row is None else str(row[0])
+        return None if row is None else JobState(row[0])
 
     def job_release_many(self, held: Sequence[tuple[int, int]], owner: str) -> set[int]:
         """Give (id, attempt) jobs back to ready without counting the attempt."""
@@ -268,10 +225,19 @@ class JobStore:
             "ids": [h[0] for h in held],
             "attempts": [h[1] for h in held],
             "owner": owner,
-            "channel": self.channel,
         }
         with translated("release failed"), self.pool.connection() as conn:
             return {r[0] for r in conn.execute(self.q["job_release_many"], params)}
+
+    @contextmanager
+    def channel_listen(self, dsn: str, timeouts: _db.Timeouts) -> Iterator[Notifications]:
+        """A dedicated connection LISTENing for ready jobs, closed after the block.
+
+        Never a pooled one: a connection in LISTEN state serves nothing else.
+        """
+        with short_connection(dsn, timeouts, "forklift-listener", "listen failed") as conn:
+            conn.execute(self.q["channel_listen"])
+            yield Notifications(conn)
 
     # -- maintenance -------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 -- Every query of the job store. Each starts with `-- name: <name>` and a one-line
--- description; {schema} is replaced by the quoted schema name when loaded.
+-- description; when loaded, {schema} becomes the quoted schema name and {channel} the
+-- notification channel on which workers hear of ready jobs.
 
 -- name: job_insert
 -- Insert one job; with an idempotency key already taken, insert nothing.
@@ -148,7 +149,7 @@ WITH failed AS (
       AND state = 'running' AND lease_owner = %(owner)s::text
     RETURNING state::text AS state, queue
 )
-SELECT state, CASE WHEN state = 'ready' THEN pg_notify(%(channel)s::text, queue) END IS NULL
+SELECT state, CASE WHEN state = 'ready' THEN pg_notify('{channel}', queue) END IS NULL
 FROM failed;
 
 -- name: job_release_many
@@ -162,7 +163,7 @@ WITH released AS (
       AND j.state = 'running' AND j.lease_owner = %(owner)s::text
     RETURNING j.id, j.queue
 ), woken AS (
-    SELECT count(pg_notify(%(channel)s::text, q.queue)) AS n
+    SELECT count(pg_notify('{channel}', q.queue)) AS n
     FROM (SELECT DISTINCT queue FROM released) AS q
 )
 SELECT released.id FROM released, woken;
@@ -194,3 +195,7 @@ WHERE id IN (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 );
+
+-- name: channel_listen
+-- Hear of ready jobs: every notification on the channel names a queue.
+LISTEN "{channel}";

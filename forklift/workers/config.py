@@ -52,7 +52,3 @@ class WorkerConfig:
     @property
     def pool_size(self) -> int:
         return self.pool if self.pool is not None else min(self.concurrency, 8)
-
-    @property
-    def heartbeat_interval(self) -> float:
-        return self.lease / 3

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from psycopg_pool import ConnectionPool
 
-from forklift.store import ClaimedJob
+from forklift.store import ClaimedJob, Effect, JobStore
 
 _EVENT_LOCK = threading.Lock()
 
@@ -24,19 +23,17 @@ class JobContext:
     commits in that same transaction, so the effect commits exactly when the job does.
     """
 
-    def __init__(self, job: ClaimedJob, pool: ConnectionPool[psycopg.Connection[Any]]) -> None:
+    def __init__(self, job: ClaimedJob, store: JobStore) -> None:
         self.job = job
         self._cancelled: threading.Event | None = None
-        self.lease_lost = False
+        self.duration = 0.0
+        # The worker's bookkeeping (see Holdings for who guards what): the handler has
+        # returned; the outcome is written (or refused); the lock held while writing it.
         self.slot_freed = False
-        # Set once the outcome is written (or refused); guarded by outcome_lock so the
-        # heartbeat never calls a job lost that just completed.
         self.finished = False
         self.outcome_lock = threading.Lock()
-        self.duration = 0.0
-        self._pool = pool
-        self._conn: psycopg.Connection[Any] | None = None
-        self._tx: ExitStack | None = None
+        self._store = store
+        self._effect: Effect | None = None
 
     @property
     def cancelled(self) -> threading.Event:
@@ -84,33 +81,14 @@ class JobContext:
         together with the job's completion. If the block or the handler raises, the
         effect rolls back and the job fails like any other.
         """
-        if self._conn is None:
-            self._conn = self._pool.getconn()
-            self._tx = ExitStack()
-            self._tx.enter_context(self._conn.transaction())
-            yield self._conn
+        if self._effect is None:
+            self._effect = self._store.effect_begin()
+            yield self._effect.conn
             return
-        with self._conn.transaction():
-            yield self._conn
+        with self._effect.conn.transaction():
+            yield self._effect.conn
 
-    @property
-    def in_transaction(self) -> bool:
-        return self._conn is not None
-
-    @property
-    def connection(self) -> psycopg.Connection[Any] | None:
-        return self._conn
-
-    def end_transaction(self, commit: bool) -> None:
-        """Commit or roll back the effect transaction and return its connection."""
-        conn, tx = self._conn, self._tx
-        self._conn = self._tx = None
-        if conn is None or tx is None:
-            return
-        try:
-            if commit:
-                tx.close()
-            else:
-                tx.__exit__(psycopg.Rollback, psycopg.Rollback(), None)
-        finally:
-            self._pool.putconn(conn)
+    def take_effect(self) -> Effect | None:
+        """The effect transaction the handler opened, if any, for the worker to end."""
+        effect, self._effect = self._effect, None
+        return effect

@@ -1,4 +1,4 @@
-"""Run exactly one job's handler and turn whatever happens into an Outcome."""
+"""Run exactly one job's handler and turn whatever happens into a Result."""
 
 from __future__ import annotations
 
@@ -7,13 +7,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from forklift.errors import Fail, Retry
+from forklift.task import Task
+from forklift.workers.context import JobContext
 
 _ERROR_CHARS = 2000
 _TRACEBACK_CHARS = 8000
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
+class Result:
     """What became of one attempt: succeeded, or failed with an error (maybe dead)."""
 
     succeeded: bool
@@ -23,7 +25,7 @@ class Outcome:
     give_up: bool = False  # forklift.Fail, unknown task, bad arguments: no more attempts
 
 
-SUCCEEDED = Outcome(succeeded=True)
+SUCCEEDED = Result(succeeded=True)
 
 
 def describe(exc: BaseException) -> str:
@@ -37,20 +39,32 @@ def format_traceback(exc: BaseException) -> str:
     return text if len(text) <= _TRACEBACK_CHARS else "…" + text[-_TRACEBACK_CHARS:]
 
 
-def failure(exc: BaseException) -> Outcome:
+def failure(exc: BaseException) -> Result:
     if isinstance(exc, Retry):
-        return Outcome(False, describe(exc), None, retry_delay=exc.delay)
+        return Result(False, describe(exc), None, retry_delay=exc.delay)
     if isinstance(exc, Fail):
-        return Outcome(False, describe(exc), format_traceback(exc), give_up=True)
-    return Outcome(False, describe(exc), format_traceback(exc))
+        return Result(False, describe(exc), format_traceback(exc), give_up=True)
+    return Result(False, describe(exc), format_traceback(exc))
 
 
-def give_up(error: str) -> Outcome:
-    return Outcome(False, error[:_ERROR_CHARS], None, give_up=True)
+def give_up(error: str) -> Result:
+    return Result(False, error[:_ERROR_CHARS], None, give_up=True)
 
 
-def call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Outcome:
-    """Call a handler; any exception (even SystemExit) becomes a failed Outcome."""
+def run(task: Task[Any, Any] | None, ctx: JobContext) -> Result:
+    """Run the job's handler; a task this worker lacks, or arguments that do not fit
+    the handler, fail the job for good without calling anything."""
+    job = ctx.job
+    if task is None:
+        return give_up(f"UnknownTaskError: no task named {job.task!r} is registered in this worker")
+    problem = task.misfit(job.args)
+    if problem is not None:
+        return give_up(f"ArgumentError: {job.task}: {problem}")
+    return call(task.fn, (ctx,), job.args)
+
+
+def call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Result:
+    """Call a handler; any exception (even SystemExit) becomes a failed Result."""
     try:
         fn(*args, **kwargs)
     except BaseException as exc:  # a handler's exception never escapes the worker

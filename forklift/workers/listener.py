@@ -3,39 +3,85 @@
 from __future__ import annotations
 
 import logging
-
-import psycopg
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from forklift import _db
 from forklift._events import emit
-from forklift.workers.parts import WorkerParts
+from forklift._service import TestSignal
+from forklift.backoff import Backoff, Streak
+from forklift.errors import DatabaseError
+from forklift.store import JobStore, Notifications
+from forklift.workers.wakeup import Wakeup
 
 log = logging.getLogger(__name__)
 
 
-class ListenerMixin(WorkerParts):
-    """The listener thread of a Worker: reconnects with backoff; polling covers gaps."""
+# Between reconnects: 0.5 s, doubling, at most 10 s.
+RECONNECT = Backoff(base=0.5, factor=2.0, max=10.0, jitter=0.0)
 
-    def _listen_loop(self) -> None:
-        channel = self.store.channel
-        queues = set(self.config.queues)
-        assert self._wakeup is not None
-        delay = 0.5
-        while not self._closing.is_set():
+
+@dataclass(frozen=True)
+class ListenerConfig:
+    """How the listener waits, and how it reconnects."""
+
+    # Seconds one wait for notifications lasts before the stop flag is looked at again.
+    tick: float = 0.5
+    reconnect: Backoff = RECONNECT
+
+
+class Listener:
+    """Holds a LISTEN connection and wakes the claim loop when one of `queues` gets a
+    job. Reconnects with backoff; the claim loop's polling covers the gaps."""
+
+    def __init__(
+        self,
+        store: JobStore,
+        dsn: str,
+        timeouts: _db.Timeouts,
+        queues: Sequence[str],
+        wakeup: Wakeup,
+        closing: threading.Event,
+        config: ListenerConfig | None = None,
+    ) -> None:
+        self.store = store
+        self.dsn = dsn
+        self.timeouts = timeouts
+        self.queues = frozenset(queues)
+        self.wakeup = wakeup
+        self.closing = closing
+        self.config = config or ListenerConfig()
+        self.listening: TestSignal[None] = TestSignal()  # each time LISTEN has run
+        self.woken: TestSignal[str] = TestSignal()  # the queue of each wake-up
+        self._reconnect = Streak(self.config.reconnect)
+
+    def run(self) -> None:
+        """Listen until closing, reconnecting after a failure."""
+        while not self.closing.is_set():
             try:
-                with _db.connect(
-                    self.app.dsn, self._timeouts, application_name="forklift-listener"
-                ) as conn:
-                    conn.execute(f'LISTEN "{channel}"')
-                    delay = 0.5
-                    self._wakeup.set()  # anything sent while we were away: look now
-                    while not self._closing.is_set():
-                        for note in conn.notifies(timeout=0.5):
-                            if note.payload in queues:
-                                self._wakeup.set()
-            except psycopg.Error as exc:
-                if self._closing.is_set():
+                with self.store.channel_listen(self.dsn, self.timeouts) as notes:
+                    self._reconnect.succeeded()
+                    self.wakeup.set()  # anything sent while we were away: look now
+                    self.listening.emit(None)
+                    while not self.closing.is_set():
+                        self.run_once(notes)
+            except DatabaseError as exc:
+                if self.closing.is_set():
                     return
+                delay = self._reconnect.failed()
                 emit(log, "listener.reconnect", logging.WARNING, error=exc, retry_in=delay)
-                self._closing.wait(delay)
-                delay = min(10.0, delay * 2)
+                self.closing.wait(delay)
+
+    def run_once(self, notes: Notifications) -> int:
+        """Wait one tick for notifications; wake the claim loop for each of our queues.
+
+        Returns how many wake-ups it gave.
+        """
+        woken = 0
+        for queue in notes.wait(self.config.tick):
+            if queue in self.queues:
+                self.wakeup.set()
+                self.woken.emit(queue)
+                woken += 1
+        return woken

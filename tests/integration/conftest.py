@@ -29,15 +29,18 @@ RunWorker = Callable[..., Worker]
 
 @pytest.fixture
 def run_worker(app: forklift.App) -> Iterator[RunWorker]:
-    """Start Worker(app, WorkerConfig(**kwargs)).run() in a thread; stopped at teardown."""
+    """Start Worker(app, WorkerConfig(**kwargs)).run() in a thread, booted on return;
+    stopped at teardown."""
     started: list[tuple[Worker, threading.Thread]] = []
 
     def start(**kwargs: Any) -> Worker:
         kwargs.setdefault("maintenance", False)
         worker = Worker(app, WorkerConfig(**kwargs))
+        worker.booted.enable()
         thread = threading.Thread(target=worker.run, daemon=True)
         thread.start()
         started.append((worker, thread))
+        worker.booted.wait()  # its services exist from here on
         return worker
 
     yield start

@@ -144,6 +144,36 @@ def test_handler_exception_in_effect_rolls_back_effect(
         del app.tasks["effect_then_fail"]
 
 
+def test_effect_commit_failure_fails_the_attempt_with_its_error(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    db.execute(f"CREATE TABLE {schema}.parents (id integer PRIMARY KEY)")
+    db.execute(
+        f"CREATE TABLE {schema}.children (parent integer REFERENCES {schema}.parents"
+        " DEFERRABLE INITIALLY DEFERRED)"
+    )
+
+    @app.task(name="orphan", max_attempts=1)
+    def orphan(ctx: forklift.JobContext) -> None:
+        with ctx.transaction() as conn:
+            conn.execute(
+                f"INSERT INTO {schema}.effects (job_id, key) VALUES (%s, 'x')", (ctx.job_id,)
+            )
+            conn.execute(f"INSERT INTO {schema}.children VALUES (1)")  # checked at COMMIT
+
+    try:
+        job_id = app.enqueue("orphan")
+        run_worker()
+        wait_for(lambda: state_is(db, schema, job_id, "dead"), what="job dead")
+        row = job(db, schema, job_id)
+        assert row["attempts"] == 1
+        assert "ForeignKeyViolation" in row["last_error"]
+        assert "ForeignKeyViolation" in row["errors"][0]["traceback"]
+        assert effects(db, schema) == []
+    finally:
+        del app.tasks["orphan"]
+
+
 def test_delayed_job_starts_on_time(
     app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
 ) -> None:
@@ -231,7 +261,7 @@ def test_heartbeat_marks_a_lost_lease_cancelled(
     wait_for(lambda: state_is(db, schema, job_id, "running"), what="running")
     db.execute(f"UPDATE {schema}.jobs SET lease_owner = 'thief' WHERE id = %s", (job_id,))
     # The sleep task polls ctx.cancelled: once the heartbeat notices, it returns early.
-    wait_for(lambda: not worker._held, timeout=5, what="handler stopped after lease loss")
+    wait_for(lambda: not len(worker.holdings), timeout=5, what="handler stopped after lease loss")
     row = job(db, schema, job_id)
     assert row["state"] == "running" and row["lease_owner"] == "thief"
 
@@ -302,16 +332,15 @@ def test_maintenance_is_a_singleton_across_workers(
         (job_id,),
     )
     worker = run_worker()  # maintenance off in its loop: the test calls it
-    wait_for(lambda: hasattr(worker, "store"), what="worker booted")
     key = lock_key(f"maintenance:{schema}")
     # Another replica holds the section: this worker skips it and touches nothing.
     db.execute("SELECT pg_advisory_lock(%s)", (key,))
     try:
-        assert worker.maintain_once() is None
+        assert worker.services.maintenance.run_once() is None
         assert state_is(db, schema, job_id, "running")
     finally:
         db.execute("SELECT pg_advisory_unlock(%s)", (key,))
-    assert worker.maintain_once() == (1, 0)
+    assert worker.services.maintenance.run_once() == (1, 0)
     assert state_is(db, schema, job_id, "dead")
     # And it let go: the lock is free again.
     assert db.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone() == (True,)

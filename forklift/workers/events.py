@@ -1,0 +1,109 @@
+"""Where a held job's lifecycle goes: its event lines, and at its end metrics and hooks."""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable
+
+from forklift._events import emit
+from forklift.metrics import Tally
+from forklift.store import ClaimedJob
+from forklift.workers.context import JobContext
+from forklift.workers.holdings import Holdings
+from forklift.workers.wakeup import Wakeup
+
+# Job events keep the logger they always had: log filters may select on its name.
+log = logging.getLogger("forklift.workers.worker")
+
+
+class Outcome(enum.StrEnum):
+    """How one held job ended, as `on_job_end` and the metrics are told."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # will be retried
+    DEAD = "dead"  # no attempts left, or given up on
+    RELEASED = "released"  # given back unfinished (stopping): the attempt does not count
+    LEASE_LOST = "lease_lost"  # another worker owns it now; our outcome was refused
+    ERROR = "error"  # a bug in the worker; the lease expires and another attempt runs
+
+
+class JobEvents:
+    """Logs each job event with the fields every one carries, and ends held jobs.
+
+    Ending a job forgets it (Holdings.end), counts it in the metrics, calls the
+    `on_job_end` hook and wakes the claim loop, which may claim in its place. Every
+    outcome a job can have goes through here, whichever thread records it.
+    """
+
+    def __init__(
+        self,
+        owner: str,
+        holdings: Holdings,
+        wakeup: Wakeup,
+        tally: Tally | None,
+        on_job_end: Callable[[ClaimedJob, str], None] | None,
+    ) -> None:
+        self.owner = owner
+        self.holdings = holdings
+        self.wakeup = wakeup
+        self.tally = tally
+        self.on_job_end = on_job_end
+
+    def emit(
+        self, event: str, ctx: JobContext, level: int = logging.INFO, **fields: object
+    ) -> None:
+        """One lifecycle event of a held job (never its arguments)."""
+        emit(
+            log,
+            event,
+            level,
+            job=ctx.job_id,
+            task=ctx.task,
+            attempt=ctx.attempt,
+            owner=self.owner,
+            **fields,
+        )
+
+    def succeeded(self, ctx: JobContext) -> None:
+        self.emit("job.succeeded", ctx, logging.DEBUG)
+        self.end(ctx, Outcome.SUCCEEDED)
+
+    def failed(self, ctx: JobContext, error: str, *, dead: bool, retry_in: float) -> None:
+        if dead:
+            self.emit("job.dead", ctx, logging.ERROR, error=error)
+            self.end(ctx, Outcome.DEAD)
+        else:
+            self.emit("job.failed", ctx, logging.WARNING, retry_in=round(retry_in, 3), error=error)
+            self.end(ctx, Outcome.FAILED)
+
+    def lease_lost(self, ctx: JobContext, effect: str) -> None:
+        self.emit("job.lease_lost", ctx, logging.WARNING, effect=effect)
+        self.end(ctx, Outcome.LEASE_LOST)
+
+    def end(self, ctx: JobContext, outcome: Outcome) -> None:
+        """The job's outcome is recorded (or refused): forget it, count it, report it."""
+        self.holdings.end(ctx)
+        if self.tally is not None:
+            self.tally.job(ctx.queue, ctx.task, outcome, ctx.duration)
+        if self.on_job_end is not None:
+            self.on_job_end(ctx.job, outcome)
+        self.wakeup.set()
+
+    def returned(self, ctx: JobContext) -> None:
+        """The job's handler returned (its outcome is on its way): free its slot, and
+        wake the claim loop, which may claim in its place."""
+        if self.holdings.free_slot(ctx):
+            self.wakeup.set()
+
+    def released(self, ctx: JobContext, why: str, *, recorded: bool) -> None:
+        """The job was given back (`recorded`), or its release failed: forget it either way.
+
+        Not an end: no on_job_end, not counted toward max_jobs.
+        """
+        if self.holdings.release(ctx):
+            self.wakeup.set()
+        if recorded:
+            self.emit("job.released", ctx, reason=why)
+            if self.tally is not None:
+                self.tally.job(ctx.queue, ctx.task, Outcome.RELEASED, None)

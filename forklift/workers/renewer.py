@@ -1,0 +1,94 @@
+"""Lease renewal: one statement renews every held lease; a lease found gone is lost."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from forklift._service import TestSignal, run_every
+from forklift.metrics import Tally
+from forklift.store import JobStore
+from forklift.workers.events import JobEvents
+from forklift.workers.holdings import Holdings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RenewerConfig:
+    """How long a lease lasts; it is renewed every third of that."""
+
+    lease: float = 30.0
+
+    @property
+    def interval(self) -> float:
+        return self.lease / 3
+
+
+class Renewed(NamedTuple):
+    """What one renewal did: leases extended, and leases found lost."""
+
+    kept: int
+    lost: int
+
+
+NOTHING_HELD = Renewed(0, 0)
+
+
+class LeaseRenewer:
+    """Renews the leases of every held job; tells the handler of a lost one to stop."""
+
+    def __init__(
+        self,
+        store: JobStore,
+        owner: str,
+        holdings: Holdings,
+        events: JobEvents,
+        tally: Tally | None,
+        closing: threading.Event,
+        config: RenewerConfig | None = None,
+    ) -> None:
+        self.store = store
+        self.owner = owner
+        self.holdings = holdings
+        self.events = events
+        self.tally = tally
+        self.closing = closing
+        self.config = config or RenewerConfig()
+        self.renewed: TestSignal[Renewed] = TestSignal()
+
+    def run(self) -> None:
+        """Renew every interval until closing; a failed renewal is logged, not fatal."""
+        run_every(self.config.interval, self.run_once, self.closing, log, "lease.renew_failed")
+
+    def run_once(self) -> Renewed:
+        """Renew every held lease in one statement; mark the ones found gone as lost.
+
+        A lost job's handler is told to stop (ctx.cancelled); its outcome, when it
+        returns, will be refused by the fence.
+        """
+        with self.holdings.statement_lock:
+            held = [c for c in self.holdings.snapshot() if not c.finished]
+            if not held:
+                self.renewed.emit(NOTHING_HELD)
+                return NOTHING_HELD
+            kept = self.store.lease_renew_many(
+                [(c.job_id, c.attempt) for c in held], self.owner, self.config.lease
+            )
+        if self.tally is not None:
+            self.tally.renewed(len(kept))
+        lost = 0
+        for ctx in held:
+            if ctx.job_id in kept:
+                continue
+            with ctx.outcome_lock:
+                if ctx.finished:
+                    continue
+                ctx.cancelled.set()
+            lost += 1
+            self.events.emit("job.lease_lost", ctx, logging.WARNING, effect="handler told to stop")
+        result = Renewed(len(kept), lost)
+        self.renewed.emit(result)
+        return result

@@ -1,0 +1,84 @@
+"""The worker's background services, built after fork and wired to what they share."""
+
+from __future__ import annotations
+
+import threading
+
+from forklift import _db
+from forklift.metrics import Tally
+from forklift.store import JobStore
+from forklift.workers.completer import Completer, CompleterConfig
+from forklift.workers.config import WorkerConfig
+from forklift.workers.events import JobEvents
+from forklift.workers.holdings import Holdings
+from forklift.workers.listener import Listener
+from forklift.workers.maintenance import Maintenance, MaintenanceConfig
+from forklift.workers.renewer import LeaseRenewer, RenewerConfig
+from forklift.workers.wakeup import Wakeup
+
+
+class Services:
+    """The lease renewer, the completer, the listener (if it listens) and maintenance
+    of one worker, each configured from the WorkerConfig and given its collaborators.
+
+    `start()` runs the renewer, the completer and the listener on threads of their
+    own; maintenance runs in the claim loop. `stop()` ends them: the completer flushes
+    what it was handed first.
+    """
+
+    def __init__(
+        self,
+        config: WorkerConfig,
+        store: JobStore,
+        dsn: str,
+        timeouts: _db.Timeouts,
+        owner: str,
+        holdings: Holdings,
+        events: JobEvents,
+        wakeup: Wakeup,
+        tally: Tally | None,
+    ) -> None:
+        self.closing = threading.Event()
+        self.renewer = LeaseRenewer(
+            store, owner, holdings, events, tally, self.closing, RenewerConfig(config.lease)
+        )
+        self.completer = Completer(
+            store,
+            owner,
+            holdings,
+            events,
+            self.closing,
+            CompleterConfig(give_up_after=config.lease),
+        )
+        self.listener = (
+            Listener(store, dsn, timeouts, config.queues, wakeup, self.closing)
+            if config.listen
+            else None
+        )
+        self.maintenance = Maintenance(
+            store,
+            dsn,
+            timeouts,
+            MaintenanceConfig(config.maintenance_interval, config.keep_finished, config.keep_dead),
+        )
+        self._completing = threading.Thread(
+            target=self.completer.run, name="forklift-completer", daemon=True
+        )
+
+    def start(self) -> None:
+        threads = [
+            threading.Thread(target=self.renewer.run, name="forklift-heartbeat", daemon=True),
+            self._completing,
+        ]
+        if self.listener is not None:
+            threads.append(
+                threading.Thread(target=self.listener.run, name="forklift-listener", daemon=True)
+            )
+        for t in threads:
+            t.start()
+
+    def stop(self, timeout: float) -> None:
+        """Stop every service; wait up to `timeout` seconds for the completer's last flush."""
+        self.closing.set()
+        self.completer.stop()
+        self._completing.join(timeout=timeout)

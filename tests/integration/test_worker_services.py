@@ -1,0 +1,296 @@
+"""The worker's services one step at a time, against a real PostgreSQL.
+
+Each service is built from its collaborators here, without a Worker around it: a store
+on its own pool, the held-jobs ledger, the job events (their on_job_end recorded), a
+wake-up. Tests call run_once() (or flush()) and look at what it returns and what it
+wrote; where a service runs on its thread, they wait on its test signals.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+import pytest
+
+import forklift
+from forklift import _db
+from forklift._singleton import singleton
+from forklift.errors import DatabaseError
+from forklift.metrics import Tally
+from forklift.store import JobState, JobStore
+from forklift.testing import wait_for
+from forklift.workers.completer import Completer, Flushed
+from forklift.workers.context import JobContext
+from forklift.workers.events import JobEvents, Outcome
+from forklift.workers.holdings import Holdings
+from forklift.workers.listener import Listener, ListenerConfig
+from forklift.workers.maintenance import Maintained, Maintenance, MaintenanceConfig
+from forklift.workers.renewer import LeaseRenewer, Renewed, RenewerConfig
+from forklift.workers.wakeup import Wakeup
+
+OWNER = "test-host:1:services"
+TIMEOUTS = _db.Timeouts()
+
+
+@dataclass
+class Rig:
+    """What the services of one worker share, with the job ends it reported."""
+
+    store: JobStore
+    holdings: Holdings = field(default_factory=lambda: Holdings(concurrency=4))
+    wakeup: Wakeup = field(default_factory=Wakeup)
+    closing: threading.Event = field(default_factory=threading.Event)
+    ended: list[tuple[int, str]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.events = JobEvents(
+            OWNER, self.holdings, self.wakeup, Tally(), lambda j, o: self.ended.append((j.id, o))
+        )
+
+    def claim(self, app: forklift.App, n: int = 1) -> list[JobContext]:
+        """Enqueue n noop jobs and claim them as this rig's worker would."""
+        app.enqueue_many([("noop", {}) for _ in range(n)])
+        jobs = self.store.job_claim(["default"], OWNER, n, 30.0, expired=False)
+        assert len(jobs) == n
+        held = [JobContext(job, self.store) for job in jobs]
+        for ctx in held:
+            self.holdings.adopt(ctx)
+        return held
+
+    @contextmanager
+    def running(self, loop: Callable[[], None]) -> Iterator[None]:
+        """Run a service's loop on a thread for the block; then close it and join it."""
+        thread = threading.Thread(target=loop, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            self.closing.set()
+            thread.join(timeout=5)
+        assert not thread.is_alive()
+
+
+@pytest.fixture
+def rig(dsn: str, schema: str, app: forklift.App) -> Iterator[Rig]:
+    pool = _db.make_pool(dsn, TIMEOUTS, max_size=4, name="test-services")
+    pool.open(wait=True, timeout=10)
+    r = Rig(JobStore(pool, schema))
+    yield r
+    r.closing.set()
+    r.wakeup.close()
+    pool.close()
+
+
+def state(db: psycopg.Connection[Any], schema: str, job_id: int) -> str:
+    row = db.execute(f"SELECT state FROM {schema}.jobs WHERE id = %s", (job_id,)).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def steal(db: psycopg.Connection[Any], schema: str, job_id: int) -> None:
+    """Another worker takes the job over (as after an expired lease)."""
+    db.execute(f"UPDATE {schema}.jobs SET lease_owner = 'thief' WHERE id = %s", (job_id,))
+
+
+# -- the completer --------------------------------------------------------------------
+
+
+def test_completer_flush_completes_its_own_and_reports_the_lost(
+    rig: Rig, app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    a, b, c = rig.claim(app, 3)
+    steal(db, schema, c.job_id)
+    for ctx in (a, b, c):
+        rig.events.returned(ctx)
+    completer = Completer(rig.store, OWNER, rig.holdings, rig.events, rig.closing)
+    assert completer.flush([a, b, c]) == Flushed({a.job_id, b.job_id}, [c.job_id])
+    assert [state(db, schema, x.job_id) for x in (a, b, c)] == [
+        JobState.SUCCEEDED,
+        JobState.SUCCEEDED,
+        JobState.RUNNING,
+    ]
+    assert sorted(rig.ended) == [
+        (a.job_id, Outcome.SUCCEEDED),
+        (b.job_id, Outcome.SUCCEEDED),
+        (c.job_id, Outcome.LEASE_LOST),
+    ]
+    assert len(rig.holdings) == 0 and rig.holdings.ended == 3
+
+
+def test_completer_gives_up_at_once_when_closing(rig: Rig, app: forklift.App) -> None:
+    (ctx,) = rig.claim(app)
+    rig.store.pool.close()  # every statement now fails
+    rig.closing.set()
+    completer = Completer(rig.store, OWNER, rig.holdings, rig.events, rig.closing)
+    assert completer.flush([ctx]) == Flushed(set(), [ctx.job_id])
+    assert rig.ended == [(ctx.job_id, Outcome.LEASE_LOST)]
+
+
+def test_completer_thread_flushes_what_it_is_handed(
+    rig: Rig, app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    held = rig.claim(app, 2)
+    completer = Completer(rig.store, OWNER, rig.holdings, rig.events, rig.closing)
+    completer.flushed.enable()
+    with rig.running(completer.run):
+        completed: set[int] = set()
+        for ctx in held:
+            rig.events.returned(ctx)
+            completer.submit(ctx)
+        while completed != {c.job_id for c in held}:  # in one batch or two
+            completed |= completer.flushed.wait().completed
+        completer.stop()
+    assert all(state(db, schema, c.job_id) == JobState.SUCCEEDED for c in held)
+
+
+# -- the lease renewer ----------------------------------------------------------------
+
+
+def lease_left(db: psycopg.Connection[Any], schema: str, job_id: int) -> float:
+    row = db.execute(
+        f"SELECT extract(epoch FROM lease_until - now())::float8 FROM {schema}.jobs WHERE id = %s",
+        (job_id,),
+    ).fetchone()
+    assert row is not None
+    return float(row[0])
+
+
+def test_renewer_extends_held_leases_and_cancels_lost_ones(
+    rig: Rig, app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    kept, lost = rig.claim(app, 2)  # claimed with a 30 s lease
+    renewer = LeaseRenewer(
+        rig.store, OWNER, rig.holdings, rig.events, None, rig.closing, RenewerConfig(lease=300)
+    )
+    assert renewer.run_once() == Renewed(kept=2, lost=0)
+    assert lease_left(db, schema, kept.job_id) > 250
+    steal(db, schema, lost.job_id)
+    assert renewer.run_once() == Renewed(kept=1, lost=1)
+    assert lost.cancelled.is_set() and not kept.cancelled.is_set()
+    # The handler is told to stop; the job stays held until its outcome is refused.
+    assert len(rig.holdings) == 2 and rig.ended == []
+
+
+def test_renewer_leaves_finished_jobs_alone(rig: Rig, app: forklift.App) -> None:
+    (ctx,) = rig.claim(app)
+    ctx.finished = True  # its outcome is being written: not a lease to renew
+    renewer = LeaseRenewer(rig.store, OWNER, rig.holdings, rig.events, None, rig.closing)
+    assert renewer.run_once() == Renewed(0, 0)
+
+
+def test_renewer_thread_renews_every_third_of_the_lease(rig: Rig, app: forklift.App) -> None:
+    rig.claim(app)
+    renewer = LeaseRenewer(
+        rig.store, OWNER, rig.holdings, rig.events, None, rig.closing, RenewerConfig(lease=1.5)
+    )
+    renewer.renewed.enable()
+    with rig.running(renewer.run):
+        assert renewer.renewed.wait() == Renewed(1, 0)
+        assert renewer.renewed.wait() == Renewed(1, 0)
+
+
+# -- maintenance ----------------------------------------------------------------------
+
+
+def test_maintenance_rescues_exhausted_leases_and_prunes_old_jobs(
+    rig: Rig, app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    exhausted = app.enqueue("noop", max_attempts=1)
+    old, recent = app.enqueue("noop"), app.enqueue("noop")
+    db.execute(
+        f"UPDATE {schema}.jobs SET state = 'running', attempts = 1, lease_owner = 'gone:1:x',"
+        " lease_until = now() - interval '1 second' WHERE id = %s",
+        (exhausted,),
+    )
+    db.execute(
+        f"UPDATE {schema}.jobs SET state = 'succeeded', completed_at = now() - %s::interval"
+        " WHERE id = %s",
+        ("2 hours", old),
+    )
+    db.execute(
+        f"UPDATE {schema}.jobs SET state = 'succeeded', completed_at = now() WHERE id = %s",
+        (recent,),
+    )
+    maintenance = Maintenance(rig.store, app.dsn, TIMEOUTS, MaintenanceConfig(keep_finished=3600))
+    assert maintenance.run_once() == Maintained(rescued=1, pruned=1)
+    assert state(db, schema, exhausted) == JobState.DEAD
+    left = db.execute(f"SELECT id FROM {schema}.jobs ORDER BY id").fetchall()
+    assert left == [(exhausted,), (recent,)]
+    assert maintenance.run_once() == Maintained(0, 0)
+
+
+def test_maintenance_skips_while_another_replica_holds_the_section(
+    rig: Rig, app: forklift.App, schema: str
+) -> None:
+    maintenance = Maintenance(rig.store, app.dsn, TIMEOUTS)
+    maintenance.ran.enable()
+    with singleton(app.dsn, TIMEOUTS, f"maintenance:{schema}") as held:  # another replica
+        assert held
+        maintenance.run_due()  # due at once: the first round runs on the first call
+        assert maintenance.ran.wait() is None
+    maintenance.run_due()  # not due again for its interval
+    assert maintenance.run_once() == Maintained(0, 0)
+    assert maintenance.ran.wait() == Maintained(0, 0)
+
+
+# -- the listener ---------------------------------------------------------------------
+
+
+def listener_for(rig: Rig, app: forklift.App, queues: tuple[str, ...]) -> Listener:
+    return Listener(
+        rig.store, app.dsn, TIMEOUTS, queues, rig.wakeup, rig.closing, ListenerConfig(tick=0.1)
+    )
+
+
+def listening_backend(db: psycopg.Connection[Any], schema: str) -> tuple[Any, ...] | None:
+    """The pid of this schema's LISTEN connection, by what pg_stat_activity shows of it
+    (the statement text bench/throughput.py waits on too)."""
+    return db.execute(
+        "SELECT pid FROM pg_stat_activity"
+        " WHERE application_name = 'forklift-listener' AND query = %s",
+        (f'LISTEN "{schema}_jobs"',),
+    ).fetchone()
+
+
+def test_listener_wakes_for_its_queues_only(rig: Rig, app: forklift.App) -> None:
+    listener = listener_for(rig, app, ("mine",))
+    listener.woken.enable()
+    with rig.store.channel_listen(app.dsn, TIMEOUTS) as notes:
+        app.enqueue("noop", queue="other")
+        app.enqueue("noop", queue="mine")
+        # Notifications arrive in commit order: by the time "mine" wakes it, "other"
+        # has been heard, and ignored.
+        assert wait_for(lambda: listener.run_once(notes), what="a wake-up") == 1
+    assert listener.woken.wait() == "mine"
+    assert rig.wakeup.wait(0)
+
+
+def test_listener_thread_listens_and_reconnects(
+    rig: Rig, app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    listener = listener_for(rig, app, ("default",))
+    listener.listening.enable()
+    with rig.running(listener.run):
+        listener.listening.wait()
+        rig.wakeup.clear()
+        (pid,) = wait_for(lambda: listening_backend(db, schema), what="LISTEN seen")
+        db.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        listener.listening.wait()  # back after its reconnect backoff
+        assert rig.wakeup.wait(0)  # and looked for what it may have missed
+
+
+def test_a_broken_listen_connection_raises_a_database_error(
+    rig: Rig, app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    listen = rig.store.channel_listen(app.dsn, TIMEOUTS)
+    with pytest.raises(DatabaseError) as caught, listen as notes:
+        (pid,) = wait_for(lambda: listening_backend(db, schema), what="LISTEN seen")
+        db.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        for _ in range(50):
+            list(notes.wait(0.1))
+    assert isinstance(caught.value.__cause__, psycopg.Error)
