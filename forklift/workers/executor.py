@@ -51,12 +51,15 @@ def give_up(error: str) -> Result:
     return Result(False, error[:_ERROR_CHARS], None, give_up=True)
 
 
-def run(task: Task[Any, Any] | None, ctx: JobContext) -> Result:
-    """Run the job's handler; a task this worker lacks, or arguments that do not fit
-    the handler, fail the job for good without calling anything."""
+def run(task: Task[Any, Any] | None, ctx: JobContext, worker: str) -> Result:
+    """Run the job's handler. A task this worker lacks is a failed attempt that retries
+    (during a rolling deploy, producers may know a task before every worker does);
+    arguments that do not fit the handler fail the job for good. Neither calls anything."""
     job = ctx.job
     if task is None:
-        return give_up(f"UnknownTaskError: no task named {job.task!r} is registered in this worker")
+        return Result(
+            False, f"UnknownTaskError: no task named {job.task!r} in worker {worker}"[:_ERROR_CHARS]
+        )
     problem = task.misfit(job.args)
     if problem is not None:
         return give_up(f"ArgumentError: {job.task}: {problem}")

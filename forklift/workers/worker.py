@@ -43,6 +43,10 @@ from forklift.workers.wakeup import Wakeup
 
 log = logging.getLogger(__name__)
 
+# A task this worker does not know retries on this schedule (1 s, 2 s, 4 s, ...): long
+# enough for a rolling deploy to bring up workers that know it.
+UNKNOWN_TASK_RETRY = Backoff()
+
 # After a failed claim: 0.2 s, doubling, at most 5 s between tries.
 CLAIM_RETRY = Backoff(base=0.2, factor=2.0, max=5.0, jitter=0.0)
 
@@ -245,7 +249,7 @@ class Worker:
             self.on_job_start(job)
         started = time.monotonic()
         task = self.app.tasks.get(job.task)
-        result = executor.run(task, ctx)
+        result = executor.run(task, ctx, self.owner)
         ctx.duration = time.monotonic() - started
         effect = ctx.take_effect()
         if effect is not None:
@@ -284,7 +288,7 @@ class Worker:
         if result.retry_delay is not None:
             delay = result.retry_delay
         else:
-            delay = task.backoff.delay(job.attempt) if task is not None else 0.0
+            delay = (task.backoff if task is not None else UNKNOWN_TASK_RETRY).delay(job.attempt)
         with ctx.outcome_lock:
             try:
                 state = self.store.job_fail(

@@ -102,10 +102,32 @@ def test_fail_goes_dead_at_once(
     assert row["last_error"] == "Fail: not worth retrying"
 
 
-def test_unknown_task_and_bad_arguments_end_dead_with_a_clear_error(
+def test_an_unknown_task_retries_with_backoff_then_ends_dead_naming_the_worker(
+    dsn: str, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    # A producer that knows a task no worker has deployed yet (a rolling deploy).
+    producer = forklift.App(dsn, schema=schema)
+    unknown = producer.enqueue("no_such_task", {"x": 1}, max_attempts=2)
+    producer.close()
+    worker = run_worker()
+    wait_for(lambda: job(db, schema, unknown)["attempts"] == 1, what="first attempt")
+    first = job(db, schema, unknown)
+    assert first["state"] == "ready"  # not dead on the first try: it retries
+    assert first["last_error"] == (
+        f"UnknownTaskError: no task named 'no_such_task' in worker {worker.owner}"
+    )
+    retry_in = db.execute(
+        f"SELECT extract(epoch FROM available_at - now()) FROM {schema}.jobs WHERE id = %s",
+        (unknown,),
+    ).fetchone()
+    assert retry_in is not None and 0.3 < retry_in[0] <= 1.2  # Backoff(): 1 s +- 20 %
+    wait_for(lambda: state_is(db, schema, unknown, "dead"), timeout=10, what="dead at max")
+    assert job(db, schema, unknown)["attempts"] == 2
+
+
+def test_bad_arguments_end_dead_at_once_with_a_clear_error(
     app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
 ) -> None:
-    unknown = app.enqueue("no_such_task", {"x": 1})
     # Enqueued under a name the producer does not check (as another service would).
     with app.store.pool.connection() as conn:
         bad = conn.execute(
@@ -113,11 +135,8 @@ def test_unknown_task_and_bad_arguments_end_dead_with_a_clear_error(
             " RETURNING id"
         ).fetchone()[0]  # type: ignore[index]
     run_worker()
-    wait_for(lambda: state_is(db, schema, unknown, "dead"), what="unknown task dead")
     wait_for(lambda: state_is(db, schema, bad, "dead"), what="bad args dead")
-    assert "UnknownTaskError" in job(db, schema, unknown)["last_error"]
-    assert "no_such_task" in job(db, schema, unknown)["last_error"]
-    assert job(db, schema, unknown)["attempts"] == 1
+    assert job(db, schema, bad)["attempts"] == 1
     bad_error = job(db, schema, bad)["last_error"]
     assert bad_error.startswith("ArgumentError: effect:")
     assert "key" in bad_error or "nope" in bad_error
