@@ -34,7 +34,7 @@ def register(app: forklift.App) -> forklift.App:
     def nap(ctx: forklift.JobContext, seconds: float = 5.0) -> None:
         """Sleep `seconds`, checking ctx.cancelled every 10 ms (stops early when told)."""
         deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline and not ctx.cancelled.is_set():
+        while time.monotonic() < deadline and not ctx.cancelled:
             time.sleep(0.01)
 
     return app

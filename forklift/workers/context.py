@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,18 +15,30 @@ from forklift.store import ClaimedJob, Effect, JobStore
 _EVENT_LOCK = threading.Lock()
 
 
+def _fresh_lock_after_fork() -> None:
+    # A lock held by some thread at fork() would stay held forever in the child.
+    global _EVENT_LOCK
+    _EVENT_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_fresh_lock_after_fork)
+
+
 class JobContext:
     """Passed to every handler as its first argument.
 
-    `cancelled` is set when the worker lost the job's lease or is stopping past its grace:
-    a long handler may poll it to stop early. `transaction()` yields a connection in an
-    open transaction that stays open until the handler returns; the job's completion
-    commits in that same transaction, so the effect commits exactly when the job does.
+    `cancelled` becomes True when the job should stop early: it was cancelled, its lease
+    was lost, or the worker is stopping past its grace. A long handler may poll it
+    (`while not ctx.cancelled: ...`) or sleep with `ctx.wait_cancelled(seconds)`.
+    `transaction()` yields a connection in an open transaction that stays open until the
+    handler returns; the job's completion commits in that same transaction, so the
+    effect commits exactly when the job does.
     """
 
     def __init__(self, job: ClaimedJob, store: JobStore) -> None:
         self.job = job
-        self._cancelled: threading.Event | None = None
+        self._cancelled = False
+        self._woken: threading.Event | None = None  # made only for wait_cancelled()
         self.duration = 0.0
         # The worker's bookkeeping (see Holdings for who guards what): the handler has
         # returned; the outcome is written (or refused); the lock held while writing it.
@@ -36,14 +49,30 @@ class JobContext:
         self._effect: Effect | None = None
 
     @property
-    def cancelled(self) -> threading.Event:
-        """Set when the job should stop early: lease lost, or stopping past grace."""
-        # Made on first use: most handlers never look, and an Event per job costs.
-        if self._cancelled is None:
-            with _EVENT_LOCK:
-                if self._cancelled is None:
-                    self._cancelled = threading.Event()
+    def cancelled(self) -> bool:
+        """True once the job should stop early: cancelled, lease lost, or stopping."""
         return self._cancelled
+
+    def wait_cancelled(self, timeout: float) -> bool:
+        """Sleep up to `timeout` seconds, waking at once if the job is cancelled meanwhile;
+        return whether it is cancelled. For handlers that wait (poll an API, back off)."""
+        # The Event is made on first use: most handlers never wait, and one per job costs.
+        with _EVENT_LOCK:
+            if self._cancelled:
+                return True
+            if self._woken is None:
+                self._woken = threading.Event()
+            woken = self._woken
+        woken.wait(max(0.0, timeout))
+        return self._cancelled
+
+    def cancel(self) -> None:
+        """Tell the handler to stop (the worker calls this; the handler only reads)."""
+        with _EVENT_LOCK:
+            self._cancelled = True
+            woken = self._woken
+        if woken is not None:
+            woken.set()
 
     @property
     def job_id(self) -> int:

@@ -86,7 +86,7 @@ class LeaseRenewer:
             with ctx.outcome_lock:
                 if ctx.finished:
                     continue
-                ctx.cancelled.set()
+                ctx.cancel()
             lost += 1
             self.events.emit("job.lease_lost", ctx, logging.WARNING, effect="handler told to stop")
         result = Renewed(len(kept), lost)

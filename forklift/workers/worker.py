@@ -324,7 +324,7 @@ class Worker:
         left = self.holdings.running()
         if left:
             for ctx in left:
-                ctx.cancelled.set()
+                ctx.cancel()
             self._release(left, "stopping past grace" if not self._fast_stop else "fast stop")
 
     def _release(self, contexts: Sequence[JobContext], why: str) -> None:

@@ -31,8 +31,15 @@ def effect(ctx: forklift.JobContext, *, key: str, n: int = 0, sleep: float = 0.0
 
 @app.task(name="sleep")
 def sleep(ctx: forklift.JobContext, *, seconds: float) -> None:
+    """Sleep, waking at once when told to stop."""
+    ctx.wait_cancelled(seconds)
+
+
+@app.task(name="poll")
+def poll(ctx: forklift.JobContext, *, seconds: float) -> None:
+    """Work in small steps, checking ctx.cancelled (a bool) between them."""
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and not ctx.cancelled.is_set():
+    while time.monotonic() < deadline and not ctx.cancelled:
         time.sleep(0.01)
 
 
