@@ -27,12 +27,14 @@ from forklift.errors import DatabaseError
 from forklift.metrics import Totals
 from forklift.supervisor.autoscale import Autoscaler
 from forklift.supervisor.boot import ChildSpec, child_main, rss_of
-from forklift.supervisor.child import Child
+from forklift.supervisor.child import Child, Kill
 from forklift.supervisor.config import SupervisorConfig
-from forklift.supervisor.death import describe_exit, signal_name
+from forklift.supervisor.death import signal_name
+from forklift.supervisor.exits import ExitStatus, RestartCount, Verdict, decide
 from forklift.supervisor.ops import Ops
 from forklift.supervisor.restarts import RestartPolicy
 from forklift.supervisor.signals import SignalQueue
+from forklift.supervisor.states import JobsAction, KillReason, RetireReason, StopMode
 from forklift.supervisor.store import ProcessInfo, SupervisorStore
 from forklift.supervisor.systemd import Notifier
 
@@ -69,11 +71,11 @@ class Supervisor:
         )
         self.target = low_high[0] if low_high else self.config.workers
         self.generation = 0
-        self.stopping: str | None = None  # "graceful" or "fast"
+        self.stopping: StopMode | None = None
         self.deadline: float | None = None
         self.restart_at = 0.0
         self.crash_loop = False
-        self.pending: list[tuple[str, str, str]] = []  # (owner, error, "fail"|"release")
+        self.pending: list[tuple[str, str, JobsAction]] = []  # (owner, error, action)
         self._pending_at = 0.0
         self._pending_delay = 1.0
         self.last_tick = time.monotonic()
@@ -260,9 +262,9 @@ class Supervisor:
 
     def stop(self, *, fast: bool) -> None:
         """Begin (or hurry) shutdown: children finish within grace, the rest is released."""
-        if self.stopping == "fast" or (self.stopping == "graceful" and not fast):
+        if self.stopping is StopMode.FAST or (self.stopping is StopMode.GRACEFUL and not fast):
             return
-        self.stopping = "fast" if fast else "graceful"
+        self.stopping = StopMode.FAST if fast else StopMode.GRACEFUL
         cfg = self.config
         budget = cfg.kill_grace if fast else cfg.worker.grace + cfg.kill_grace
         self.deadline = time.monotonic() + budget
@@ -275,7 +277,7 @@ class Supervisor:
         )
         self.notifier.stopping(budget + 2.0)
         for child in self.children.values():
-            child.retiring = child.retiring or "shutdown"
+            child.retiring = child.retiring or RetireReason.SHUTDOWN
             self._signal(child, signal.SIGQUIT if fast else signal.SIGTERM)
 
     # -- children -----------------------------------------------------------------------
@@ -287,7 +289,7 @@ class Supervisor:
         live = self._live()
         if len(live) > self.target:
             for child in sorted(live, key=lambda c: c.started)[self.target :]:
-                self.retire(child, "scale down")
+                self.retire(child, RetireReason.SCALE_DOWN)
             return
         now = time.monotonic()
         while len(live) < self.target and now >= self.restart_at:
@@ -327,21 +329,20 @@ class Supervisor:
         emit(log, "child.started", pid=pid, index=index, owner=child.owner)
         return child
 
-    def retire(self, child: Child, why: str) -> None:
+    def retire(self, child: Child, why: RetireReason) -> None:
         """Ask a child to finish its jobs and exit (no attribution: it is not failing)."""
         child.retiring = why
         self._signal(child, signal.SIGTERM)
         emit(log, "child.retiring", pid=child.pid, reason=why)
 
-    def kill(self, child: Child, kind: str, reason: str, *, at_once: bool = False) -> None:
-        """Kill a child for `reason` (which its jobs will carry): TERM, then KILL."""
+    def kill(self, child: Child, why: KillReason, cause: str, *, at_once: bool = False) -> None:
+        """Kill a child for `cause` (which its jobs will carry): TERM, then KILL."""
         if child.killing:
             return
-        child.killing = reason
-        child.kill_kind = kind
+        child.killing = Kill(why, cause)
         child.kill_at = time.monotonic() + (0 if at_once else self.config.kill_grace)
         self._signal(child, signal.SIGKILL if at_once else signal.SIGTERM)
-        emit(log, "child.killing", logging.WARNING, pid=child.pid, reason=reason)
+        emit(log, "child.killing", logging.WARNING, pid=child.pid, reason=cause)
 
     def _signal(self, child: Child, signum: int) -> None:
         try:
@@ -366,49 +367,32 @@ class Supervisor:
             self.on_exit(child, status, usage.ru_maxrss * 1024)
 
     def on_exit(self, child: Child, status: int, peak_rss: int) -> None:
+        """Apply the exit's verdict: record it on the jobs, log it, count the restart."""
         now = time.monotonic()
-        uptime = now - child.started
-        peak = max(peak_rss, child.peak_rss)
-        clean = os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
-        how = describe_exit(status, peak, child.killing)
-        if child.killing and child.timed_out:
-            # The overdue job was charged before the kill; the others were bystanders.
-            self._record(child.owner, how, "release")
-        elif child.killing:
-            self._record(child.owner, how, "fail")
-        elif child.retiring == "shutdown" and not clean:
-            self._record(child.owner, how, "release")  # killed at the shutdown deadline
-        elif not clean or child.jobs:
-            self._record(child.owner, how, "fail")
-        replaced = not self.stopping and child.retiring not in ("shutdown", "scale down")
-        if clean and not child.killing:
-            emit(
-                log,
-                "child.exited",
-                pid=child.pid,
-                index=child.index,
-                reason="clean exit",
-                retiring=child.retiring or "on its own",
-                uptime=round(uptime, 1),
-            )
-            if replaced:
-                self.totals.restart(child.retiring or "recycle")
+        cause = child.killing.cause if child.killing else None
+        exit_status = ExitStatus.of(status, max(peak_rss, child.peak_rss), cause)
+        verdict = decide(child.facts(now), exit_status, stopping=self.stopping is not None)
+        if verdict.jobs is not None:
+            self._record(child.owner, verdict.error, verdict.jobs)
+        self._log_exit(child, verdict, now - child.started)
+        if verdict.restart_reason is not None:
+            self.totals.restart(verdict.restart_reason)
+        self._count_restart(verdict.counts, now, now - child.started)
+
+    def _log_exit(self, child: Child, verdict: Verdict, uptime: float) -> None:
+        fields: dict[str, object] = {"pid": child.pid, "index": child.index}
+        fields["reason"] = verdict.reason
+        if verdict.quiet:
+            fields["retiring"] = child.retiring or "on its own"
+        fields["uptime"] = round(uptime, 1)
+        emit(log, "child.exited", verdict.level, **fields)
+
+    def _count_restart(self, counts: RestartCount, now: float, uptime: float) -> None:
+        if counts is RestartCount.CLEAN:
             if uptime >= self.restarts.fast_crash:
                 self.restarts.healthy()
             return
-        level = logging.WARNING if child.killing or child.retiring else logging.ERROR
-        emit(
-            log,
-            "child.exited",
-            level,
-            pid=child.pid,
-            index=child.index,
-            reason=how,
-            uptime=round(uptime, 1),
-        )
-        if replaced:
-            self.totals.restart(child.kill_kind or child.retiring or "crash")
-        if child.retiring or self.stopping:
+        if counts is RestartCount.NONE:
             return
         delay = self.restarts.crashed(now, uptime)
         was_loop, self.crash_loop = self.crash_loop, self.restarts.in_crash_loop(now)
@@ -427,7 +411,7 @@ class Supervisor:
         elif not self.crash_loop:
             self.restart_at = now
 
-    def _record(self, owner: str, how: str, mode: str) -> None:
+    def _record(self, owner: str, how: str, mode: JobsAction) -> None:
         """Attribute a death to the owner's jobs now; queue it if the database is away."""
         try:
             self._apply(owner, how, mode)
@@ -435,8 +419,8 @@ class Supervisor:
             emit(log, "child.attribution_deferred", logging.WARNING, owner=owner, error=exc)
             self.pending.append((owner, how, mode))
 
-    def _apply(self, owner: str, how: str, mode: str) -> None:
-        if mode == "release":
+    def _apply(self, owner: str, how: str, mode: JobsAction) -> None:
+        if mode is JobsAction.RELEASE:
             for gone in self.store.job_release_owner(owner):
                 self.totals.job(gone.queue, gone.task, "released")
                 emit(log, "job.released", job=gone.id, owner=owner, reason=how)
@@ -496,7 +480,7 @@ class Supervisor:
                 except DatabaseError as exc:
                     # Charged on the child's death instead, with the same reason.
                     emit(log, "job.timeout_record_failed", logging.ERROR, job=job.job_id, error=exc)
-                self.kill(child, "timeout", reason)
+                self.kill(child, KillReason.TIMEOUT, reason)
 
     def enforce_memory(self) -> None:
         """Kill a child far past the memory limit before the kernel's OOM killer does."""
@@ -510,7 +494,7 @@ class Supervisor:
             if rss > hard and not child.killing:
                 self.kill(
                     child,
-                    "memory",
+                    KillReason.MEMORY,
                     f"memory limit: RSS {rss / 2**20:.0f} MiB passed "
                     f"{self.config.hard_memory_factor:g} x the {limit:g} MiB limit",
                     at_once=True,
@@ -523,7 +507,7 @@ class Supervisor:
             if silent > self.config.child_timeout and not child.killing:
                 self.kill(
                     child,
-                    "unresponsive",
+                    KillReason.UNRESPONSIVE,
                     f"unresponsive: no report for {silent:.0f} s",
                     at_once=True,
                 )
@@ -549,11 +533,11 @@ class Supervisor:
         """Replace children of an older generation one at a time (no job is dropped)."""
         if self.stopping:
             return
-        if any(c.retiring == "reload" for c in self.children.values()):
+        if any(c.retiring is RetireReason.RELOAD for c in self.children.values()):
             return
         stale = [c for c in self._live() if c.generation < self.generation]
         if stale:
-            self.retire(min(stale, key=lambda c: c.started), "reload")
+            self.retire(min(stale, key=lambda c: c.started), RetireReason.RELOAD)
 
     def autoscale(self) -> None:
         if self.autoscaler is None or self.stopping:

@@ -14,6 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from forklift.supervisor.exits import ChildFacts
+from forklift.supervisor.states import KillReason, RetireReason
+
 
 @dataclass
 class RunningJob:
@@ -24,6 +27,14 @@ class RunningJob:
 
     def overdue(self, now: float) -> bool:
         return self.timeout is not None and now - self.started > self.timeout
+
+
+@dataclass(frozen=True)
+class Kill:
+    """Why the supervisor is killing a child, and the cause its jobs will carry."""
+
+    reason: KillReason
+    cause: str
 
 
 @dataclass
@@ -40,14 +51,13 @@ class Child:
     peak_rss: int = 0
     jobs: dict[int, RunningJob] = field(default_factory=dict)
     idle_since: float | None = None
-    # Set when the parent asked it to go: "recycle", "scale down", "reload", "shutdown".
-    retiring: str | None = None
-    # Set when the parent is killing it, with the reason the jobs will carry.
-    killing: str | None = None
+    # Set when the parent asked it to go (scale down, reload, shutdown).
+    retiring: RetireReason | None = None
+    # Set when the parent is killing it; the next SIGKILL is due at kill_at.
+    killing: Kill | None = None
     kill_at: float | None = None
-    timed_out: list[int] = field(default_factory=list)
+    timed_out: list[int] = field(default_factory=list)  # jobs charged for their timeout
     generation: int = 0
-    kill_kind: str | None = None  # timeout, memory, unresponsive
     on_metrics: Callable[[dict[str, Any]], None] | None = None
     _buffer: bytes = b""
 
@@ -92,6 +102,16 @@ class Child:
     @property
     def busy(self) -> bool:
         return bool(self.jobs)
+
+    def facts(self, now: float) -> ChildFacts:
+        """What the exit decision needs to know of this child."""
+        return ChildFacts(
+            retiring=self.retiring,
+            killing=self.killing.reason if self.killing else None,
+            timeout_charged=bool(self.timed_out),
+            held_jobs=bool(self.jobs),
+            uptime=now - self.started,
+        )
 
     def close(self) -> None:
         try:
