@@ -16,8 +16,8 @@ from setproctitle import setproctitle
 from forklift.app import App
 from forklift.metrics import Tally
 from forklift.store import ClaimedJob
-from forklift.supervisor.child import Reporter
 from forklift.supervisor.config import SupervisorConfig
+from forklift.supervisor.reports import Reporter
 from forklift.workers.worker import Worker
 
 log = logging.getLogger(__name__)

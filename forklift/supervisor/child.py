@@ -1,20 +1,21 @@
-"""What the parent knows about one child, and the line protocol the child reports in.
-
-The child writes lines to a pipe, one writer at a time (`Reporter` holds a lock):
-`H <rss_bytes>` heartbeat, `S <job_id> <timeout|-> <task>` job started, `E <job_id>` job
-ended, `M <json>` metric deltas since the last `M`.
-"""
+"""What the parent knows about one child: its jobs, its health, why it is going."""
 
 from __future__ import annotations
 
-import json
-import os
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from forklift.supervisor.exits import ChildFacts
+from forklift.supervisor.reports import (
+    Heartbeat,
+    JobEnded,
+    JobStarted,
+    MetricDeltas,
+    Report,
+    ReportPipe,
+    parse_report,
+)
 from forklift.supervisor.states import KillReason, RetireReason
 
 
@@ -59,45 +60,37 @@ class Child:
     timed_out: list[int] = field(default_factory=list)  # jobs charged for their timeout
     generation: int = 0
     on_metrics: Callable[[dict[str, Any]], None] | None = None
-    _buffer: bytes = b""
+
+    def __post_init__(self) -> None:
+        self._reports = ReportPipe(self.pipe)
 
     def read(self, now: float) -> bool:
-        """Consume the child's reports; return False once its pipe is closed."""
-        while True:
-            try:
-                chunk = os.read(self.pipe, 65536)
-            except BlockingIOError:
-                return True
-            except OSError:
-                return False
-            if not chunk:
-                return False
-            self._buffer += chunk
-            *lines, self._buffer = self._buffer.split(b"\n")
-            for line in lines:
-                self._apply(line.decode("utf-8", "replace"), now)
+        """Take in the child's reports; return False once its pipe is closed."""
+        lines, still_open = self._reports.read()
+        for line in lines:
+            self.last_seen = now  # any line is a sign of life
+            report = parse_report(line)
+            if report is not None:
+                self.take_report(report, now)
+        return still_open
 
-    def _apply(self, line: str, now: float) -> None:
-        self.last_seen = now
-        kind, _, rest = line.partition(" ")
-        if kind == "H":
-            self.rss = int(rest or 0)
-            self.peak_rss = max(self.peak_rss, self.rss)
-        elif kind == "S":
-            job_id, timeout, task = ([*rest.split(" ", 2), "", ""])[:3]
-            self.jobs[int(job_id)] = RunningJob(
-                int(job_id), task, now, None if timeout == "-" else float(timeout)
-            )
-            self.idle_since = None
-        elif kind == "E":
-            self.jobs.pop(int(rest), None)
-            if not self.jobs:
-                self.idle_since = now
-        elif kind == "M" and self.on_metrics is not None:
-            try:
-                self.on_metrics(json.loads(rest))
-            except (ValueError, TypeError, KeyError):
-                pass  # a torn report from a dying child: its counts are lost, not wrong
+    def take_report(self, report: Report, now: float) -> None:
+        match report:
+            case Heartbeat(rss):
+                self.rss = rss
+                self.peak_rss = max(self.peak_rss, rss)
+            case JobStarted(job_id, timeout, task):
+                self.jobs[job_id] = RunningJob(job_id, task, now, timeout)
+                self.idle_since = None
+            case JobEnded(job_id):
+                self.jobs.pop(job_id, None)
+                if not self.jobs:
+                    self.idle_since = now
+            case MetricDeltas(deltas) if self.on_metrics is not None:
+                try:
+                    self.on_metrics(deltas)
+                except (ValueError, TypeError, KeyError):
+                    pass  # a malformed report: its counts are lost, not wrong
 
     @property
     def busy(self) -> bool:
@@ -114,36 +107,4 @@ class Child:
         )
 
     def close(self) -> None:
-        try:
-            os.close(self.pipe)
-        except OSError:
-            pass
-
-
-class Reporter:
-    """The child's end of the pipe; one lock, so lines from many threads never mix."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self._lock = threading.Lock()
-
-    def heartbeat(self, rss: int) -> None:
-        self._write(f"H {rss}\n")
-
-    def start(self, job_id: int, timeout: float | None, task: str) -> None:
-        self._write(f"S {job_id} {'-' if timeout is None else timeout} {task[:200]}\n")
-
-    def end(self, job_id: int) -> None:
-        self._write(f"E {job_id}\n")
-
-    def metrics(self, delta: dict[str, Any]) -> None:
-        self._write(f"M {json.dumps(delta, separators=(',', ':'))}\n")
-
-    def _write(self, line: str) -> None:
-        data = line.encode("utf-8")
-        with self._lock:
-            try:
-                while data:
-                    data = data[os.write(self.fd, data) :]
-            except OSError:
-                pass  # the parent is gone; the child notices through getppid()
+        self._reports.close()
