@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from forklift.backoff import Backoff, Streak
+
 
 @dataclass
 class RestartPolicy:
@@ -23,20 +25,22 @@ class RestartPolicy:
     loop_crashes: int = 5
     window: float = 60.0
     _fast: deque[float] = field(default_factory=deque)
-    _streak: int = 0
+    _streak: Streak = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._streak = Streak(Backoff(base=self.base, factor=2.0, max=self.max_delay, jitter=0))
 
     def crashed(self, now: float, uptime: float) -> float:
         """Record a crash; return seconds to wait before the replacement."""
         if uptime >= self.fast_crash:
-            self._streak = 0
+            self._streak.succeeded()
             return 0.0
         self._fast.append(now)
-        self._streak += 1
-        return float(min(self.max_delay, self.base * 2.0 ** (self._streak - 1)))
+        return self._streak.failed()
 
     def healthy(self) -> None:
         """A child has run past `fast_crash`: the streak is over."""
-        self._streak = 0
+        self._streak.succeeded()
 
     def in_crash_loop(self, now: float) -> bool:
         while self._fast and now - self._fast[0] > self.window:
