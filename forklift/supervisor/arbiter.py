@@ -26,13 +26,14 @@ from forklift.app import App
 from forklift.errors import DatabaseError
 from forklift.metrics import Totals
 from forklift.supervisor.autoscale import Autoscaler
-from forklift.supervisor.boot import ChildSpec, child_main, rss_of
+from forklift.supervisor.boot import ChildSpec, child_main
 from forklift.supervisor.child import Child, Kill
 from forklift.supervisor.config import SupervisorConfig
 from forklift.supervisor.death import signal_name
 from forklift.supervisor.exits import ExitStatus, RestartCount, Verdict, decide
 from forklift.supervisor.ops import Ops
 from forklift.supervisor.restarts import RestartPolicy
+from forklift.supervisor.rss import rss_of
 from forklift.supervisor.signals import SignalQueue
 from forklift.supervisor.states import JobsAction, KillReason, RetireReason, StopMode
 from forklift.supervisor.store import ProcessInfo, SupervisorStore
