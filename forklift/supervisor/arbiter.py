@@ -265,9 +265,8 @@ class Supervisor:
         """Begin (or hurry) shutdown: children finish within grace, the rest is released."""
         if self.stopping is StopMode.FAST or (self.stopping is StopMode.GRACEFUL and not fast):
             return
-        self.stopping = StopMode.FAST if fast else StopMode.GRACEFUL
-        cfg = self.config
-        budget = cfg.kill_grace if fast else cfg.worker.grace + cfg.kill_grace
+        self.stopping = mode = StopMode.FAST if fast else StopMode.GRACEFUL
+        budget = self.config.stop_budget(mode)
         self.deadline = time.monotonic() + budget
         emit(
             log,
@@ -276,7 +275,7 @@ class Supervisor:
             children=len(self.children),
             deadline_in=round(budget, 1),
         )
-        self.notifier.stopping(budget + 2.0)
+        self.notifier.stopping(self.config.stop_timeout(mode))
         for child in self.children.values():
             child.retiring = child.retiring or RetireReason.SHUTDOWN
             self._signal(child, signal.SIGQUIT if fast else signal.SIGTERM)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from forklift.supervisor.config import SupervisorConfig
+from forklift.supervisor.states import StopMode
 from forklift.workers.config import WorkerConfig
 
 
@@ -53,3 +54,12 @@ def test_shutdown_budget_is_grace_plus_kill_grace_plus_a_margin() -> None:
     assert SupervisorConfig(workers=1).shutdown_budget == 30.0 + 3.0 + 2.0
     zero = SupervisorConfig(workers=1, worker=WorkerConfig(grace=0.0), kill_grace=0.0)
     assert zero.shutdown_budget == 2.0
+
+
+def test_stop_budgets_a_graceful_stop_grace_then_kill_grace_a_fast_one_kill_grace() -> None:
+    cfg = SupervisorConfig(workers=1, worker=WorkerConfig(grace=7.5), kill_grace=1.25)
+    assert cfg.stop_budget(StopMode.GRACEFUL) == 7.5 + 1.25
+    assert cfg.stop_budget(StopMode.FAST) == 1.25
+    # systemd is told the budget and a 2 s margin (EXTEND_TIMEOUT_USEC).
+    assert cfg.stop_timeout(StopMode.GRACEFUL) == 7.5 + 1.25 + 2.0 == cfg.shutdown_budget
+    assert cfg.stop_timeout(StopMode.FAST) == 1.25 + 2.0
