@@ -1,11 +1,15 @@
-"""What the parent knows about one child: its jobs, its health, why it is going."""
+"""What the parent knows about its children: their jobs, their health, why they go."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+import os
+import signal
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from forklift._events import emit
 from forklift.supervisor.exits import ChildFacts
 from forklift.supervisor.reports import (
     Heartbeat,
@@ -17,6 +21,19 @@ from forklift.supervisor.reports import (
     parse_report,
 )
 from forklift.supervisor.states import KillReason, RetireReason
+
+log = logging.getLogger(__name__)
+
+# How the parent signals a child: os.kill, or a recorder in the unit tests.
+Signaller = Callable[[int, int], None]
+
+
+def send_signal(pid: int, signum: int) -> None:
+    """os.kill, for a child that may already be gone (its exit is reaped later)."""
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
 
 
 @dataclass
@@ -108,3 +125,50 @@ class Child:
 
     def close(self) -> None:
         self._reports.close()
+
+
+class Children:
+    """The children forked and not yet reaped, by pid, and how the parent signals them.
+
+    Only the supervisor's loop touches it; the ops thread sees a snapshot.
+    """
+
+    def __init__(self, send: Signaller = send_signal) -> None:
+        self._by_pid: dict[int, Child] = {}
+        self._send = send
+
+    def __iter__(self) -> Iterator[Child]:
+        return iter(list(self._by_pid.values()))  # a copy: steps may add or remove
+
+    def __len__(self) -> int:
+        return len(self._by_pid)
+
+    def add(self, child: Child) -> None:
+        self._by_pid[child.pid] = child
+
+    def pop(self, pid: int) -> Child | None:
+        return self._by_pid.pop(pid, None)
+
+    def live(self) -> list[Child]:
+        """The ones that count toward the target: not retiring, not being killed."""
+        return [c for c in self._by_pid.values() if not c.retiring and not c.killing]
+
+    def busy(self) -> int:
+        return sum(1 for c in self._by_pid.values() if c.busy)
+
+    def free_index(self) -> int:
+        """The lowest slot number (1, 2, ...) no child holds."""
+        used = {c.index for c in self._by_pid.values()}
+        return next(i for i in range(1, len(used) + 2) if i not in used)
+
+    def pipes(self) -> list[int]:
+        return [c.pipe for c in self._by_pid.values()]
+
+    def signal(self, child: Child, signum: int) -> None:
+        self._send(child.pid, signum)
+
+    def retire(self, child: Child, why: RetireReason) -> None:
+        """Ask a child to finish its jobs and exit (no attribution: it is not failing)."""
+        child.retiring = why
+        self.signal(child, signal.SIGTERM)
+        emit(log, "child.retiring", pid=child.pid, reason=why)
