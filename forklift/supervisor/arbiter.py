@@ -13,7 +13,6 @@ import logging
 import os
 import select
 import signal
-import socket
 import time
 from collections.abc import Callable
 
@@ -21,23 +20,25 @@ from setproctitle import setproctitle
 
 from forklift import _db
 from forklift._events import emit
-from forklift._ids import make_owner
+from forklift.admin import AdminStore
 from forklift.app import App
 from forklift.metrics import Totals
 from forklift.supervisor.attribution import Attribution
 from forklift.supervisor.child import Children, Signaller, send_signal
 from forklift.supervisor.config import SupervisorConfig
 from forklift.supervisor.death import signal_name
-from forklift.supervisor.ops import Ops
+from forklift.supervisor.ops import OpsServer
 from forklift.supervisor.police import Police
+from forklift.supervisor.probes import Probes, metrics_registry
 from forklift.supervisor.reaper import Reaper
+from forklift.supervisor.registry import ProcessRegistry
 from forklift.supervisor.restarts import RestartSchedule
-from forklift.supervisor.rss import rss_of
 from forklift.supervisor.scaling import Scaling
 from forklift.supervisor.signals import SignalQueue
+from forklift.supervisor.snapshot import Identity, Snapshot, SnapshotBoard, take_snapshot
 from forklift.supervisor.spawner import Spawner
 from forklift.supervisor.states import RetireReason, StopMode
-from forklift.supervisor.store import ProcessInfo, SupervisorStore
+from forklift.supervisor.store import SupervisorStore
 from forklift.supervisor.systemd import Notifier
 from forklift.supervisor.title import supervisor_title
 
@@ -64,9 +65,7 @@ class Supervisor:
         self._reimport = reimport
         self.generation = 0  # bumped by a reload; older children are rolled
         self.stopping: StopMode | None = None
-        self.id = ""  # set by run()
-        self.host = socket.gethostname()
-        self.started = self.last_tick = time.monotonic()
+        self.identity = Identity("", "", os.getpid(), "", time.monotonic())  # set by run()
         self._told_ready = False
         self.children = Children(send)
         self.signals = SignalQueue()
@@ -78,7 +77,11 @@ class Supervisor:
         self.reaper = Reaper(self.children, self.attribution, self.totals, self.restarts)
         self.police = Police(cfg, self.children, self.attribution)
         self.scaling = Scaling(cfg, self.store)
-        self.ops = Ops(self, self.totals, cfg.metrics_addr)
+        self.board = SnapshotBoard(Snapshot(last_tick=time.monotonic()))
+        self.registry = ProcessRegistry(self.store, self.board, self.totals)
+        probes = Probes(self.board, AdminStore(app.dsn, app.schema))
+        metrics = metrics_registry(self.totals, probes)
+        self.ops = OpsServer(cfg.metrics_addr, probes, metrics, self.registry)
         self.spawner = Spawner(
             cfg,
             self.children,
@@ -88,51 +91,12 @@ class Supervisor:
             close_in_child=self.ops.close_in_child,
         )
 
-    # -- state the ops thread reads ---------------------------------------------------
-
-    @property
-    def ready(self) -> bool:
-        return self.stopping is None and not self.crash_loop and self.live_workers > 0
-
-    @property
-    def crash_loop(self) -> bool:
-        return self.restarts.crash_loop
-
-    @property
-    def live_workers(self) -> int:
-        return len(self.children.live())
-
-    def worker_states(self) -> tuple[int, int]:
-        """(busy, idle) worker processes."""
-        busy = self.children.busy()
-        return busy, len(self.children) - busy
-
-    def registry_rows(self) -> list[ProcessInfo]:
-        """This supervisor and its workers, as the process registry should show them."""
-        now = time.monotonic()
-        queues = ",".join(self.config.worker.queues)
-        pid = os.getpid()
-        rows = [
-            ProcessInfo(
-                self.id, "supervisor", self.host, pid, None, queues, None,
-                rss_of(pid), now - self.started,
-            )
-        ]  # fmt: skip
-        rows += (
-            ProcessInfo(
-                c.owner, "worker", self.host, c.pid, self.id, queues, next(iter(c.jobs), None),
-                c.rss or None, now - c.started,
-            )
-            for c in self.children
-        )  # fmt: skip
-        return rows
-
     # -- the loop -----------------------------------------------------------------------
 
     def run(self) -> int:
-        self.id = make_owner(os.getpid())
-        self.started = time.monotonic()
+        self.identity = Identity.new(self.config.worker.queues, time.monotonic())
         self.signals.install()
+        self.publish()
         self.ops.start()
         gc.collect()
         gc.freeze()  # preloaded objects stay on shared copy-on-write pages in children
@@ -147,16 +111,17 @@ class Supervisor:
             self._loop()
         finally:
             self.ops.stop()
+            self.registry.deregister()
         emit(log, "supervisor.stopped", pid=os.getpid())
         return 0
 
     def _loop(self) -> None:
         while True:
-            self.last_tick = time.monotonic()
-            self.notifier.tick(self.last_tick)
+            self.notifier.tick(time.monotonic())
             self.maintain_count()
             self.tell_systemd()
             self.update_title()
+            self.publish()
             self.wait()
             self.read_reports()
             self.dispatch_signals()
@@ -172,6 +137,17 @@ class Supervisor:
             self.police.enforce_deadline(now)
             self.roll_reload()
             self.autoscale(now)
+
+    def publish(self) -> None:
+        """Publish what the ops thread may see of this tick (health, readiness, registry)."""
+        snapshot = take_snapshot(
+            self.identity,
+            self.children,
+            stopping=self.stopping is not None,
+            crash_loop=self.restarts.crash_loop,
+            now=time.monotonic(),
+        )
+        self.board.publish(snapshot)
 
     def tell_systemd(self) -> None:
         """READY=1 once the first full set of workers is up (Type=notify units)."""
