@@ -40,6 +40,11 @@ class Attribution:
         self._streak = Streak(retry)
         self._retry_at = 0.0
 
+    @property
+    def retry_at(self) -> float | None:
+        """When the deferred attributions are tried again (None: there are none)."""
+        return self._retry_at if self.pending else None
+
     def record(self, owner: str, error: str, action: JobsAction, now: float) -> None:
         """Attribute a death to the owner's jobs now; queue it if the database is away."""
         deferred = Deferred(owner, error, action)

@@ -23,25 +23,26 @@ class ChildTitle:
     def __init__(self, index: int, total: int, queues: tuple[str, ...]) -> None:
         self.prefix = f"forklift worker {index}/{total} [{','.join(queues)}]"
         self._running: dict[int, str] = {}
-        self._lock = threading.Lock()
+        # Held while the title is set too: two threads never leave the older title.
+        self._lock = threading.RLock()
 
     def started(self, job_id: int, task: str) -> None:
         with self._lock:
             self._running[job_id] = task
-            setproctitle(self._text())
+            self.update()
 
     def ended(self, job_id: int) -> None:
         with self._lock:
             self._running.pop(job_id, None)
-            setproctitle(self._text())
+            self.update()
 
     def update(self) -> None:
         with self._lock:
-            setproctitle(self._text())
+            setproctitle(self.text())
 
-    def _text(self) -> str:
-        # Under the lock, and set under it too: two threads never leave the older title.
-        jobs = list(self._running.items())
+    def text(self) -> str:
+        with self._lock:
+            jobs = list(self._running.items())
         if not jobs:
             return f"{self.prefix}: idle"
         if len(jobs) == 1:

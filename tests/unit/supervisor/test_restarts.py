@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from forklift.supervisor.restarts import RestartPolicy
+from forklift.supervisor.exits import RestartCount
+from forklift.supervisor.restarts import RestartPolicy, RestartSchedule
+from forklift.supervisor.systemd import Notifier
 
 
 def test_a_crash_after_running_a_while_restarts_at_once() -> None:
@@ -63,3 +65,43 @@ def test_slow_crashes_never_make_a_crash_loop() -> None:
     for t in range(10):
         assert policy.crashed(now=float(t), uptime=6.0) == 0.0
     assert not policy.in_crash_loop(10.0)
+
+
+# -- RestartSchedule ------------------------------------------------------------------------
+
+
+def test_a_fast_crash_holds_back_the_replacement() -> None:
+    schedule = RestartSchedule(Notifier())
+    schedule.count(RestartCount.CRASH, now=100.0, uptime=1.0)
+    assert schedule.restart_at == 100.5 and not schedule.crash_loop
+    schedule.count(RestartCount.CRASH, now=100.5, uptime=0.1)
+    assert schedule.restart_at == 101.5
+
+
+def test_a_slow_crash_restarts_at_once() -> None:
+    schedule = RestartSchedule(Notifier())
+    schedule.count(RestartCount.CRASH, now=100.0, uptime=60.0)
+    assert schedule.restart_at == 100.0
+
+
+def test_five_fast_crashes_in_a_minute_are_a_crash_loop() -> None:
+    schedule = RestartSchedule(Notifier())
+    for t in range(5):
+        assert not schedule.crash_loop
+        schedule.count(RestartCount.CRASH, now=float(t), uptime=0.5)
+    assert schedule.crash_loop
+    schedule.count(RestartCount.CRASH, now=100.0, uptime=60.0)  # the window has passed
+    assert not schedule.crash_loop
+
+
+def test_a_long_clean_run_ends_the_streak_and_uncounted_exits_change_nothing() -> None:
+    schedule = RestartSchedule(Notifier())
+    schedule.count(RestartCount.CRASH, now=0.0, uptime=0.5)
+    schedule.count(RestartCount.CRASH, now=1.0, uptime=0.5)
+    schedule.count(RestartCount.NONE, now=2.0, uptime=0.5)
+    schedule.count(RestartCount.CLEAN, now=3.0, uptime=1.0)  # too short to prove anything
+    schedule.count(RestartCount.CRASH, now=4.0, uptime=0.5)
+    assert schedule.restart_at == 4.0 + 2.0  # the third fast crash in a row
+    schedule.count(RestartCount.CLEAN, now=10.0, uptime=30.0)
+    schedule.count(RestartCount.CRASH, now=11.0, uptime=0.5)
+    assert schedule.restart_at == 11.5
