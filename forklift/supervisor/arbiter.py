@@ -139,7 +139,7 @@ class Supervisor:
             self.autoscale(now)
 
     def publish(self) -> None:
-        """Publish what the ops thread may see of this tick (health, readiness, registry)."""
+        """Publish what the ops threads may see of this tick (health, readiness, registry)."""
         snapshot = take_snapshot(
             self.identity,
             self.children,

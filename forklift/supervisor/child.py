@@ -130,7 +130,7 @@ class Child:
 class Children:
     """The children forked and not yet reaped, by pid, and how the parent signals them.
 
-    Only the supervisor's loop touches it; the ops thread sees a snapshot.
+    Only the supervisor's loop touches it; the ops threads see a snapshot.
     """
 
     def __init__(self, send: Signaller = send_signal) -> None:

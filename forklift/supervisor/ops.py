@@ -125,7 +125,7 @@ class _Server(HTTPServer):
 
 def _handler_for(routes: dict[str, Route]) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        timeout = 5.0  # a slow client cannot hold the ops thread
+        timeout = 5.0  # a slow client cannot hold the HTTP thread (nor fork_lock) long
 
         def do_GET(self) -> None:
             route = routes.get(self.path.split("?", 1)[0])

@@ -37,7 +37,7 @@ class _Cached(Generic[T]):
 
 
 class Probes:
-    """Health and readiness answers, and the database reads behind them (ops thread)."""
+    """Health and readiness answers, and the database reads behind them (HTTP thread)."""
 
     def __init__(self, board: SnapshotBoard, admin: AdminStore) -> None:
         self.board = board

@@ -1,6 +1,6 @@
 """The process registry's heartbeat: this supervisor's rows in, silent processes out.
 
-Every few seconds (on the ops thread) it writes the rows of the latest snapshot, forgets
+Every few seconds (on its own ops thread) it writes the rows of the latest snapshot, forgets
 this supervisor's workers that are gone, and prunes processes of any host that stopped
 heart-beating, charging the jobs their workers held instead of waiting for the leases.
 """

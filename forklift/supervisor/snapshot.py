@@ -1,4 +1,4 @@
-"""What the ops thread may know of the supervisor loop: an immutable copy, published per tick.
+"""What the ops threads may know of the supervisor loop: an immutable copy, published per tick.
 
 The loop builds a `Snapshot` once a tick and publishes it on the `SnapshotBoard`; the HTTP
 endpoints and the registry heartbeat only ever read the board. Publishing is one attribute
@@ -88,7 +88,7 @@ def registry_rows(identity: Identity, children: Children, now: float) -> tuple[P
 
 
 class SnapshotBoard:
-    """Where the loop publishes its latest snapshot and the ops thread reads it."""
+    """Where the loop publishes its latest snapshot and the ops threads read it."""
 
     def __init__(self, first: Snapshot) -> None:
         self._latest = first
