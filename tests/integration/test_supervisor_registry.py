@@ -16,6 +16,7 @@ from forklift.supervisor.probes import Probes, metrics_registry
 from forklift.supervisor.registry import HeartbeatResult, ProcessRegistry, RegistryConfig
 from forklift.supervisor.snapshot import Snapshot, SnapshotBoard
 from forklift.supervisor.store import ProcessInfo, SupervisorStore
+from tests.integration.test_supervisor_store import leased
 
 SUP = "here:1:s"
 
@@ -39,6 +40,25 @@ def store(dsn: str, schema: str) -> SupervisorStore:
     return SupervisorStore(dsn, schema, _db.Timeouts())
 
 
+def running_job(dsn: str, db: psycopg.Connection[Any], schema: str, owner: str) -> int:
+    app = forklift.App(dsn, schema=schema)
+    try:
+        return leased(db, schema, app, attempts=1, owner=owner)
+    finally:
+        app.close()
+
+
+def test_pruning_charges_a_silent_workers_jobs_with_their_attempts(
+    dsn: str, db: psycopg.Connection[Any], schema: str, store: SupervisorStore
+) -> None:
+    store.process_upsert_many(snapshot("here:2:w").registry_rows)
+    job_id = running_job(dsn, db, schema, "here:2:w")
+    db.execute(f"UPDATE {schema}.processes SET heartbeat_at = now() - interval '1 minute'")
+    pruned, charged = store.process_prune_stale(20.0)
+    assert sorted(pruned) == [SUP, "here:2:w"]
+    assert [(j.id, j.state, j.attempts) for j in charged] == [(job_id, "ready", 1)]
+
+
 def test_run_once_writes_forgets_and_prunes(
     dsn: str, db: psycopg.Connection[Any], schema: str, store: SupervisorStore
 ) -> None:
@@ -54,14 +74,7 @@ def test_run_once_writes_forgets_and_prunes(
         " VALUES ('gone:1:a', 'supervisor', 'gone', 1, NULL, now() - interval '1 minute'),"
         " ('gone:2:b', 'worker', 'gone', 2, 'gone:1:a', now() - interval '1 minute')"
     )
-    app = forklift.App(dsn, schema=schema)
-    job_id = app.enqueue("noop")
-    app.close()
-    db.execute(
-        f"UPDATE {schema}.jobs SET state = 'running', attempts = 1, lease_owner = 'gone:2:b'"
-        " WHERE id = %s",
-        (job_id,),
-    )
+    running_job(dsn, db, schema, "gone:2:b")
     board.publish(snapshot("here:2:w"))
     assert registry.run_once() == HeartbeatResult(2, 2, 1)
     assert registered(db, schema) == [SUP, "here:2:w"]

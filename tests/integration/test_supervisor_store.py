@@ -1,4 +1,4 @@
-"""The supervisor's store against a real PostgreSQL: charging, releasing, the registry."""
+"""The supervisor's store against a real PostgreSQL: charging and releasing a dead owner's jobs."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 import forklift
 from forklift import _db
-from forklift.supervisor.store import ProcessInfo, SupervisorStore
+from forklift.supervisor.store import SupervisorStore
 
 DEAD = "gone:1:a"
 
@@ -120,29 +120,3 @@ def test_charging_and_releasing_wake_the_queues_listeners(
         f"SELECT state, attempts, lease_owner FROM {schema}.jobs WHERE id = %s", (released[0].id,)
     ).fetchone()
     assert row == ("ready", 0, None)
-
-
-def registry_row(process_id: str, kind: str, supervisor_id: str | None) -> ProcessInfo:
-    return ProcessInfo(process_id, kind, "here", 1, supervisor_id, "default", None, 1024, 1.0)
-
-
-def test_the_registry_upserts_forgets_and_prunes(
-    db: psycopg.Connection[Any], schema: str, producer: forklift.App, store: SupervisorStore
-) -> None:
-    sup, worker, gone = "here:1:s", "here:2:w", "here:3:w"
-    store.process_upsert_many(
-        [
-            registry_row(sup, "supervisor", None),
-            *(registry_row(w, "worker", sup) for w in (worker, gone)),
-        ]
-    )
-    store.process_forget(sup, [sup, worker])
-    ids = [r[0] for r in db.execute(f"SELECT id FROM {schema}.processes ORDER BY id")]
-    assert ids == [sup, worker]
-    job_id = leased(db, schema, producer, attempts=1, owner=worker)
-    db.execute(f"UPDATE {schema}.processes SET heartbeat_at = now() - interval '1 minute'")
-    pruned, charged = store.process_prune_stale(20.0)
-    assert sorted(pruned) == [sup, worker]
-    assert [(j.id, j.state, j.attempts) for j in charged] == [(job_id, "ready", 1)]
-    store.process_forget(sup, [])
-    assert db.execute(f"SELECT count(*) FROM {schema}.processes").fetchone() == (0,)
