@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -99,3 +100,25 @@ def make_child(children: Children, pid: int, *, started: float = 0.0, **fields: 
     child = Child(pid, len(children) + 1, f"host:{pid}:abc", -1, started, started, **fields)
     children.add(child)
     return child
+
+
+OpenPipe = Callable[[], tuple[int, int]]
+
+
+@pytest.fixture
+def open_pipe() -> Iterator[OpenPipe]:
+    """Make report pipes as the spawner does (the read end non-blocking); closed after."""
+    fds: list[int] = []
+
+    def make() -> tuple[int, int]:
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(read_fd, False)
+        fds.extend((read_fd, write_fd))
+        return read_fd, write_fd
+
+    yield make
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass  # the test closed it

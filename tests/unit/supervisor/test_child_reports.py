@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 
 import pytest
 
@@ -18,18 +17,12 @@ from forklift.supervisor.reports import (
     Reporter,
     parse_report,
 )
+from tests.unit.supervisor.conftest import OpenPipe
 
 
 @pytest.fixture
-def pipe() -> Iterator[tuple[int, int]]:
-    read_fd, write_fd = os.pipe()
-    os.set_blocking(read_fd, False)  # as the arbiter does after the fork
-    yield read_fd, write_fd
-    for fd in (read_fd, write_fd):
-        try:
-            os.close(fd)
-        except OSError:
-            pass
+def pipe(open_pipe: OpenPipe) -> tuple[int, int]:
+    return open_pipe()
 
 
 @pytest.fixture

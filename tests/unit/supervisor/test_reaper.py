@@ -6,7 +6,6 @@ import logging
 import os
 import resource
 import signal
-from collections.abc import Iterator
 
 import pytest
 
@@ -18,7 +17,7 @@ from forklift.supervisor.reports import Reporter
 from forklift.supervisor.restarts import RestartSchedule
 from forklift.supervisor.states import KillReason, RetireReason
 from forklift.supervisor.systemd import Notifier
-from tests.unit.supervisor.conftest import FakeStore
+from tests.unit.supervisor.conftest import FakeStore, OpenPipe
 
 EXIT_3 = 3 << 8
 SIGKILLED = signal.SIGKILL.value
@@ -44,22 +43,11 @@ class Exits:
         return found, status, usage(rss)
 
 
-@pytest.fixture
-def pipes() -> Iterator[list[int]]:
-    fds: list[int] = []
-    yield fds
-    for fd in fds:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-
-
-def forked(children: Children, pipes: list[int], pid: int, **fields: object) -> tuple[Child, int]:
+def forked(
+    children: Children, open_pipe: OpenPipe, pid: int, **fields: object
+) -> tuple[Child, int]:
     """A child with a real report pipe; returns it and the pipe's write end."""
-    read_fd, write_fd = os.pipe()
-    os.set_blocking(read_fd, False)
-    pipes.extend([read_fd, write_fd])
+    read_fd, write_fd = open_pipe()
     child = Child(pid, pid, f"host:{pid}:abc", read_fd, started=0.0, last_seen=0.0)
     for name, value in fields.items():
         setattr(child, name, value)
@@ -79,10 +67,10 @@ class Parts:
 
 
 def test_a_crash_is_charged_before_anything_else_and_counted(
-    store: FakeStore, pipes: list[int], caplog: pytest.LogCaptureFixture
+    store: FakeStore, open_pipe: OpenPipe, caplog: pytest.LogCaptureFixture
 ) -> None:
     parts = Parts(store, (41, SIGKILLED, 300 * 1024))
-    _, write_fd = forked(parts.children, pipes, 41)
+    _, write_fd = forked(parts.children, open_pipe, 41)
     Reporter(write_fd).start(7, None, "render")  # its last words, read on reap
     parts.reaper.reap(stopping=False)
     assert len(parts.children) == 0
@@ -98,12 +86,12 @@ def test_a_crash_is_charged_before_anything_else_and_counted(
 
 
 def test_every_exit_is_reaped_and_unknown_pids_are_skipped(
-    store: FakeStore, pipes: list[int]
+    store: FakeStore, open_pipe: OpenPipe
 ) -> None:
     parts = Parts(store, (41, 0, 0), (999, EXIT_3, 0), (42, EXIT_3, 0))
-    forked(parts.children, pipes, 41)
-    forked(parts.children, pipes, 42)
-    forked(parts.children, pipes, 43)
+    forked(parts.children, open_pipe, 41)
+    forked(parts.children, open_pipe, 42)
+    forked(parts.children, open_pipe, 43)
     parts.reaper.reap(stopping=False)
     assert [c.pid for c in parts.children] == [43]
     assert [args[0] for _, args in store.calls] == ["host:42:abc"]  # 41 exited cleanly
@@ -116,11 +104,11 @@ def test_no_children_left_ends_the_reap(store: FakeStore) -> None:
     assert store.calls == []
 
 
-def test_a_timed_out_childs_bystanders_are_released(store: FakeStore, pipes: list[int]) -> None:
+def test_a_timed_out_childs_bystanders_are_released(store: FakeStore, open_pipe: OpenPipe) -> None:
     parts = Parts(store, (41, SIGKILLED, 0))
     forked(
         parts.children,
-        pipes,
+        open_pipe,
         41,
         killing=Kill(KillReason.TIMEOUT, "job render#7 timed out after 1 s"),
         timed_out=[7],
@@ -132,10 +120,10 @@ def test_a_timed_out_childs_bystanders_are_released(store: FakeStore, pipes: lis
 
 
 def test_a_shutdown_exit_is_neither_replaced_nor_counted(
-    store: FakeStore, pipes: list[int]
+    store: FakeStore, open_pipe: OpenPipe
 ) -> None:
     parts = Parts(store, (41, SIGKILLED, 0))
-    forked(parts.children, pipes, 41, retiring=RetireReason.SHUTDOWN)
+    forked(parts.children, open_pipe, 41, retiring=RetireReason.SHUTDOWN)
     parts.reaper.reap(stopping=True)
     assert store.calls == [("job_release_owner", ("host:41:abc",))]
     assert parts.totals.restarts == {}
@@ -143,10 +131,10 @@ def test_a_shutdown_exit_is_neither_replaced_nor_counted(
 
 
 def test_a_death_the_database_missed_is_recorded_once_it_is_back(
-    store: FakeStore, pipes: list[int]
+    store: FakeStore, open_pipe: OpenPipe
 ) -> None:
     parts = Parts(store, (41, EXIT_3, 0))
-    forked(parts.children, pipes, 41)
+    forked(parts.children, open_pipe, 41)
     store.down = True
     parts.reaper.reap(stopping=False)
     assert len(parts.attribution.pending) == 1
