@@ -110,8 +110,7 @@ class Supervisor:
         try:
             self._loop()
         finally:
-            self.ops.stop()
-            self.registry.deregister()
+            self.ops.stop()  # and deregisters this supervisor and its workers
         emit(log, "supervisor.stopped", pid=os.getpid())
         return 0
 
@@ -156,10 +155,10 @@ class Supervisor:
             self.notifier.ready(f"{self.scaling.target} workers")
 
     def update_title(self) -> None:
-        crash_loop = "crash loop" if self.restarts.crash_loop else "running"
+        state = self.stopping or ("crash loop" if self.restarts.crash_loop else "running")
         title = supervisor_title(
             self.config.worker.queues,
-            self.stopping or crash_loop,
+            state,
             len(self.children),
             self.scaling.target,
             self.children.busy(),

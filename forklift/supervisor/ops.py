@@ -98,12 +98,15 @@ class OpsServer:
             self._server.socket.close()
 
     def stop(self) -> None:
+        """Stop both threads, then deregister (after any heartbeat still in flight)."""
         self._stopped.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
         for thread in self._threads:
             thread.join(timeout=10)
+        with self.fork_lock:
+            self.registry.deregister()
 
 
 class _Server(HTTPServer):

@@ -67,13 +67,14 @@ class Reaper:
         """Decide what the exit means and apply it."""
         cause = child.killing.cause if child.killing else None
         exit = ExitStatus.of(status, max(peak_rss, child.peak_rss), cause)
-        verdict = decide(child.facts(now), exit, stopping=stopping)
+        facts = child.facts(now)
+        verdict = decide(facts, exit, stopping=stopping)
         if verdict.jobs is not None:
             self.attribution.record(child.owner, verdict.error, verdict.jobs, now)
-        _log_exit(child, verdict, now - child.started)
+        _log_exit(child, verdict, facts.uptime)
         if verdict.restart_reason is not None:
             self.totals.restart(verdict.restart_reason)
-        self.restarts.count(verdict.counts, now, now - child.started)
+        self.restarts.count(verdict.counts, now, facts.uptime)
         return verdict
 
 

@@ -99,6 +99,5 @@ def test_the_ops_thread_heartbeats_at_once_and_then_every_interval(
             pass  # a heartbeat that ran before the publish
         assert registered(db, schema) == [SUP, "here:2:w", "here:3:w"]
     finally:
-        ops.stop()
-    registry.deregister()
+        ops.stop()  # deregisters too
     assert registered(db, schema) == []
