@@ -69,11 +69,17 @@ class Histo:
         self.counts[bisect.bisect_left(bounds, value)] += 1
         self.total += value
 
-    def add(self, other: list[Any]) -> None:
-        counts, total = other
-        for i, n in enumerate(counts[: len(self.counts)]):
-            self.counts[i] += int(n)
-        self.total += float(total)
+    @classmethod
+    def load(cls, dumped: list[Any], bounds: tuple[float, ...]) -> Histo:
+        """The histogram `dump()` made (ValueError or TypeError if it is not one)."""
+        counts, total = dumped
+        loaded = [int(n) for n in counts[: len(bounds) + 1]]
+        return cls(loaded + [0] * (len(bounds) + 1 - len(loaded)), float(total))
+
+    def add(self, other: Histo) -> None:
+        for i, n in enumerate(other.counts):
+            self.counts[i] += n
+        self.total += other.total
 
     def dump(self) -> list[Any]:
         return [self.counts, self.total]
@@ -111,15 +117,20 @@ class Tally:
             self.renewals += n
 
     def take(self) -> dict[str, Any] | None:
-        """The deltas since the last take() (None if nothing happened), and reset."""
+        """The deltas since the last take() (None if nothing happened), and reset.
+
+        JSON-ready, for the report pipe: {"jobs": [[queue, task, outcome, n], ...],
+        "durations": [[queue, task, histogram], ...], "waits": [[queue, histogram], ...],
+        "renewals": n}, a histogram being [bucket counts, sum].
+        """
         with self.lock:
             if not (self.jobs or self.durations or self.waits or self.renewals):
                 return None
             delta = {
-                "j": [[q, t, o, n] for (q, t, o), n in self.jobs.items()],
-                "d": [[q, t, h.dump()] for (q, t), h in self.durations.items()],
-                "w": [[q, h.dump()] for q, h in self.waits.items()],
-                "r": self.renewals,
+                "jobs": [[q, t, o, n] for (q, t, o), n in self.jobs.items()],
+                "durations": [[q, t, h.dump()] for (q, t), h in self.durations.items()],
+                "waits": [[q, h.dump()] for q, h in self.waits.items()],
+                "renewals": self.renewals,
             }
             self.jobs, self.durations, self.waits, self.renewals = {}, {}, {}, 0
             return delta
@@ -137,14 +148,22 @@ class Totals:
         self.restarts: dict[str, int] = {}
 
     def add(self, delta: dict[str, Any]) -> None:
+        """Add one child's `Tally.take()` deltas; a malformed one raises and adds nothing."""
+        jobs = [((str(q), str(t), str(o)), int(n)) for q, t, o, n in delta.get("jobs", ())]
+        durations = [
+            ((str(q), str(t)), Histo.load(h, DURATION_BUCKETS))
+            for q, t, h in delta.get("durations", ())
+        ]
+        waits = [(str(q), Histo.load(h, WAIT_BUCKETS)) for q, h in delta.get("waits", ())]
+        renewals = int(delta.get("renewals", 0))
         with self.lock:
-            for q, t, o, n in delta.get("j", ()):
-                self.jobs[(q, t, o)] = self.jobs.get((q, t, o), 0) + int(n)
-            for q, t, h in delta.get("d", ()):
-                self.durations.setdefault((q, t), Histo.empty(DURATION_BUCKETS)).add(h)
-            for q, h in delta.get("w", ()):
-                self.waits.setdefault(q, Histo.empty(WAIT_BUCKETS)).add(h)
-            self.renewals += int(delta.get("r", 0))
+            for key, n in jobs:
+                self.jobs[key] = self.jobs.get(key, 0) + n
+            for pair, h in durations:
+                self.durations.setdefault(pair, Histo.empty(DURATION_BUCKETS)).add(h)
+            for queue, h in waits:
+                self.waits.setdefault(queue, Histo.empty(WAIT_BUCKETS)).add(h)
+            self.renewals += renewals
 
     def job(self, queue: str, task: str, outcome: str) -> None:
         with self.lock:

@@ -10,48 +10,21 @@ import threading
 import traceback
 from dataclasses import dataclass, replace
 from types import FrameType
-
-from setproctitle import setproctitle
+from typing import NoReturn
 
 from forklift.app import App
 from forklift.metrics import Tally
 from forklift.store import ClaimedJob
-from forklift.supervisor.child import Reporter
 from forklift.supervisor.config import SupervisorConfig
+from forklift.supervisor.reports import Reporter
+from forklift.supervisor.rss import rss_of
+from forklift.supervisor.title import ChildTitle
+from forklift.workers.config import WorkerConfig
 from forklift.workers.worker import Worker
 
 log = logging.getLogger(__name__)
 
-_PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-def rss_of(pid: int | str = "self") -> int:
-    """Resident set size in bytes, from /proc (0 if the process is gone)."""
-    try:
-        with open(f"/proc/{pid}/statm", "rb") as f:
-            return int(f.read().split()[1]) * _PAGE
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
-class ChildTitle:
-    """`forklift worker 2/4 [default]: idle` / `...: running render#123`."""
-
-    def __init__(self, index: int, total: int, queues: tuple[str, ...]) -> None:
-        self.prefix = f"forklift worker {index}/{total} [{','.join(queues)}]"
-        self.running: dict[int, str] = {}
-        self.lock = threading.Lock()
-
-    def update(self) -> None:
-        with self.lock:
-            jobs = list(self.running.items())
-        if not jobs:
-            setproctitle(f"{self.prefix}: idle")
-        elif len(jobs) == 1:
-            job_id, task = jobs[0]
-            setproctitle(f"{self.prefix}: running {task}#{job_id}")
-        else:
-            setproctitle(f"{self.prefix}: running {len(jobs)} jobs")
+REPORT_EVERY = 0.5  # the parent's child_timeout must stay well above this
 
 
 @dataclass(frozen=True)
@@ -65,7 +38,7 @@ class ChildSpec:
     parent_pid: int
 
 
-def child_main(app: App, config: SupervisorConfig, spec: ChildSpec) -> None:
+def child_main(app: App, config: SupervisorConfig, spec: ChildSpec) -> NoReturn:
     """Run in the forked child; never returns (os._exit keeps the parent's atexit away)."""
     code = 0
     try:
@@ -82,36 +55,41 @@ def child_main(app: App, config: SupervisorConfig, spec: ChildSpec) -> None:
 
 
 def _run(app: App, config: SupervisorConfig, spec: ChildSpec) -> int:
-    index, owner, parent_pid = spec.index, spec.owner, spec.parent_pid
+    worker_config = _worker_config(config, spec.index)
+    title = ChildTitle(spec.index, spec.total, worker_config.queues)
+    report = Reporter(spec.report_fd)
+    tally = Tally()
+    hooks = JobHooks(app, report, title)
+    worker = Worker(
+        app,
+        worker_config,
+        owner=spec.owner,
+        on_job_start=hooks.started,
+        on_job_end=hooks.ended,
+        tally=tally,
+    )
+    _handle_signals(worker)
+    soft_limit = int(config.max_memory_per_child * 2**20) if config.max_memory_per_child else None
+    beat = ParentHeartbeat(worker, report, tally, spec, soft_limit)
+    title.update()
+    beat.start()
+    try:
+        worker.run()
+    finally:
+        beat.stop()
+    return 0
+
+
+def _worker_config(config: SupervisorConfig, index: int) -> WorkerConfig:
     # One child per supervisor runs the rescuer and the retention cleaner; both are
     # safe to run concurrently across replicas (SKIP LOCKED, bounded batches).
     worker_config = replace(config.worker, maintenance=config.worker.maintenance and index == 1)
     if config.max_jobs_per_child is not None:
         worker_config = replace(worker_config, max_jobs=config.max_jobs_per_child)
-    title = ChildTitle(index, spec.total, worker_config.queues)
-    report = Reporter(spec.report_fd)
-    tally = Tally()
+    return worker_config
 
-    def started(job: ClaimedJob) -> None:
-        # The worker's own task definition decides the timeout; the row's copy (the
-        # producer's view) covers tasks this worker does not define.
-        task = app.tasks.get(job.task)
-        timeout = task.timeout if task is not None and task.timeout else job.timeout
-        report.start(job.id, timeout, job.task)
-        with title.lock:
-            title.running[job.id] = job.task
-        title.update()
 
-    def ended(job: ClaimedJob, outcome: str) -> None:
-        report.end(job.id)
-        with title.lock:
-            title.running.pop(job.id, None)
-        title.update()
-
-    worker = Worker(
-        app, worker_config, owner=owner, on_job_start=started, on_job_end=ended, tally=tally
-    )
-
+def _handle_signals(worker: Worker) -> None:
     def on_term(signum: int, frame: FrameType | None) -> None:
         worker.request_stop(fast=signum == signal.SIGQUIT)
 
@@ -122,36 +100,78 @@ def _run(app: App, config: SupervisorConfig, spec: ChildSpec) -> int:
     for sig in (signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU):
         signal.signal(sig, signal.SIG_IGN)
 
-    closing = threading.Event()
-    soft_limit = int(config.max_memory_per_child * 2**20) if config.max_memory_per_child else None
 
-    def heartbeat() -> None:
-        while not closing.wait(0.5):
+class JobHooks:
+    """The worker's job start and end, told to the parent and shown in the title."""
+
+    def __init__(self, app: App, report: Reporter, title: ChildTitle) -> None:
+        self.app = app
+        self.report = report
+        self.title = title
+
+    def started(self, job: ClaimedJob) -> None:
+        # The worker's own task definition decides the timeout; the row's copy (the
+        # producer's view) covers tasks this worker does not define.
+        task = self.app.tasks.get(job.task)
+        timeout = task.timeout if task is not None and task.timeout else job.timeout
+        self.report.start(job.id, timeout, job.task)
+        self.title.started(job.id, job.task)
+
+    def ended(self, job: ClaimedJob, outcome: str) -> None:
+        self.report.end(job.id)
+        self.title.ended(job.id)
+
+
+class ParentHeartbeat:
+    """A thread that reports to the parent every half second: RSS, metric deltas.
+
+    It also stops the worker when the parent is gone (getppid() changed) or the child's
+    RSS passed the soft memory limit (the worker finishes its job, exits, is replaced).
+    """
+
+    def __init__(
+        self,
+        worker: Worker,
+        report: Reporter,
+        tally: Tally,
+        spec: ChildSpec,
+        soft_limit: int | None,
+    ) -> None:
+        self.worker = worker
+        self.report = report
+        self.tally = tally
+        self.spec = spec
+        self.soft_limit = soft_limit
+        self._closing = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name="forklift-parent-heartbeat", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._closing.set()
+        self._send_metrics()  # the last counts go out before the exit
+
+    def _run(self) -> None:
+        while not self._closing.wait(REPORT_EVERY):
             rss = rss_of()
-            delta = tally.take()
-            if delta is not None:
-                report.metrics(delta)
-            report.heartbeat(rss)
-            if os.getppid() != parent_pid:
-                log.error("supervisor %s is gone; stopping", parent_pid)
-                worker.request_stop()
-            if soft_limit is not None and rss > soft_limit and not worker.stopping:
+            self._send_metrics()
+            self.report.heartbeat(rss)
+            if os.getppid() != self.spec.parent_pid:
+                log.error("supervisor %s is gone; stopping", self.spec.parent_pid)
+                self.worker.request_stop()
+            if self.soft_limit is not None and rss > self.soft_limit and not self.worker.stopping:
                 log.warning(
                     "worker %s: RSS %.0f MiB past the %.0f MiB limit; recycling after its job",
-                    owner,
+                    self.spec.owner,
                     rss / 2**20,
-                    soft_limit / 2**20,
+                    self.soft_limit / 2**20,
                 )
-                worker.request_stop()
+                self.worker.request_stop()
 
-    title.update()
-    beat = threading.Thread(target=heartbeat, name="forklift-parent-heartbeat", daemon=True)
-    beat.start()
-    try:
-        worker.run()
-    finally:
-        closing.set()
-        delta = tally.take()  # the last counts go out before the exit
-        if delta is not None:
-            report.metrics(delta)
-    return 0
+    def _send_metrics(self) -> None:
+        deltas = self.tally.take()
+        if deltas is not None:
+            self.report.metrics(deltas)

@@ -1,18 +1,39 @@
-"""What the parent knows about one child, and the line protocol the child reports in.
-
-The child writes lines to a pipe, one writer at a time (`Reporter` holds a lock):
-`H <rss_bytes>` heartbeat, `S <job_id> <timeout|-> <task>` job started, `E <job_id>` job
-ended, `M <json>` metric deltas since the last `M`.
-"""
+"""What the parent knows about its children: their jobs, their health, why they go."""
 
 from __future__ import annotations
 
-import json
+import logging
 import os
-import threading
-from collections.abc import Callable
+import signal
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+from forklift._events import emit
+from forklift.supervisor.exits import ChildFacts
+from forklift.supervisor.reports import (
+    Heartbeat,
+    JobEnded,
+    JobStarted,
+    MetricDeltas,
+    Report,
+    ReportPipe,
+    parse_report,
+)
+from forklift.supervisor.states import KillReason, RetireReason
+
+log = logging.getLogger(__name__)
+
+# How the parent signals a child: os.kill, or a recorder in the unit tests.
+Signaller = Callable[[int, int], None]
+
+
+def send_signal(pid: int, signum: int) -> None:
+    """os.kill, for a child that may already be gone (its exit is reaped later)."""
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
 
 
 @dataclass
@@ -24,6 +45,14 @@ class RunningJob:
 
     def overdue(self, now: float) -> bool:
         return self.timeout is not None and now - self.started > self.timeout
+
+
+@dataclass(frozen=True)
+class Kill:
+    """Why the supervisor is killing a child, and the cause its jobs will carry."""
+
+    reason: KillReason
+    cause: str
 
 
 @dataclass
@@ -40,90 +69,106 @@ class Child:
     peak_rss: int = 0
     jobs: dict[int, RunningJob] = field(default_factory=dict)
     idle_since: float | None = None
-    # Set when the parent asked it to go: "recycle", "scale down", "reload", "shutdown".
-    retiring: str | None = None
-    # Set when the parent is killing it, with the reason the jobs will carry.
-    killing: str | None = None
+    # Set when the parent asked it to go (scale down, reload, shutdown).
+    retiring: RetireReason | None = None
+    # Set when the parent is killing it; the next SIGKILL is due at kill_at.
+    killing: Kill | None = None
     kill_at: float | None = None
-    timed_out: list[int] = field(default_factory=list)
+    timed_out: list[int] = field(default_factory=list)  # jobs charged for their timeout
     generation: int = 0
-    kill_kind: str | None = None  # timeout, memory, unresponsive
     on_metrics: Callable[[dict[str, Any]], None] | None = None
-    _buffer: bytes = b""
+
+    def __post_init__(self) -> None:
+        self._reports = ReportPipe(self.pipe)
 
     def read(self, now: float) -> bool:
-        """Consume the child's reports; return False once its pipe is closed."""
-        while True:
-            try:
-                chunk = os.read(self.pipe, 65536)
-            except BlockingIOError:
-                return True
-            except OSError:
-                return False
-            if not chunk:
-                return False
-            self._buffer += chunk
-            *lines, self._buffer = self._buffer.split(b"\n")
-            for line in lines:
-                self._apply(line.decode("utf-8", "replace"), now)
+        """Take in the child's reports; return False once its pipe is closed."""
+        lines, still_open = self._reports.read()
+        for line in lines:
+            self.last_seen = now  # any line is a sign of life
+            report = parse_report(line)
+            if report is not None:
+                self.take_report(report, now)
+        return still_open
 
-    def _apply(self, line: str, now: float) -> None:
-        self.last_seen = now
-        kind, _, rest = line.partition(" ")
-        if kind == "H":
-            self.rss = int(rest or 0)
-            self.peak_rss = max(self.peak_rss, self.rss)
-        elif kind == "S":
-            job_id, timeout, task = ([*rest.split(" ", 2), "", ""])[:3]
-            self.jobs[int(job_id)] = RunningJob(
-                int(job_id), task, now, None if timeout == "-" else float(timeout)
-            )
-            self.idle_since = None
-        elif kind == "E":
-            self.jobs.pop(int(rest), None)
-            if not self.jobs:
-                self.idle_since = now
-        elif kind == "M" and self.on_metrics is not None:
-            try:
-                self.on_metrics(json.loads(rest))
-            except (ValueError, TypeError, KeyError):
-                pass  # a torn report from a dying child: its counts are lost, not wrong
+    def take_report(self, report: Report, now: float) -> None:
+        match report:
+            case Heartbeat(rss):
+                self.rss = rss
+                self.peak_rss = max(self.peak_rss, rss)
+            case JobStarted(job_id, timeout, task):
+                self.jobs[job_id] = RunningJob(job_id, task, now, timeout)
+                self.idle_since = None
+            case JobEnded(job_id):
+                self.jobs.pop(job_id, None)
+                if not self.jobs:
+                    self.idle_since = now
+            case MetricDeltas(deltas) if self.on_metrics is not None:
+                try:
+                    self.on_metrics(deltas)
+                except (ValueError, TypeError, KeyError):
+                    pass  # a malformed report: its counts are lost, not wrong
 
     @property
     def busy(self) -> bool:
         return bool(self.jobs)
 
+    def facts(self, now: float) -> ChildFacts:
+        """What the exit decision needs to know of this child."""
+        return ChildFacts(
+            retiring=self.retiring,
+            killing=self.killing.reason if self.killing else None,
+            timeout_charged=bool(self.timed_out),
+            held_jobs=bool(self.jobs),
+            uptime=now - self.started,
+        )
+
     def close(self) -> None:
-        try:
-            os.close(self.pipe)
-        except OSError:
-            pass
+        self._reports.close()
 
 
-class Reporter:
-    """The child's end of the pipe; one lock, so lines from many threads never mix."""
+class Children:
+    """The children forked and not yet reaped, by pid, and how the parent signals them.
 
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self._lock = threading.Lock()
+    Only the supervisor's loop touches it; the ops threads see a snapshot.
+    """
 
-    def heartbeat(self, rss: int) -> None:
-        self._write(f"H {rss}\n")
+    def __init__(self, send: Signaller = send_signal) -> None:
+        self._by_pid: dict[int, Child] = {}
+        self._send = send
 
-    def start(self, job_id: int, timeout: float | None, task: str) -> None:
-        self._write(f"S {job_id} {'-' if timeout is None else timeout} {task[:200]}\n")
+    def __iter__(self) -> Iterator[Child]:
+        return iter(list(self._by_pid.values()))  # a copy: steps may add or remove
 
-    def end(self, job_id: int) -> None:
-        self._write(f"E {job_id}\n")
+    def __len__(self) -> int:
+        return len(self._by_pid)
 
-    def metrics(self, delta: dict[str, Any]) -> None:
-        self._write(f"M {json.dumps(delta, separators=(',', ':'))}\n")
+    def add(self, child: Child) -> None:
+        self._by_pid[child.pid] = child
 
-    def _write(self, line: str) -> None:
-        data = line.encode("utf-8")
-        with self._lock:
-            try:
-                while data:
-                    data = data[os.write(self.fd, data) :]
-            except OSError:
-                pass  # the parent is gone; the child notices through getppid()
+    def pop(self, pid: int) -> Child | None:
+        return self._by_pid.pop(pid, None)
+
+    def live(self) -> list[Child]:
+        """The ones that count toward the target: not retiring, not being killed."""
+        return [c for c in self._by_pid.values() if not c.retiring and not c.killing]
+
+    def busy(self) -> int:
+        return sum(1 for c in self._by_pid.values() if c.busy)
+
+    def free_index(self) -> int:
+        """The lowest slot number (1, 2, ...) no child holds."""
+        used = {c.index for c in self._by_pid.values()}
+        return next(i for i in range(1, len(used) + 2) if i not in used)
+
+    def pipes(self) -> list[int]:
+        return [c.pipe for c in self._by_pid.values()]
+
+    def signal(self, child: Child, signum: int) -> None:
+        self._send(child.pid, signum)
+
+    def retire(self, child: Child, why: RetireReason) -> None:
+        """Ask a child to finish its jobs and exit (no attribution: it is not failing)."""
+        child.retiring = why
+        self.signal(child, signal.SIGTERM)
+        emit(log, "child.retiring", pid=child.pid, reason=why)

@@ -6,7 +6,11 @@ import os
 from dataclasses import dataclass, field
 
 from forklift.errors import ConfigError
+from forklift.supervisor.states import StopMode
 from forklift.workers.config import WorkerConfig
+
+# What systemd (EXTEND_TIMEOUT_USEC, TimeoutStopSec) must allow beyond a stop's budget.
+STOP_MARGIN = 2.0
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,16 @@ class SupervisorConfig:
             if not 1 <= low <= high:
                 raise ConfigError("autoscale needs 1 <= MIN <= MAX")
 
+    def stop_budget(self, mode: StopMode) -> float:
+        """Seconds from a stop to the SIGKILL of what is left: grace unless fast, kill_grace."""
+        grace = 0.0 if mode is StopMode.FAST else self.worker.grace
+        return grace + self.kill_grace
+
+    def stop_timeout(self, mode: StopMode) -> float:
+        """What systemd is told a stop may take: its budget and a margin."""
+        return self.stop_budget(mode) + STOP_MARGIN
+
     @property
     def shutdown_budget(self) -> float:
         """Longest a graceful stop takes: grace, then kill_grace, then a margin."""
-        return self.worker.grace + self.kill_grace + 2.0
+        return self.stop_timeout(StopMode.GRACEFUL)

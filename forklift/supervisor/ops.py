@@ -1,38 +1,31 @@
-"""The supervisor's one helper thread: /metrics, /healthz, /readyz and database chores.
+"""The supervisor's helper threads: the HTTP server (/metrics, /healthz, /readyz) and the
+process registry heartbeat.
 
-Everything it does happens under `fork_lock`, which the main loop takes around each
-fork: a child is never forked while this thread is mid-request or holds a connection.
+Both do their work under `fork_lock`, which the loop takes around each fork: a child is
+never forked while one of them is mid-request or holds a connection. They read only the
+published snapshot (see snapshot.py), never the loop's live state.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, HTTPServer
-from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.registry import CollectorRegistry
 
 from forklift._events import emit
-from forklift.admin import AdminStore, QueueStats
-from forklift.errors import ConfigError, DatabaseError
-from forklift.metrics import Totals, TotalsCollector
-from forklift.supervisor.store import SupervisorStore
-
-if TYPE_CHECKING:
-    from forklift.supervisor.arbiter import Supervisor
+from forklift._service import run_every
+from forklift.errors import ConfigError
+from forklift.supervisor.probes import Probes
+from forklift.supervisor.registry import ProcessRegistry
 
 log = logging.getLogger(__name__)
 
-GAUGE_TTL = 2.0  # queue gauges are read from the database at most this often
-READY_TTL = 1.0
-REGISTRY_EVERY = 5.0
-STALE_AFTER = 20.0  # a process silent this long is gone (shorter than the default lease)
+Route = Callable[[], tuple[int, str, bytes]]
 
 
 def parse_addr(text: str) -> tuple[str, int]:
@@ -42,50 +35,62 @@ def parse_addr(text: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
-@dataclass
-class _Cached:
-    value: object = None
-    at: float = float("-inf")
-    ok: bool = False
+class OpsServer:
+    """Starts and stops the helper threads; owns the fork lock they share with the loop."""
 
-
-class Ops:
-    def __init__(self, supervisor: Supervisor, totals: Totals, addr: str | None) -> None:
-        self.sup = supervisor
-        self.totals = totals
+    def __init__(
+        self,
+        addr: str | None,
+        probes: Probes,
+        metrics: CollectorRegistry,
+        registry: ProcessRegistry,
+    ) -> None:
         self.addr = parse_addr(addr) if addr else None
         self.fork_lock = threading.Lock()
-        self.admin = AdminStore(supervisor.app.dsn, supervisor.app.schema)
-        self.store: SupervisorStore = supervisor.store
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(TotalsCollector(totals))
-        self.registry.register(_LiveCollector(self))
-        self._gauges = _Cached()
-        self._db_ready = _Cached()
-        self._next_registry = 0.0
-        self._server: HTTPServer | None = None
+        self.registry = registry
+        self.routes: dict[str, Route] = {
+            "/metrics": lambda: (200, CONTENT_TYPE_LATEST, generate_latest(metrics)),
+            "/healthz": lambda: _text(probes.health()),
+            "/readyz": lambda: _text(probes.readiness()),
+        }
+        self._server: _Server | None = None
         self._stopped = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         self.bound: tuple[str, int] | None = None
-
-    # -- lifecycle (main thread) -------------------------------------------------------
 
     def start(self) -> None:
         if self.addr is not None:
-            handler = _handler_for(self)
-            try:
-                self._server = _Server(self.addr, handler, self)
-            except OSError as exc:
-                host, port = self.addr
-                raise ConfigError(
-                    f"cannot serve metrics on {host}:{port}: {exc.strerror or exc} "
-                    "(choose another --metrics-addr, or 'off')"
-                ) from None
-            address = self._server.server_address
-            self.bound = (str(address[0]), int(address[1]))
-            emit(log, "supervisor.http", addr=f"{self.bound[0]}:{self.bound[1]}")
-        self._thread = threading.Thread(target=self._serve, name="forklift-ops", daemon=True)
-        self._thread.start()
+            self._server = self._bind(self.addr)
+            self._spawn_thread("forklift-http", self._server.serve_forever, 0.5)
+        self._spawn_thread("forklift-registry", self._heartbeat_loop)
+
+    def _bind(self, addr: tuple[str, int]) -> _Server:
+        try:
+            server = _Server(addr, _handler_for(self.routes), self.fork_lock)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot serve metrics on {addr[0]}:{addr[1]}: {exc.strerror or exc} "
+                "(choose another --metrics-addr, or 'off')"
+            ) from None
+        host, port = server.server_address[:2]
+        self.bound = (str(host), int(port))
+        emit(log, "supervisor.http", addr=f"{self.bound[0]}:{self.bound[1]}")
+        return server
+
+    def _spawn_thread(self, name: str, target: Callable[..., object], *args: object) -> None:
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _heartbeat_loop(self) -> None:
+        # The first heartbeat at once (the registry shows this supervisor from its start),
+        # then every `every` seconds; a database outage is logged and outlived.
+        delays = itertools.chain([0.0], itertools.repeat(self.registry.config.every))
+        run_every(delays.__next__, self._heartbeat, self._stopped, log, "registry.heartbeat_failed")
+
+    def _heartbeat(self) -> None:
+        with self.fork_lock:
+            self.registry.run_once()
 
     def close_in_child(self) -> None:
         """After fork: the child must not keep the parent's listening socket open."""
@@ -93,103 +98,15 @@ class Ops:
             self._server.socket.close()
 
     def stop(self) -> None:
+        """Stop both threads, then deregister (after any heartbeat still in flight)."""
+        self._stopped.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
-        else:
-            self._stopped.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        for thread in self._threads:
+            thread.join(timeout=10)
         with self.fork_lock:
-            try:
-                self.store.process_forget(self.sup.id, [])
-            except DatabaseError:
-                pass
-
-    def _serve(self) -> None:
-        if self._server is not None:
-            self._server.serve_forever(poll_interval=0.5)
-        else:
-            while not self._stopped.wait(0.5):
-                self.chores()
-
-    # -- chores (ops thread) -----------------------------------------------------------
-
-    def chores(self) -> None:
-        now = time.monotonic()
-        if now < self._next_registry:
-            return
-        self._next_registry = now + REGISTRY_EVERY
-        with self.fork_lock:
-            self._heartbeat_registry()
-
-    def _heartbeat_registry(self) -> None:
-        rows = self.sup.registry_rows()
-        try:
-            self.store.process_upsert_many(rows)
-            self.store.process_forget(self.sup.id, [r.id for r in rows])
-            pruned, charged = self.store.process_prune_stale(STALE_AFTER)
-        except DatabaseError as exc:
-            emit(log, "registry.heartbeat_failed", logging.WARNING, error=exc)
-            return
-        for pid in pruned:
-            emit(log, "registry.pruned", logging.WARNING, process=pid)
-        for job in charged:
-            self.totals.job(job.queue, job.task, "crashed")
-            emit(
-                log,
-                "job.dead" if job.state == "dead" else "job.failed",
-                logging.WARNING,
-                job=job.id,
-                error="WorkerLost: its host stopped heart-beating",
-            )
-
-    # -- reads for HTTP (ops thread, under fork_lock) -----------------------------------
-
-    def queue_stats(self) -> list[QueueStats] | None:
-        now = time.monotonic()
-        if now - self._gauges.at > GAUGE_TTL:
-            try:
-                self._gauges = _Cached(self.admin.queue_stats(throughput=False), now, True)
-            except DatabaseError as exc:
-                emit(log, "metrics.queue_stats_failed", logging.WARNING, error=exc)
-                self._gauges = _Cached(None, now, False)
-        return self._gauges.value if self._gauges.ok else None  # type: ignore[return-value]
-
-    def database_ready(self) -> bool:
-        now = time.monotonic()
-        if now - self._db_ready.at > READY_TTL:
-            try:
-                self.admin.ping()
-            except DatabaseError as exc:
-                if self._db_ready.ok or self._db_ready.value is None:  # log changes only
-                    emit(log, "supervisor.database_unreachable", logging.WARNING, error=exc)
-                self._db_ready = _Cached(False, now, False)
-            else:
-                if not self._db_ready.ok and self._db_ready.value is not None:
-                    emit(log, "supervisor.database_reachable")
-                self._db_ready = _Cached(True, now, True)
-        return self._db_ready.ok
-
-    def health(self) -> tuple[int, str]:
-        silent = time.monotonic() - self.sup.last_tick
-        if silent > 10.0:
-            return 503, f"supervisor loop stalled for {silent:.0f} s\n"
-        return 200, "ok\n"
-
-    def readiness(self) -> tuple[int, str]:
-        reasons = []
-        if self.sup.stopping:
-            reasons.append("shutting down")
-        if self.sup.crash_loop:
-            reasons.append("workers are crash-looping")
-        if self.sup.live_workers == 0:
-            reasons.append("no worker process alive")
-        if not self.database_ready():
-            reasons.append("database unreachable")
-        if reasons:
-            return 503, "not ready: " + "; ".join(reasons) + "\n"
-        return 200, "ready\n"
+            self.registry.deregister()
 
 
 class _Server(HTTPServer):
@@ -197,30 +114,21 @@ class _Server(HTTPServer):
         self,
         addr: tuple[str, int],
         handler: type[BaseHTTPRequestHandler],
-        ops: Ops,
+        fork_lock: threading.Lock,
     ) -> None:
-        self.ops = ops
+        self.fork_lock = fork_lock
         super().__init__(addr, handler)
-
-    def service_actions(self) -> None:
-        self.ops.chores()
 
     def _handle_request_noblock(self) -> None:
         # Accept, answer and close the client socket inside fork_lock: a child never
         # inherits a half-served connection.
-        with self.ops.fork_lock:
+        with self.fork_lock:
             super()._handle_request_noblock()  # type: ignore[misc]
 
 
-def _handler_for(ops: Ops) -> type[BaseHTTPRequestHandler]:
-    routes: dict[str, Callable[[], tuple[int, str, bytes]]] = {
-        "/metrics": lambda: (200, CONTENT_TYPE_LATEST, generate_latest(ops.registry)),
-        "/healthz": lambda: _text(ops.health()),
-        "/readyz": lambda: _text(ops.readiness()),
-    }
-
+def _handler_for(routes: dict[str, Route]) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        timeout = 5.0  # a slow client cannot hold the ops thread
+        timeout = 5.0  # a slow client cannot hold the HTTP thread (nor fork_lock) long
 
         def do_GET(self) -> None:
             route = routes.get(self.path.split("?", 1)[0])
@@ -242,40 +150,3 @@ def _handler_for(ops: Ops) -> type[BaseHTTPRequestHandler]:
 
 def _text(result: tuple[int, str]) -> tuple[int, str, bytes]:
     return result[0], "text/plain; charset=utf-8", result[1].encode()
-
-
-class _LiveCollector(Collector):
-    """Gauges read at scrape time: queue depth from the database, workers from the loop."""
-
-    def __init__(self, ops: Ops) -> None:
-        self.ops = ops
-
-    def collect(self) -> Iterator[Metric]:
-        stats = self.ops.queue_stats()
-        depth = GaugeMetricFamily(
-            "forklift_queue_depth", "Jobs per queue and state.", labels=["queue", "state"]
-        )
-        oldest = GaugeMetricFamily(
-            "forklift_oldest_ready_age_seconds", "Age of the oldest due job.", labels=["queue"]
-        )
-        for s in stats or []:
-            for state, n in (
-                ("ready", s.ready),
-                ("scheduled", s.scheduled),
-                ("running", s.running),
-                ("dead", s.dead),
-            ):
-                depth.add_metric([s.queue, state], n)
-            oldest.add_metric([s.queue], s.oldest_ready_age)
-        yield depth
-        yield oldest
-        workers = GaugeMetricFamily(
-            "forklift_workers", "Worker processes by state.", labels=["state"]
-        )
-        busy, idle = self.ops.sup.worker_states()
-        workers.add_metric(["busy"], busy)
-        workers.add_metric(["idle"], idle)
-        yield workers
-        yield GaugeMetricFamily(
-            "forklift_up", "1 while the supervisor is ready.", value=1 if self.ops.sup.ready else 0
-        )

@@ -1,19 +1,29 @@
--- The supervisor's queries. Each starts with `-- name: <name>` and a one-line
--- description; {schema} is replaced by the quoted schema name when loaded.
+-- The supervisor's queries. Each starts with `-- name: <name>` and a description;
+-- {schema} is replaced by the quoted schema name when loaded, {channel} by the
+-- notification channel idle workers listen on.
+
+-- name: job_held_by_owner
+-- The running jobs a (dead or killed) worker process holds, all or just %(ids)s: their
+-- ids and attempts, locked until the transaction that charges them ends.
+SELECT j.id, j.attempts FROM {schema}.jobs AS j
+WHERE j.state = 'running' AND j.lease_owner = %(owner)s::text
+  AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
+ORDER BY j.id
+FOR UPDATE;
 
 -- name: job_fail_orphaned
--- Record a dead (or killed) worker process on the jobs it held: ready again after a
--- short backoff, or dead when attempts are exhausted. Fenced by the dead owner. Wakes
--- idle workers, so they sleep until the retry is due rather than their poll interval.
-WITH charged AS (
+-- Record a dead (or killed) worker process on the jobs it held: ready again after the
+-- given per-job delay, or dead when attempts are exhausted. Fenced by the dead owner.
+-- Wakes idle workers, so they sleep until the retry is due rather than their poll
+-- interval.
+WITH due AS (
+    SELECT d.id, d.delay FROM unnest(%(ids)s::bigint[], %(delays)s::float8[]) AS d(id, delay)
+), charged AS (
     UPDATE {schema}.jobs AS j SET
         state = CASE WHEN j.attempts >= j.max_attempts
             THEN 'dead' ELSE 'ready' END::{schema}.job_state,
         available_at = CASE WHEN j.attempts >= j.max_attempts THEN j.available_at
-            ELSE now() + make_interval(
-                secs => least(%(backoff_max)s::float8,
-                              %(backoff_base)s::float8 * power(2, greatest(j.attempts - 1, 0))))
-            END,
+            ELSE now() + make_interval(secs => due.delay) END,
         completed_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
         lease_owner = NULL,
         lease_until = NULL,
@@ -21,11 +31,11 @@ WITH charged AS (
         errors = j.errors || jsonb_build_object(
             'attempt', j.attempts, 'at', now(), 'worker', j.lease_owner,
             'error', %(error)s::text)
-    WHERE j.state = 'running' AND j.lease_owner = %(owner)s::text
-      AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
+    FROM due
+    WHERE j.id = due.id AND j.state = 'running' AND j.lease_owner = %(owner)s::text
     RETURNING j.id, j.state::text AS state, j.attempts, j.queue, j.task
 ), woken AS (
-    SELECT count(pg_notify(%(channel)s::text, q.queue)) AS n
+    SELECT count(pg_notify('{channel}', q.queue)) AS n
     FROM (SELECT DISTINCT queue FROM charged WHERE state = 'ready') AS q
 )
 SELECT charged.id, charged.state, charged.attempts, charged.queue, charged.task
@@ -40,7 +50,7 @@ WITH released AS (
     WHERE j.state = 'running' AND j.lease_owner = %(owner)s::text
     RETURNING j.id, j.queue, j.task
 ), woken AS (
-    SELECT count(pg_notify(%(channel)s::text, q.queue)) AS n
+    SELECT count(pg_notify('{channel}', q.queue)) AS n
     FROM (SELECT DISTINCT queue FROM released) AS q
 )
 SELECT released.id, released.queue, released.task FROM released, woken;
@@ -98,11 +108,11 @@ WITH stale AS (
             'error', 'WorkerLost: worker on host ' || s.host || ' stopped heart-beating')
     FROM stale AS s
     WHERE s.kind = 'worker' AND j.state = 'running' AND j.lease_owner = s.id
-    RETURNING j.id, j.state::text AS state, j.queue, j.task
+    RETURNING j.id, j.state::text AS state, j.attempts, j.queue, j.task
 ), woken AS (
-    SELECT count(pg_notify(%(channel)s::text, q.queue)) AS n
+    SELECT count(pg_notify('{channel}', q.queue)) AS n
     FROM (SELECT DISTINCT queue FROM charged WHERE state = 'ready') AS q
 )
-SELECT 'process' AS what, id, kind, NULL::text, NULL::text FROM stale
+SELECT 'process' AS what, id, kind, NULL::integer, NULL::text, NULL::text FROM stale
 UNION ALL
-SELECT 'job', id::text, state, queue, task FROM charged, woken;
+SELECT 'job', id::text, state, attempts, queue, task FROM charged, woken;

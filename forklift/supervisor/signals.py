@@ -41,12 +41,6 @@ class SignalQueue:
         except OSError:
             pass
 
-    def wake(self) -> None:
-        try:
-            os.write(self._write_fd, b"\0")
-        except OSError:
-            pass
-
     def drain_pipe(self) -> None:
         try:
             while os.read(self.read_fd, 4096):

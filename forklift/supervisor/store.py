@@ -1,7 +1,7 @@
 """The supervisor's store: the only caller of supervisor/queries.sql.
 
 The parent holds no connection across a fork: each call opens a short, bounded
-connection and closes it before returning.
+connection and closes it before returning; psycopg errors come out as DatabaseError.
 """
 
 from __future__ import annotations
@@ -14,10 +14,17 @@ from typing import Any, NamedTuple
 import psycopg
 
 from forklift import _db, _sql
+from forklift.backoff import Backoff
 from forklift.store import short_connection
 
+# The retry delay of a job whose worker died: 0.5 s after its first attempt, doubling
+# per attempt, at most a minute.
+ORPHAN_RETRY = Backoff(base=0.5, factor=2.0, max=60.0, jitter=0)
 
-class Charged(NamedTuple):
+
+class ChargedJob(NamedTuple):
+    """A job a process death was recorded on: ready for a retry, or dead."""
+
     id: int
     state: str
     attempts: int
@@ -25,7 +32,9 @@ class Charged(NamedTuple):
     task: str
 
 
-class Released(NamedTuple):
+class ReleasedJob(NamedTuple):
+    """A job given back, its attempt not counted."""
+
     id: int
     queue: str
     task: str
@@ -49,7 +58,6 @@ class ProcessInfo:
 class SupervisorStore:
     def __init__(self, dsn: str, schema: str, timeouts: _db.Timeouts) -> None:
         self.dsn = dsn
-        self.schema = schema
         self.timeouts = timeouts
         self.q = _sql.load("forklift.supervisor", "queries.sql", schema)
 
@@ -62,25 +70,31 @@ class SupervisorStore:
         error: str,
         *,
         ids: Sequence[int] | None = None,
-        backoff_base: float = 0.5,
-        backoff_max: float = 60.0,
-    ) -> list[Charged]:
-        """Charge a process death to the jobs `owner` held (all, or just `ids`)."""
-        params = {
-            "owner": owner,
-            "error": error,
-            "ids": list(ids) if ids is not None else None,
-            "backoff_base": backoff_base,
-            "backoff_max": backoff_max,
-            "channel": f"{self.schema}_jobs",
-        }
-        with self._conn("recording a worker's death failed") as c:
-            return [Charged(*r) for r in c.execute(self.q["job_fail_orphaned"], params)]
+        retry: Backoff = ORPHAN_RETRY,
+    ) -> list[ChargedJob]:
+        """Charge a process death to the jobs `owner` held (all, or just `ids`).
 
-    def job_release_owner(self, owner: str) -> list[Released]:
-        params = {"owner": owner, "channel": f"{self.schema}_jobs"}
+        One transaction: lock the owner's running jobs, then charge each with the retry
+        delay its attempt count earns.
+        """
+        wanted = {"owner": owner, "ids": list(ids) if ids is not None else None}
+        with self._conn("recording a worker's death failed") as c, c.transaction():
+            held = c.execute(self.q["job_held_by_owner"], wanted).fetchall()
+            if not held:
+                return []
+            params = {
+                "owner": owner,
+                "error": error,
+                "ids": [job_id for job_id, _ in held],
+                "delays": [retry.delay(attempts) for _, attempts in held],
+            }
+            return [ChargedJob(*r) for r in c.execute(self.q["job_fail_orphaned"], params)]
+
+    def job_release_owner(self, owner: str) -> list[ReleasedJob]:
         with self._conn("releasing a worker's jobs failed") as c:
-            return [Released(*r) for r in c.execute(self.q["job_release_owner"], params)]
+            return [
+                ReleasedJob(*r) for r in c.execute(self.q["job_release_owner"], {"owner": owner})
+            ]
 
     def job_backlog(self, queues: Sequence[str], cap: int = 10_000) -> int:
         params = {"queues": list(queues), "cap": cap}
@@ -99,11 +113,10 @@ class SupervisorStore:
         with self._conn("process deregistration failed") as c:
             c.execute(self.q["process_forget"], params)
 
-    def process_prune_stale(self, stale: float) -> tuple[list[str], list[Charged]]:
+    def process_prune_stale(self, stale: float) -> tuple[list[str], list[ChargedJob]]:
         """Drop processes silent for `stale` seconds; charge their workers' jobs."""
         with self._conn("pruning stale processes failed") as c:
-            params = {"stale": stale, "channel": f"{self.schema}_jobs"}
-            rows = c.execute(self.q["process_prune_stale"], params).fetchall()
+            rows = c.execute(self.q["process_prune_stale"], {"stale": stale}).fetchall()
         pruned = [r[1] for r in rows if r[0] == "process"]
-        charged = [Charged(int(r[1]), r[2], 0, r[3], r[4]) for r in rows if r[0] == "job"]
+        charged = [ChargedJob(int(r[1]), *r[2:]) for r in rows if r[0] == "job"]
         return pruned, charged

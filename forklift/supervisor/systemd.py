@@ -20,10 +20,6 @@ class Notifier:
         self.watchdog_every = int(usec) / 2e6 if watched else None
         self._next_ping = 0.0
 
-    @property
-    def enabled(self) -> bool:
-        return bool(self.address)
-
     def send(self, *lines: str) -> None:
         if not self.address:
             return

@@ -1,0 +1,114 @@
+"""What one child's exit means: a pure decision, a table a unit test can read row by row.
+
+`decide()` takes what the supervisor knew about the child and how it exited and returns
+a frozen `Verdict`; the reaper only applies it (Solid Queue's `replace_fork`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal
+
+from forklift.supervisor.death import describe_exit
+from forklift.supervisor.states import JobsAction, KillReason, RetireReason
+
+# The label of forklift_worker_restarts_total{reason}.
+RestartReason = KillReason | RetireReason | Literal["crash"]
+
+
+class RestartCount(StrEnum):
+    """What an exit does to the restart backoff (RestartPolicy's streak of fast crashes)."""
+
+    CRASH = "crash"  # counted: a fast one backs the replacement off
+    CLEAN = "clean"  # a clean exit: ends the streak once the child ran long enough
+    NONE = "none"  # the supervisor was retiring it or stopping: not counted
+
+
+@dataclass(frozen=True)
+class ChildFacts:
+    """What the supervisor knew of a child when it exited."""
+
+    retiring: RetireReason | None = None
+    killing: KillReason | None = None
+    # One of its jobs was already charged for overrunning its timeout (before the kill).
+    timeout_charged: bool = False
+    held_jobs: bool = False
+    uptime: float = 0.0
+
+
+@dataclass(frozen=True)
+class ExitStatus:
+    """How a child exited: its wait status in words, and whether that was exit code 0."""
+
+    described: str
+    clean: bool
+
+    @classmethod
+    def of(cls, status: int, peak_rss: int = 0, cause: str | None = None) -> ExitStatus:
+        clean = os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        return cls(describe_exit(status, peak_rss, cause), clean)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What to do about one exited child."""
+
+    jobs: JobsAction | None  # None: nothing to record on its jobs
+    error: str  # what its jobs carry when charged or released: the status described
+    replaced: bool  # a replacement is due (the loop's maintain_count starts it)
+    restart_reason: RestartReason | None  # None when not replaced
+    counts: RestartCount
+    level: int  # of the child.exited log line
+    quiet: bool  # a clean exit of its own accord: an exit, not a death
+
+    @property
+    def reason(self) -> str:
+        """The child.exited line's reason."""
+        return "clean exit" if self.quiet else self.error
+
+
+def decide(child: ChildFacts, exit: ExitStatus, *, stopping: bool) -> Verdict:
+    """The one decision per child exit."""
+    killed = child.killing is not None
+    quiet = exit.clean and not killed  # an exit, not a death
+    replaced = not stopping and child.retiring not in (
+        RetireReason.SHUTDOWN,
+        RetireReason.SCALE_DOWN,
+    )
+    reason: RestartReason = (
+        child.killing or child.retiring or (RetireReason.RECYCLE if quiet else "crash")
+    )
+    if quiet:
+        counts = RestartCount.CLEAN
+    elif child.retiring or stopping:
+        counts = RestartCount.NONE
+    else:
+        counts = RestartCount.CRASH
+    if quiet:
+        level = logging.INFO
+    else:
+        level = logging.WARNING if killed or child.retiring else logging.ERROR
+    return Verdict(
+        jobs=_jobs_action(child, exit),
+        error=exit.described,
+        replaced=replaced,
+        restart_reason=reason if replaced else None,
+        counts=counts,
+        level=level,
+        quiet=quiet,
+    )
+
+
+def _jobs_action(child: ChildFacts, exit: ExitStatus) -> JobsAction | None:
+    if child.killing is not None:
+        # Killed for a timeout: the overdue job was charged before the kill, the others
+        # were bystanders. Killed for anything else: the kill is the jobs' failure.
+        return JobsAction.RELEASE if child.timeout_charged else JobsAction.FAIL
+    if child.retiring is RetireReason.SHUTDOWN and not exit.clean:
+        return JobsAction.RELEASE  # killed at the shutdown deadline
+    if not exit.clean or child.held_jobs:
+        return JobsAction.FAIL
+    return None

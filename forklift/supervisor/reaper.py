@@ -1,0 +1,87 @@
+"""Reaping: collect every exited child and apply its exit's verdict.
+
+Solid Queue's `replace_fork`, in order: the status becomes an error text, the dead
+child's jobs are charged or released with it, the exit is logged and counted. The
+replacement is started by the loop's next step (`Supervisor.maintain_count`), after any
+restart backoff; a child being killed or retired for a reload was already replaced when
+it stopped counting toward the target.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+import time
+from collections.abc import Callable
+
+from forklift._events import emit
+from forklift.metrics import Totals
+from forklift.supervisor.attribution import Attribution
+from forklift.supervisor.child import Child, Children
+from forklift.supervisor.exits import ExitStatus, Verdict, decide
+from forklift.supervisor.restarts import RestartSchedule
+
+log = logging.getLogger(__name__)
+
+# os.wait4, or a scripted one in the unit tests.
+Wait4 = Callable[[int, int], tuple[int, int, resource.struct_rusage]]
+
+
+class Reaper:
+    def __init__(
+        self,
+        children: Children,
+        attribution: Attribution,
+        totals: Totals,
+        restarts: RestartSchedule,
+        *,
+        wait4: Wait4 = os.wait4,
+    ) -> None:
+        self.children = children
+        self.attribution = attribution
+        self.totals = totals
+        self.restarts = restarts
+        self._wait4 = wait4
+
+    def reap(self, *, stopping: bool) -> None:
+        """waitpid(-1, WNOHANG) until nothing more has exited."""
+        while True:
+            try:
+                pid, status, usage = self._wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            child = self.children.pop(pid)
+            if child is None:
+                continue
+            now = time.monotonic()
+            child.read(now)  # its last words: a job it ended just before dying
+            child.close()
+            self.on_exit(child, status, usage.ru_maxrss * 1024, stopping=stopping, now=now)
+
+    def on_exit(
+        self, child: Child, status: int, peak_rss: int, *, stopping: bool, now: float
+    ) -> Verdict:
+        """Decide what the exit means and apply it."""
+        cause = child.killing.cause if child.killing else None
+        exit = ExitStatus.of(status, max(peak_rss, child.peak_rss), cause)
+        facts = child.facts(now)
+        verdict = decide(facts, exit, stopping=stopping)
+        if verdict.jobs is not None:
+            self.attribution.record(child.owner, verdict.error, verdict.jobs, now)
+        _log_exit(child, verdict, facts.uptime)
+        if verdict.restart_reason is not None:
+            self.totals.restart(verdict.restart_reason)
+        self.restarts.count(verdict.counts, now, facts.uptime)
+        return verdict
+
+
+def _log_exit(child: Child, verdict: Verdict, uptime: float) -> None:
+    fields: dict[str, object] = {"pid": child.pid, "index": child.index}
+    fields["reason"] = verdict.reason
+    if verdict.quiet:
+        fields["retiring"] = child.retiring or "on its own"
+    fields["uptime"] = round(uptime, 1)
+    emit(log, "child.exited", verdict.level, **fields)

@@ -1,0 +1,80 @@
+"""The process registry's heartbeat: this supervisor's rows in, silent processes out.
+
+Every few seconds (on its own ops thread) it writes the rows of the latest snapshot, forgets
+this supervisor's workers that are gone, and prunes processes of any host that stopped
+heart-beating, charging the jobs their workers held instead of waiting for the leases.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from forklift._events import emit
+from forklift._service import TestSignal
+from forklift.errors import DatabaseError
+from forklift.metrics import Totals
+from forklift.supervisor.snapshot import SnapshotBoard
+from forklift.supervisor.store import SupervisorStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RegistryConfig:
+    every: float = 5.0  # seconds between heartbeats
+    stale_after: float = 20.0  # a process silent this long is gone (shorter than the lease)
+
+
+@dataclass(frozen=True)
+class HeartbeatResult:
+    rows_written: int
+    processes_pruned: int
+    jobs_charged: int
+
+
+class ProcessRegistry:
+    def __init__(
+        self,
+        store: SupervisorStore,
+        board: SnapshotBoard,
+        totals: Totals,
+        config: RegistryConfig | None = None,
+    ) -> None:
+        self.store = store
+        self.board = board
+        self.totals = totals
+        self.config = config or RegistryConfig()
+        self.beat = TestSignal[HeartbeatResult]()  # each finished heartbeat, for tests
+
+    def run_once(self) -> HeartbeatResult:
+        """One heartbeat (DatabaseError if the database is away)."""
+        snapshot = self.board.read()
+        rows = snapshot.registry_rows
+        self.store.process_upsert_many(rows)
+        self.store.process_forget(snapshot.supervisor_id, [r.id for r in rows])
+        pruned, charged = self.store.process_prune_stale(self.config.stale_after)
+        for process_id in pruned:
+            emit(log, "registry.pruned", logging.WARNING, process=process_id)
+        for job in charged:
+            self.totals.job(job.queue, job.task, "crashed")
+            emit(
+                log,
+                "job.dead" if job.state == "dead" else "job.failed",
+                logging.WARNING,
+                job=job.id,
+                error="WorkerLost: its host stopped heart-beating",
+            )
+        result = HeartbeatResult(len(rows), len(pruned), len(charged))
+        self.beat.emit(result)
+        return result
+
+    def deregister(self) -> None:
+        """Remove this supervisor and its workers from the registry (best effort)."""
+        supervisor_id = self.board.read().supervisor_id
+        if not supervisor_id:
+            return  # never registered
+        try:
+            self.store.process_forget(supervisor_id, [])
+        except DatabaseError:
+            pass  # they age out: other replicas prune them after stale_after

@@ -1,0 +1,76 @@
+"""Forking one child: a fresh pipe and slot, signals held across the fork, and on the
+child's side nothing of the parent's loop kept."""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from forklift._events import emit
+from forklift._ids import make_owner
+from forklift.app import App
+from forklift.supervisor.boot import ChildSpec, child_main
+from forklift.supervisor.child import Child, Children
+from forklift.supervisor.config import SupervisorConfig
+from forklift.supervisor.signals import SignalQueue
+
+log = logging.getLogger(__name__)
+
+
+class Spawner:
+    def __init__(
+        self,
+        config: SupervisorConfig,
+        children: Children,
+        signals: SignalQueue,
+        fork_lock: threading.Lock,
+        *,
+        on_metrics: Callable[[dict[str, Any]], None],
+        close_in_child: Callable[[], None],
+    ) -> None:
+        self.config = config
+        self.children = children
+        self.signals = signals
+        # Held by the ops threads while they hold a connection or serve a request.
+        self.fork_lock = fork_lock
+        self.on_metrics = on_metrics
+        self.close_in_child = close_in_child
+
+    def spawn(self, app: App, total: int, generation: int) -> Child:
+        """Fork a child running `app` in the lowest free slot; the parent's record of it."""
+        index = self.children.free_index()
+        nonce = secrets.token_hex(3)
+        read_fd, write_fd = os.pipe()
+        parent_pid = os.getpid()
+        # Signals are held back across the fork: one that reached the child before it
+        # dropped the parent's handlers would be swallowed by them (a SIGTERM lost, a
+        # child that never stops). Pending ones arrive once each side is ready.
+        with self.fork_lock, self.signals.held():
+            pid = os.fork()
+            if pid == 0:  # the child: nothing of the parent's loop survives here
+                self.signals.reset_in_child()
+        if pid == 0:
+            os.close(read_fd)
+            spec = ChildSpec(index, total, make_owner(os.getpid(), nonce), write_fd, parent_pid)
+            self._become_child(app, spec)
+        os.close(write_fd)
+        os.set_blocking(read_fd, False)
+        now = time.monotonic()
+        child = Child(pid, index, make_owner(pid, nonce), read_fd, now, now)
+        child.generation = generation
+        child.on_metrics = self.on_metrics
+        child.idle_since = now
+        self.children.add(child)
+        emit(log, "child.started", pid=pid, index=index, owner=child.owner)
+        return child
+
+    def _become_child(self, app: App, spec: ChildSpec) -> NoReturn:
+        for other in self.children:
+            other.close()  # the other children's pipes are the parent's
+        self.close_in_child()
+        child_main(app, self.config, spec)

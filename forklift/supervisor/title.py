@@ -1,0 +1,51 @@
+"""Process titles that say what each process is doing, as `ps` and `top` show them."""
+
+from __future__ import annotations
+
+import threading
+
+from setproctitle import setproctitle
+
+
+def supervisor_title(
+    queues: tuple[str, ...], state: str, children: int, target: int, busy: int
+) -> str:
+    """`forklift supervisor [default]: running, 2/2 workers, 1 busy`."""
+    return (
+        f"forklift supervisor [{','.join(queues)}]: {state}, "
+        f"{children}/{target} workers, {busy} busy"
+    )
+
+
+class ChildTitle:
+    """`forklift worker 2/4 [default]: idle` / `...: running render#123` (thread-safe)."""
+
+    def __init__(self, index: int, total: int, queues: tuple[str, ...]) -> None:
+        self.prefix = f"forklift worker {index}/{total} [{','.join(queues)}]"
+        self._running: dict[int, str] = {}
+        # Held while the title is set too: two threads never leave the older title.
+        self._lock = threading.RLock()
+
+    def started(self, job_id: int, task: str) -> None:
+        with self._lock:
+            self._running[job_id] = task
+            self.update()
+
+    def ended(self, job_id: int) -> None:
+        with self._lock:
+            self._running.pop(job_id, None)
+            self.update()
+
+    def update(self) -> None:
+        with self._lock:
+            setproctitle(self.text())
+
+    def text(self) -> str:
+        with self._lock:
+            jobs = list(self._running.items())
+        if not jobs:
+            return f"{self.prefix}: idle"
+        if len(jobs) == 1:
+            job_id, task = jobs[0]
+            return f"{self.prefix}: running {task}#{job_id}"
+        return f"{self.prefix}: running {len(jobs)} jobs"

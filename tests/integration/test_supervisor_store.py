@@ -1,0 +1,122 @@
+"""The supervisor's store against a real PostgreSQL: charging and releasing a dead owner's jobs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+import forklift
+from forklift import _db
+from forklift.supervisor.store import SupervisorStore
+
+DEAD = "gone:1:a"
+
+
+@pytest.fixture
+def producer(dsn: str, schema: str) -> Iterator[forklift.App]:
+    app = forklift.App(dsn, schema=schema)
+    yield app
+    app.close()
+
+
+@pytest.fixture
+def store(dsn: str, schema: str) -> SupervisorStore:
+    return SupervisorStore(dsn, schema, _db.Timeouts())
+
+
+def leased(
+    db: psycopg.Connection[Any],
+    schema: str,
+    producer: forklift.App,
+    *,
+    attempts: int,
+    max_attempts: int = 10,
+    owner: str = DEAD,
+    queue: str = "default",
+) -> int:
+    """A job running under `owner` in its attempt number `attempts`."""
+    job_id = producer.enqueue("noop", queue=queue, max_attempts=max_attempts)
+    db.execute(
+        f"UPDATE {schema}.jobs SET state = 'running', attempts = %s, lease_owner = %s,"
+        " lease_until = now() + interval '1 hour' WHERE id = %s",
+        (attempts, owner, job_id),
+    )
+    return job_id
+
+
+def retry_delay(db: psycopg.Connection[Any], schema: str, job_id: int) -> float:
+    """Seconds from the charge (its error's timestamp) to the job's next availability."""
+    row = db.execute(
+        f"SELECT extract(epoch FROM available_at - (errors->-1->>'at')::timestamptz)::float8"
+        f" FROM {schema}.jobs WHERE id = %s",
+        (job_id,),
+    ).fetchone()
+    assert row is not None
+    return float(row[0])
+
+
+def test_a_death_is_charged_with_the_delay_each_attempt_earns(
+    db: psycopg.Connection[Any], schema: str, producer: forklift.App, store: SupervisorStore
+) -> None:
+    ids = {n: leased(db, schema, producer, attempts=n) for n in (0, 1, 2, 3, 9)}
+    exhausted = leased(db, schema, producer, attempts=3, max_attempts=3)
+    bystander = leased(db, schema, producer, attempts=1, owner="alive:2:b")
+    charged = store.job_fail_orphaned(DEAD, "WorkerDied: worker process killed by SIGKILL")
+    assert sorted(j.id for j in charged) == sorted([*ids.values(), exhausted])
+    states = {j.id: (j.state, j.attempts, j.queue, j.task) for j in charged}
+    assert states[exhausted] == ("dead", 3, "default", "noop")
+    # The delays the SQL used to compute: least(60, 0.5 * 2^(attempts - 1)).
+    for attempts, job_id in ids.items():
+        assert states[job_id][0] == "ready"
+        expected = min(60.0, 0.5 * 2 ** max(attempts - 1, 0))
+        assert retry_delay(db, schema, job_id) == pytest.approx(expected)
+    row = db.execute(
+        f"SELECT lease_owner, last_error, errors->-1->>'worker' FROM {schema}.jobs WHERE id = %s",
+        (ids[1],),
+    ).fetchone()
+    assert row == (None, "WorkerDied: worker process killed by SIGKILL", DEAD)
+    dead = db.execute(
+        f"SELECT completed_at IS NOT NULL FROM {schema}.jobs WHERE id = %s", (exhausted,)
+    ).fetchone()
+    assert dead == (True,)
+    # The fence: another owner's job is untouched.
+    owner = db.execute(f"SELECT lease_owner FROM {schema}.jobs WHERE id = %s", (bystander,))
+    assert owner.fetchone() == ("alive:2:b",)
+    assert store.job_fail_orphaned(DEAD, "again") == []
+
+
+def test_a_timeout_charges_only_the_overdue_job(
+    db: psycopg.Connection[Any], schema: str, producer: forklift.App, store: SupervisorStore
+) -> None:
+    overdue = leased(db, schema, producer, attempts=2)
+    other = leased(db, schema, producer, attempts=1)
+    charged = store.job_fail_orphaned(DEAD, "TimeoutError: job timed out", ids=[overdue])
+    assert [(j.id, j.state) for j in charged] == [(overdue, "ready")]
+    assert retry_delay(db, schema, overdue) == pytest.approx(1.0)
+    state = db.execute(f"SELECT state FROM {schema}.jobs WHERE id = %s", (other,)).fetchone()
+    assert state == ("running",)
+
+
+def test_charging_and_releasing_wake_the_queues_listeners(
+    dsn: str,
+    db: psycopg.Connection[Any],
+    schema: str,
+    producer: forklift.App,
+    store: SupervisorStore,
+) -> None:
+    leased(db, schema, producer, attempts=1, queue="render")
+    leased(db, schema, producer, attempts=1, queue="mail", owner="other:3:c")
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute(f'LISTEN "{schema}_jobs"')
+        store.job_fail_orphaned(DEAD, "WorkerDied")
+        released = store.job_release_owner("other:3:c")
+        heard = [(n.channel, n.payload) for n in listener.notifies(timeout=2.0, stop_after=2)]
+    assert heard == [(f"{schema}_jobs", "render"), (f"{schema}_jobs", "mail")]
+    assert [j.queue for j in released] == ["mail"]
+    row = db.execute(
+        f"SELECT state, attempts, lease_owner FROM {schema}.jobs WHERE id = %s", (released[0].id,)
+    ).fetchone()
+    assert row == ("ready", 0, None)

@@ -1,0 +1,72 @@
+"""Attribution: a death recorded on the jobs at once, or retried while the database is away."""
+
+from __future__ import annotations
+
+from forklift.metrics import Totals
+from forklift.supervisor.attribution import Attribution, Deferred
+from forklift.supervisor.child import RunningJob
+from forklift.supervisor.states import JobsAction
+from forklift.supervisor.store import ChargedJob
+from tests.unit.supervisor.conftest import FakeStore
+
+
+def test_fail_charges_and_release_gives_back(store: FakeStore) -> None:
+    totals = Totals()
+    attribution = Attribution(store, totals)
+    store.charged = [ChargedJob(1, "ready", 1, "q", "a"), ChargedJob(2, "dead", 5, "q", "b")]
+    attribution.record("o:1:x", "WorkerDied: exit 3", JobsAction.FAIL, now=0.0)
+    attribution.record("o:2:y", "WorkerDied: shutdown", JobsAction.RELEASE, now=0.0)
+    assert store.calls == [
+        ("job_fail_orphaned", ("o:1:x", "WorkerDied: exit 3", None)),
+        ("job_release_owner", ("o:2:y",)),
+    ]
+    assert totals.jobs == {
+        ("q", "a", "crashed"): 1,
+        ("q", "b", "crashed"): 1,
+        ("default", "render", "released"): 1,
+    }
+    assert attribution.pending == []
+
+
+def test_deferred_attributions_retry_1_s_later_then_doubling_up_to_30_s(store: FakeStore) -> None:
+    attribution = Attribution(store, Totals())
+    store.down = True
+    attribution.record("o:1:x", "died", JobsAction.FAIL, now=100.0)
+    attribution.record("o:2:y", "died", JobsAction.RELEASE, now=100.5)
+    assert attribution.pending == [
+        Deferred("o:1:x", "died", JobsAction.FAIL),
+        Deferred("o:2:y", "died", JobsAction.RELEASE),
+    ]
+    assert attribution.retry_at == 101.0
+    attribution.retry_pending(100.9)  # not due: not tried
+    assert attribution.retry_at == 101.0
+    retries = []
+    for _ in range(7):
+        due = attribution.retry_at
+        assert due is not None
+        attribution.retry_pending(due)  # tried, and failed again
+        assert attribution.retry_at is not None
+        retries.append(attribution.retry_at - due)
+    assert retries == [2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
+    store.down = False
+    attribution.retry_pending(attribution.retry_at)
+    assert attribution.pending == [] and attribution.retry_at is None
+    assert [name for name, _ in store.calls] == ["job_fail_orphaned", "job_release_owner"]
+    # The streak is over: the next outage starts again at 1 s.
+    store.down = True
+    attribution.record("o:3:z", "died", JobsAction.FAIL, now=1000.0)
+    assert attribution.retry_at == 1001.0
+
+
+def test_a_timeout_is_charged_on_the_one_job(store: FakeStore) -> None:
+    totals = Totals()
+    attribution = Attribution(store, totals)
+    job = RunningJob(7, "render", started=0.0, timeout=1.0)
+    assert attribution.charge_timeout("o:1:x", job, "job render#7 timed out after 1 s")
+    assert store.calls == [
+        ("job_fail_orphaned", ("o:1:x", "TimeoutError: job render#7 timed out after 1 s", [7]))
+    ]
+    assert totals.jobs == {("default", "render", "crashed"): 1}
+    store.down = True
+    assert not attribution.charge_timeout("o:1:x", job, "again")
+    assert attribution.pending == []  # not deferred: the child's death charges it

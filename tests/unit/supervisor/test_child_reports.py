@@ -1,0 +1,201 @@
+"""The report pipe: what a child writes, and what the parent makes of it."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from forklift.metrics import Tally, Totals
+from forklift.supervisor.child import Child, RunningJob
+from forklift.supervisor.reports import (
+    Heartbeat,
+    JobEnded,
+    JobStarted,
+    MetricDeltas,
+    Report,
+    Reporter,
+    parse_report,
+)
+from tests.unit.supervisor.conftest import OpenPipe
+
+
+@pytest.fixture
+def pipe(open_pipe: OpenPipe) -> tuple[int, int]:
+    return open_pipe()
+
+
+@pytest.fixture
+def child(pipe: tuple[int, int]) -> Child:
+    return Child(pid=4242, index=1, owner="host:4242:abc", pipe=pipe[0], started=0.0, last_seen=0.0)
+
+
+def test_read_with_nothing_written_is_still_open(child: Child) -> None:
+    assert child.read(1.0) is True
+    assert child.jobs == {} and child.last_seen == 0.0
+
+
+def test_heartbeats_set_rss_and_peak_rss(child: Child, pipe: tuple[int, int]) -> None:
+    write_fd = pipe[1]
+    Reporter(write_fd).heartbeat(1000)
+    Reporter(write_fd).heartbeat(5000)
+    Reporter(write_fd).heartbeat(3000)
+    assert child.read(7.0) is True
+    assert (child.rss, child.peak_rss, child.last_seen) == (3000, 5000, 7.0)
+    assert not child.busy
+
+
+def test_start_and_end_track_jobs_busy_and_idle_since(child: Child, pipe: tuple[int, int]) -> None:
+    write_fd = pipe[1]
+    Reporter(write_fd).start(7, 1.5, "render")
+    assert child.read(10.0)
+    assert child.jobs == {7: RunningJob(7, "render", 10.0, 1.5)}
+    assert child.busy and child.idle_since is None and child.last_seen == 10.0
+
+    Reporter(write_fd).start(8, None, "send email")  # a second thread's job; spaces survive
+    assert child.read(11.0)
+    assert child.jobs[8] == RunningJob(8, "send email", 11.0, None)
+
+    Reporter(write_fd).end(7)
+    assert child.read(12.0)
+    assert list(child.jobs) == [8]
+    assert child.busy and child.idle_since is None  # still running job 8
+
+    Reporter(write_fd).end(8)
+    assert child.read(13.0)
+    assert child.jobs == {} and not child.busy and child.idle_since == 13.0
+
+
+def test_a_long_task_name_is_cut_to_200_characters(child: Child, pipe: tuple[int, int]) -> None:
+    Reporter(pipe[1]).start(1, 2, "t" * 5000)
+    assert child.read(1.0)
+    assert child.jobs[1].task == "t" * 200
+    assert child.jobs[1].timeout == 2.0
+
+
+def test_partial_lines_are_reassembled(child: Child, pipe: tuple[int, int]) -> None:
+    write_fd = pipe[1]
+    os.write(write_fd, b"heartbeat 12")
+    assert child.read(1.0)
+    assert child.rss == 0 and child.last_seen == 0.0  # nothing applied from half a line
+    os.write(write_fd, b"34\nstarted 9 2.5 ta")
+    assert child.read(2.0)
+    assert child.rss == 1234 and child.jobs == {}
+    os.write(write_fd, b"sk")
+    assert child.read(3.0)
+    assert child.jobs == {}
+    os.write(write_fd, b"\nended 9\nheartbeat 7")
+    assert child.read(4.0)
+    assert child.jobs == {} and child.idle_since == 4.0 and child.rss == 1234
+    os.write(write_fd, b"\n")
+    assert child.read(5.0)
+    assert child.rss == 7 and child.peak_rss == 1234
+
+
+def test_a_line_split_inside_a_multibyte_character_survives(
+    child: Child, pipe: tuple[int, int]
+) -> None:
+    line = "started 3 - café\n".encode()
+    cut = line.index("é".encode()) + 1  # between the two bytes of é
+    os.write(pipe[1], line[:cut])
+    assert child.read(1.0)
+    os.write(pipe[1], line[cut:])
+    assert child.read(2.0)
+    assert child.jobs[3].task == "café"
+
+
+def test_many_reports_in_one_read(child: Child, pipe: tuple[int, int]) -> None:
+    write_fd = pipe[1]
+    for i in range(1, 1001):  # ~46 KB: within the pipe's 64 KiB, so the writes never block
+        Reporter(write_fd).start(i, None, "noop")
+        Reporter(write_fd).heartbeat(i)
+        Reporter(write_fd).end(i)
+    assert child.read(1.0)
+    assert child.jobs == {} and child.rss == 1000 and child.peak_rss == 1000
+
+
+def test_read_returns_false_once_the_write_end_closes(child: Child, pipe: tuple[int, int]) -> None:
+    write_fd = pipe[1]
+    Reporter(write_fd).start(5, None, "last words")
+    os.close(write_fd)
+    # What the child wrote before it died is still applied (reap reads once more).
+    assert child.read(9.0) is False
+    assert 5 in child.jobs
+    assert child.read(10.0) is False
+
+
+def test_read_after_close_returns_false(child: Child) -> None:
+    child.close()
+    assert child.read(1.0) is False
+    child.close()  # closing twice is harmless
+
+
+def test_report_writers_never_raise_once_the_parent_is_gone(pipe: tuple[int, int]) -> None:
+    read_fd, write_fd = pipe
+    os.close(read_fd)
+    Reporter(write_fd).heartbeat(1)  # EPIPE, swallowed
+    Reporter(write_fd).start(1, None, "x")
+    Reporter(write_fd).end(1)
+    os.close(write_fd)
+    Reporter(write_fd).heartbeat(1)  # EBADF, swallowed
+
+
+def test_overdue_respects_the_timeout() -> None:
+    job = RunningJob(1, "render", started=100.0, timeout=2.0)
+    assert not job.overdue(101.0)
+    assert not job.overdue(102.0)  # exactly at the timeout is not yet overdue
+    assert job.overdue(102.01)
+
+
+def test_a_job_without_a_timeout_is_never_overdue() -> None:
+    job = RunningJob(1, "render", started=100.0, timeout=None)
+    assert not job.overdue(1e12)
+
+
+@pytest.mark.parametrize(
+    ("line", "report"),
+    [
+        ("heartbeat 4096", Heartbeat(4096)),
+        ("started 7 1.5 render", JobStarted(7, 1.5, "render")),
+        ("started 8 - send email", JobStarted(8, None, "send email")),
+        ("ended 7", JobEnded(7)),
+        ('metrics {"renewals":2}', MetricDeltas({"renewals": 2})),
+    ],
+)
+def test_parse_report(line: str, report: Report) -> None:
+    assert parse_report(line) == report
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["", "nonsense", "heartbeat x", "started x - t", "started 1 soon t", "ended", "metrics {"],
+)
+def test_a_line_that_is_no_report_parses_to_none(line: str) -> None:
+    assert parse_report(line) is None
+    assert parse_report("metrics [1, 2]") is None  # deltas are an object
+
+
+def test_a_torn_line_is_a_sign_of_life_and_nothing_else(
+    child: Child, pipe: tuple[int, int]
+) -> None:
+    os.write(pipe[1], b"started 1 - ok\nended x\nheartbeat\xff\n")
+    assert child.read(3.0)
+    assert list(child.jobs) == [1] and child.last_seen == 3.0 and child.rss == 0
+
+
+def test_metric_deltas_reach_the_totals_with_their_names(pipe: tuple[int, int]) -> None:
+    totals = Totals()
+    child = Child(4242, 1, "h:4242:a", pipe[0], 0.0, 0.0, on_metrics=totals.add)
+    tally = Tally()
+    tally.job("default", "render", "succeeded", 0.2)
+    tally.wait("default", 0.01)
+    tally.renewed(3)
+    deltas = tally.take()
+    assert deltas is not None and set(deltas) == {"jobs", "durations", "waits", "renewals"}
+    Reporter(pipe[1]).metrics(deltas)
+    os.write(pipe[1], b'metrics {"jobs": [["q", "t"]]}\n')  # malformed: ignored
+    assert child.read(1.0)
+    assert totals.jobs == {("default", "render", "succeeded"): 1}
+    assert totals.renewals == 3
+    assert sum(totals.durations[("default", "render")].counts) == 1
+    assert sum(totals.waits["default"].counts) == 1

@@ -1,0 +1,112 @@
+"""The policing steps on constructed children, with a recorded kill and a fake clock."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from forklift.metrics import Totals
+from forklift.supervisor.attribution import Attribution
+from forklift.supervisor.child import Children, Kill, RunningJob
+from forklift.supervisor.config import SupervisorConfig
+from forklift.supervisor.police import Police
+from forklift.supervisor.states import KillReason
+from tests.unit.supervisor.conftest import FakeStore, Signals, make_child
+
+MiB = 2**20
+TERM, KILL = signal.SIGTERM.value, signal.SIGKILL.value
+
+
+def police(
+    children: Children, store: FakeStore, rss: dict[int, int] | None = None, **config: object
+) -> Police:
+    cfg = SupervisorConfig(workers=1, kill_grace=3.0, **config)  # type: ignore[arg-type]
+    sizes = rss or {}
+    return Police(cfg, children, Attribution(store, Totals()), rss=lambda pid: sizes.get(pid, 0))
+
+
+def test_an_overdue_job_is_charged_then_its_child_killed_once(
+    children: Children, signals: Signals, store: FakeStore
+) -> None:
+    job = RunningJob(7, "render", started=100.0, timeout=1.0)
+    child = make_child(children, 41, jobs={7: job})
+    cop = police(children, store)
+    cop.enforce_timeouts(now=100.5)
+    assert signals.sent == [] and store.calls == []
+    cop.enforce_timeouts(now=101.5)
+    cause = "job render#7 timed out after 1 s"
+    assert store.calls == [("job_fail_orphaned", ("host:41:abc", f"TimeoutError: {cause}", [7]))]
+    assert child.timed_out == [7] and child.killing == Kill(KillReason.TIMEOUT, cause)
+    assert signals.sent == [(41, TERM)] and child.kill_at == 101.5 + 3.0
+    cop.enforce_timeouts(now=102.0)
+    assert len(store.calls) == 1 and len(signals.sent) == 1
+
+
+def test_a_timeout_the_database_missed_still_kills(
+    children: Children, signals: Signals, store: FakeStore
+) -> None:
+    child = make_child(children, 41, jobs={7: RunningJob(7, "render", 0.0, 1.0)})
+    store.down = True
+    police(children, store).enforce_timeouts(now=5.0)
+    assert child.timed_out == []  # charged on its death instead
+    assert child.killing is not None and signals.sent == [(41, TERM)]
+
+
+def test_memory_past_the_hard_limit_kills_at_once(
+    children: Children, signals: Signals, store: FakeStore
+) -> None:
+    big, small = make_child(children, 41), make_child(children, 42)
+    sizes = {41: 300 * MiB, 42: 200 * MiB}
+    cop = police(children, store, sizes, max_memory_per_child=150.0, hard_memory_factor=1.5)
+    cop.enforce_memory(now=10.0)
+    assert signals.sent == [(41, KILL)]
+    assert big.killing == Kill(
+        KillReason.MEMORY, "memory limit: RSS 300 MiB passed 1.5 x the 150 MiB limit"
+    )
+    assert (big.peak_rss, small.peak_rss, small.killing) == (300 * MiB, 200 * MiB, None)
+    cop.enforce_memory(now=11.0)
+    assert len(signals.sent) == 1
+
+
+def test_no_memory_limit_no_memory_policing(
+    children: Children, signals: Signals, store: FakeStore
+) -> None:
+    make_child(children, 41)
+    police(children, store, {41: 10**12}).enforce_memory(now=1.0)
+    assert signals.sent == []
+
+
+def test_a_silent_child_is_killed_at_once(
+    children: Children, signals: Signals, store: FakeStore
+) -> None:
+    quiet = make_child(children, 41, started=0.0)
+    make_child(children, 42, started=25.0)
+    police(children, store, child_timeout=30.0).kill_unresponsive(now=31.0)
+    assert signals.sent == [(41, KILL)]
+    assert quiet.killing == Kill(KillReason.UNRESPONSIVE, "unresponsive: no report for 31 s")
+
+
+@pytest.mark.parametrize(("now", "sent"), [(9.9, []), (10.0, [(41, KILL)])])
+def test_a_kill_escalates_to_sigkill_at_kill_at(
+    children: Children, signals: Signals, store: FakeStore, now: float, sent: list[object]
+) -> None:
+    child = make_child(children, 41, kill_at=10.0)
+    make_child(children, 42)
+    police(children, store).escalate_kills(now)
+    assert signals.sent == sent
+    assert child.kill_at == (now + 1.0 if sent else 10.0)
+
+
+def test_past_the_deadline_everything_left_gets_sigkill_each_second(
+    children: Children, signals: Signals, store: FakeStore
+) -> None:
+    make_child(children, 41)
+    make_child(children, 42)
+    cop = police(children, store)
+    cop.enforce_deadline(now=100.0)  # no stop yet: no deadline
+    cop.deadline = 50.0
+    cop.enforce_deadline(now=49.0)
+    assert signals.sent == []
+    cop.enforce_deadline(now=50.0)
+    assert signals.sent == [(41, KILL), (42, KILL)] and cop.deadline == 51.0
