@@ -46,6 +46,10 @@ class Palette:
         return colours(self.pids)
 
 
+def plural(n: int, one: str, many: str = "") -> str:
+    return f"{n} {one}" if n == 1 else f"{n} {many or one + 's'}"
+
+
 def swatch(colour: RGB) -> Text:
     return Text("██", style=f"rgb({colour[0]},{colour[1]},{colour[2]})")
 
@@ -71,10 +75,10 @@ def worker_table(frame: Frame, palette: Palette) -> Table:
 
 
 def status_line(frame: Frame) -> str:
-    retries = len(frame.snapshot.charged)
     return (
         f"{frame.snapshot.finished}/{frame.total} tiles  {frame.rate:.1f} jobs/s  "
-        f"{len(frame.workers)} workers  {retries} {'retry' if retries == 1 else 'retries'}"
+        f"{plural(len(frame.workers), 'worker')}  "
+        f"{plural(len(frame.snapshot.charged), 'retry', 'retries')}"
     )
 
 
@@ -118,7 +122,11 @@ class PlainView:
         quarter = 4 * frame.snapshot.finished // max(frame.total, 1)
         if quarter > self.quarter:
             self.quarter = quarter
-            self.console.print(Text(f"{frame.elapsed:5.1f}s  {status_line(frame)}"), soft_wrap=True)
+            tiles = ", ".join(
+                f"{n} by {pid}" for pid, n in sorted(frame.snapshot.by_worker.items())
+            )
+            line = f"{frame.elapsed:5.1f}s  {status_line(frame)}  (tiles: {tiles})"
+            self.console.print(Text(line), soft_wrap=True)
 
     def close(self) -> None:
         pass

@@ -138,9 +138,7 @@ class Demo:
                 with self.interrupts.shielded():  # never leave a worker SIGSTOPped
                     self.killed = kill_busy_worker(supervisor, store, snapshot)
                 if self.killed is not None:
-                    events.append(
-                        f"killed worker {self.killed.pid} while it rendered tile {self.killed.tile}"
-                    )
+                    events.append(f"killed {self.killed_text()}")
             killed = self.killed.pid if self.killed else None
             elapsed = time.monotonic() - started
             view.show(Frame(snapshot, total, elapsed, workers, killed, events))
@@ -165,7 +163,15 @@ class Demo:
             effect_tiles=distinct,
             by_worker=final.by_worker,
             supervisor_exit=supervisor_exit,
+            killed=self.killed_text(),
         )
+
+    def killed_text(self) -> str:
+        if self.killed is not None:
+            return f"worker {self.killed.pid} while it rendered tile {self.killed.tile}"
+        if not self.options.kill:
+            return "none (--no-kill)"
+        return "none (no tile was being rendered past halfway)"
 
     def write_image(self, store: DemoStore) -> None:
         w, h, out = self.options.width, self.options.height, self.options.out

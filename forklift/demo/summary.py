@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from forklift.demo.image import RGB
-from forklift.demo.progress import swatch
+from forklift.demo.progress import plural, swatch
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,7 @@ class Result:
     effect_tiles: int  # distinct tiles among the effect rows
     by_worker: dict[int, int]
     supervisor_exit: int
+    killed: str  # which worker the demo killed, on which tile, or why none
 
     @property
     def exactly_once(self) -> bool:
@@ -58,12 +59,13 @@ def summary_table(result: Result, colours: dict[int, RGB]) -> Table:
         ("jobs", _jobs(result.states)),
         ("wall time", f"{result.wall:.1f} s"),
         ("throughput", f"{rate:.1f} jobs/s"),
+        ("killed", result.killed),
         ("retries", str(result.retries)),
         ("worker restarts", "unknown" if result.restarts is None else str(result.restarts)),
     ]
     for pid, colour in colours.items():
         tiles = result.by_worker.get(pid, 0)
-        rows.append((f"worker {pid}", Text.assemble(swatch(colour), f" {tiles} tiles")))
+        rows.append((f"worker {pid}", Text.assemble(swatch(colour), f" {plural(tiles, 'tile')}")))
     rows += [
         ("effect rows", f"{result.effect_rows} for {result.tiles} tiles "
                         f"({result.effect_tiles} distinct)"),
