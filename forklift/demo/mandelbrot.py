@@ -44,9 +44,15 @@ def tiles(width: int, height: int) -> list[Tile]:
     ]
 
 
+def job_args(tile: Tile, width: int, height: int) -> dict[str, int]:
+    """The keyword arguments of the render_tile job for `tile`."""
+    return dict(tile=tile.index, x=tile.x, y=tile.y, w=tile.w, h=tile.h, width=width, height=height)
+
+
 def render(tile: Tile, width: int, height: int) -> bytes:
     """The tile's pixels, one byte each, row by row: 0 inside the set, 64 far outside it,
-    rising to 255 at its edge (see forklift.demo.image.tint)."""
+    rising to 255 at its edge (see forklift.demo.image.tint); each the mean of its
+    SAMPLES x SAMPLES points, so the edge is smooth."""
     scale = VIEW_WIDTH / width
     left, top = -0.75 - width / 2 * scale, -height / 2 * scale
     offsets = [(k + 0.5) / SAMPLES * scale for k in range(SAMPLES)]

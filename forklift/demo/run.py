@@ -18,7 +18,7 @@ from forklift.demo.database import DemoStore, Place, Running, Snapshot, named_ds
 from forklift.demo.image import compose
 from forklift.demo.interrupts import Interrupted, Interrupts
 from forklift.demo.launch import Supervisor
-from forklift.demo.mandelbrot import TASK, tiles
+from forklift.demo.mandelbrot import TASK, job_args, tiles
 from forklift.demo.png import write_png
 from forklift.demo.progress import Frame, Palette, make_view
 from forklift.demo.story import Story
@@ -104,19 +104,7 @@ class Demo:
         w, h = self.options.width, self.options.height
         try:
             producer.enqueue_many(
-                JobSpec(
-                    TASK,
-                    {
-                        "tile": t.index,
-                        "x": t.x,
-                        "y": t.y,
-                        "w": t.w,
-                        "h": t.h,
-                        "width": w,
-                        "height": h,
-                    },
-                    idempotency_key=f"tile-{t.index}",
-                )
+                JobSpec(TASK, job_args(t, w, h), idempotency_key=f"tile-{t.index}")
                 for t in self.layout
             )
         finally:
