@@ -17,7 +17,7 @@ from forklift import _sql
 TASK = "render_tile"
 TILE = 32  # pixels per tile side
 MAX_ITER = 200
-SAMPLES = 4  # per pixel side: 4x4 points averaged, so edges are smooth (and it is real work)
+SAMPLES = 5  # per pixel side: 5x5 points averaged, so edges are smooth (and it is real work)
 VIEW_WIDTH = 3.5  # the complex plane's width in view, centred on -0.75 + 0i
 
 app = forklift.App()
