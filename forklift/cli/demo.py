@@ -28,7 +28,7 @@ never touches a server nobody named. With one, it works in a schema of its own
 (forklift_demo_<hex>) and drops it afterwards. Ctrl-C stops everything it started.
 
 Exit status: 0 if every tile's effect committed exactly once, 1 if not, 130 on
-Ctrl-C (143 on SIGTERM).
+Ctrl-C or SIGTERM.
 
 examples:
   forklift demo

@@ -44,6 +44,7 @@ def open_place(dsn: str | None, stack: ExitStack, interrupts: Interrupts) -> Pla
             dsn = server.start()
         where = f"an embedded PostgreSQL in {conninfo_to_dict(dsn)['host']}, deleted afterwards"
     else:
+        _db.probe(dsn, _db.Timeouts())  # one line saying where and why, if it cannot
         where = f"schema {schema} of {_db.redact(dsn)}, dropped afterwards"
     stack.callback(interrupts.shield(lambda: _drop(dsn, schema)))
     App(dsn, schema=schema).migrate()

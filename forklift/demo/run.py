@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.text import Text
 
 from forklift.app import App, JobSpec
+from forklift.cli.errors import Exit
 from forklift.demo.database import DemoStore, Place, Running, Snapshot, named_dsn, open_place
 from forklift.demo.image import compose
 from forklift.demo.interrupts import Interrupted, Interrupts
@@ -38,8 +39,8 @@ class Options:
 
 
 def run(options: Options, console: Console | None = None) -> int:
-    """Run the demo; 0 if every tile's effect committed exactly once, else 1; 128 + the
-    signal's number if interrupted (everything it started is stopped first)."""
+    """Run the demo; 0 if every tile's effect committed exactly once, else 1; 130 if
+    interrupted by SIGINT or SIGTERM (everything it started is stopped first)."""
     console = console or Console()
     with Interrupts() as interrupts:
         try:
@@ -53,7 +54,7 @@ def run(options: Options, console: Console | None = None) -> int:
                 ),
                 soft_wrap=True,
             )
-            return 128 + exc.signum
+            return Exit.INTERRUPTED
 
 
 class Demo:
@@ -96,7 +97,7 @@ class Demo:
         result = self.result(store, wall, restarts, code)
         self.console.print(summary_table(result, self.palette.colours()))
         self.write_image(store)
-        return 0 if result.ok else 1
+        return Exit.OK if result.ok else Exit.ERROR
 
     def enqueue(self, place: Place) -> None:
         """Every tile as a job, in one COPY, each with its own idempotency key."""
