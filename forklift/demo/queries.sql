@@ -1,0 +1,62 @@
+-- forklift demo: the effects table of the Mandelbrot app and what the demo reads back.
+-- {schema} is the demo's own schema (forklift_demo_<hex>), dropped when it ends.
+
+-- name: tiles_create
+-- One row per committed tile effect. No unique constraint on purpose: a tile whose
+-- effect committed twice would show as two rows, and the demo counts them.
+CREATE TABLE {schema}.demo_tiles (
+    tile        integer NOT NULL,
+    worker_pid  integer NOT NULL,
+    attempt     integer NOT NULL,
+    pixels      bytea NOT NULL,
+    rendered_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- name: tile_insert
+-- A rendered tile: the handler's effect, in its job's completion transaction.
+INSERT INTO {schema}.demo_tiles (tile, worker_pid, attempt, pixels)
+VALUES (%(tile)s::integer, %(worker_pid)s::integer, %(attempt)s::integer, %(pixels)s::bytea);
+
+-- name: tile_all
+-- Every tile effect, for the image.
+SELECT tile, worker_pid, attempt, pixels FROM {schema}.demo_tiles ORDER BY tile, rendered_at;
+
+-- name: tile_count_by_worker
+-- How many tiles each worker process rendered.
+SELECT worker_pid, count(*)::integer FROM {schema}.demo_tiles GROUP BY worker_pid;
+
+-- name: tile_rerendered
+-- Tiles committed by a later attempt than the first: who rendered them in the end.
+SELECT tile, worker_pid, attempt FROM {schema}.demo_tiles WHERE attempt > 1 ORDER BY tile;
+
+-- name: tile_effect_counts
+-- The exactly-once check: effect rows, distinct tiles among them.
+SELECT count(*)::integer, count(DISTINCT tile)::integer FROM {schema}.demo_tiles;
+
+-- name: job_count_by_state
+-- Jobs per state.
+SELECT state::text, count(*)::integer FROM {schema}.jobs GROUP BY state;
+
+-- name: job_running
+-- Running jobs, the most recently started first: id, tile, lease owner (host:pid:nonce).
+SELECT id, (args->>'tile')::integer, lease_owner FROM {schema}.jobs
+WHERE state = 'running'
+ORDER BY started_at DESC;
+
+-- name: job_held_by
+-- True while the job is still running under this owner (not completed meanwhile).
+SELECT EXISTS (
+    SELECT 1 FROM {schema}.jobs
+    WHERE id = %(id)s::bigint AND state = 'running' AND lease_owner = %(owner)s::text
+);
+
+-- name: job_charged
+-- Jobs with at least one failed attempt: tile, attempts, state, the latest error.
+SELECT (args->>'tile')::integer, attempts, state::text, coalesce(last_error, '')
+FROM {schema}.jobs
+WHERE jsonb_array_length(errors) > 0
+ORDER BY id;
+
+-- name: schema_drop
+-- The demo's schema and everything in it (jobs, processes, tiles).
+DROP SCHEMA IF EXISTS {schema} CASCADE;
