@@ -62,11 +62,12 @@ WITH ready AS (
         FOR UPDATE SKIP LOCKED
     ) AS c
 ), expired AS (
-    SELECT j.id, j.priority, j.lease_until AS available_at
+    -- A lost job keeps its place in line: its original due time, not its lease's end.
+    SELECT j.id, j.priority, j.available_at
     FROM {schema}.jobs j
     WHERE %(expired)s::boolean AND j.state = 'running' AND j.lease_until < now()
       AND j.attempts < j.max_attempts AND j.queue = ANY(%(queues)s::text[])
-    ORDER BY j.lease_until
+    ORDER BY j.priority DESC, j.available_at, j.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), picked AS (

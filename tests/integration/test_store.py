@@ -85,3 +85,34 @@ def test_pool_errors_leave_the_store_as_database_errors(store: JobStore) -> None
     assert isinstance(caught.value.__cause__, psycopg.Error)
     with pytest.raises(DatabaseError, match=r"^effect transaction failed: "):
         store.effect_begin()
+
+
+def test_a_lost_job_keeps_its_place_in_line(
+    app: forklift.App, store: JobStore, db: psycopg.Connection[Any], schema: str
+) -> None:
+    # A job whose worker froze: still `running`, its lease just expired. It was due ten
+    # minutes ago; a backlog behind it has been due for five. Re-run, it goes first, by
+    # when it was due, not by when its lease happened to run out.
+    lost = app.enqueue("noop")
+    db.execute(
+        f"UPDATE {schema}.jobs SET state = 'running', attempts = 1, lease_owner = 'frozen:1:x',"
+        " available_at = now() - interval '10 minutes', lease_until = now() - interval '1 second'"
+        " WHERE id = %s",
+        (lost,),
+    )
+    backlog = app.enqueue_many([("noop", {}) for _ in range(20)])
+    db.execute(
+        f"UPDATE {schema}.jobs SET available_at = now() - interval '5 minutes' WHERE id = ANY(%s)",
+        (backlog,),
+    )
+    claimed = store.job_claim(["default"], OWNER, 5, 30.0, expired=True)
+    assert {j.id for j in claimed} == {lost, *backlog[:4]}
+    # Higher priority still comes first, lost or not.
+    urgent = app.enqueue("noop", priority=1)
+    db.execute(
+        f"UPDATE {schema}.jobs SET state = 'running', attempts = 1, lease_owner = 'frozen:1:x',"
+        " lease_until = now() - interval '1 second' WHERE id = %s",
+        (urgent,),
+    )
+    claimed = store.job_claim(["default"], OWNER, 2, 30.0, expired=True)
+    assert {j.id for j in claimed} == {urgent, backlog[4]}
