@@ -1,4 +1,10 @@
-"""A TCP proxy in front of PostgreSQL that a test can cut and restore (a database outage)."""
+"""A TCP proxy in front of PostgreSQL that a test can cut, stall and restore.
+
+`cut()` is a database outage as a client sees it when the network drops its connections:
+open ones break, new ones are refused. `stall()` is a network that stops carrying bytes
+without telling anyone (a partition, a dead switch): connections stay open and are even
+accepted, but nothing reaches the other side until `restore()`.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ class Proxy:
         self._listener: socket.socket | None = None
         self._conns: list[socket.socket] = []
         self._lock = threading.Lock()
+        self._flowing = threading.Event()
         self.restore()
 
     @classmethod
@@ -43,7 +50,10 @@ class Proxy:
         return socket.create_connection(self.target, timeout=5)
 
     def restore(self) -> None:
-        """Accept connections again (on the same port)."""
+        """Accept connections again (on the same port) and carry bytes again."""
+        self._flowing.set()
+        if self._listener is not None:
+            return
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(("127.0.0.1", self.port))
@@ -51,6 +61,14 @@ class Proxy:
         self.port = listener.getsockname()[1]
         self._listener = listener
         threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def stall(self) -> None:
+        """Stop carrying bytes either way; connections stay open (until `restore()`)."""
+        self._flowing.clear()
+
+    @property
+    def stalled(self) -> bool:
+        return not self._flowing.is_set()
 
     def cut(self) -> None:
         """Refuse new connections and break every open one."""
@@ -87,10 +105,12 @@ class Proxy:
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
         try:
-            while data := src.recv(65536):
+            # While stalled, bytes wait in the kernel's buffers: TCP backs off as it would
+            # behind a partition, and nothing is lost or reordered once it is restored.
+            while self._flowing.wait() and (data := src.recv(65536)):
+                self._flowing.wait()
                 dst.sendall(data)
         except OSError:
             pass
