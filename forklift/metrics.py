@@ -9,6 +9,7 @@ written to disk. `Totals` is exposed through a prometheus-client collector.
 from __future__ import annotations
 
 import bisect
+import math
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -54,6 +55,14 @@ WAIT_BUCKETS = (
 OUTCOMES = ("succeeded", "failed", "dead", "released", "lease_lost", "crashed")
 
 
+def _count(value: Any) -> int:
+    """A count from a child's report: a whole number >= 0 (ValueError otherwise)."""
+    n = int(value)
+    if n < 0 or n != value:
+        raise ValueError(f"{value!r} is not a count")
+    return n
+
+
 @dataclass
 class Histo:
     """Bucket counts (non-cumulative, one slot per bound plus +Inf), sum and count."""
@@ -73,8 +82,11 @@ class Histo:
     def load(cls, dumped: list[Any], bounds: tuple[float, ...]) -> Histo:
         """The histogram `dump()` made (ValueError or TypeError if it is not one)."""
         counts, total = dumped
-        loaded = [int(n) for n in counts[: len(bounds) + 1]]
-        return cls(loaded + [0] * (len(bounds) + 1 - len(loaded)), float(total))
+        loaded = [_count(n) for n in counts[: len(bounds) + 1]]
+        total = float(total)
+        if not math.isfinite(total):
+            raise ValueError("a histogram's sum must be finite")
+        return cls(loaded + [0] * (len(bounds) + 1 - len(loaded)), total)
 
     def add(self, other: Histo) -> None:
         for i, n in enumerate(other.counts):
@@ -146,16 +158,21 @@ class Totals:
         self.waits: dict[str, Histo] = {}
         self.renewals = 0
         self.restarts: dict[str, int] = {}
+        self.malformed_reports = 0
 
     def add(self, delta: dict[str, Any]) -> None:
-        """Add one child's `Tally.take()` deltas; a malformed one raises and adds nothing."""
-        jobs = [((str(q), str(t), str(o)), int(n)) for q, t, o, n in delta.get("jobs", ())]
-        durations = [
-            ((str(q), str(t)), Histo.load(h, DURATION_BUCKETS))
-            for q, t, h in delta.get("durations", ())
-        ]
-        waits = [(str(q), Histo.load(h, WAIT_BUCKETS)) for q, h in delta.get("waits", ())]
-        renewals = int(delta.get("renewals", 0))
+        """Add one child's `Tally.take()` deltas; a malformed one adds nothing and raises
+        ValueError, whatever is wrong with it (it came through a pipe from a child)."""
+        try:
+            jobs = [((str(q), str(t), str(o)), _count(n)) for q, t, o, n in delta.get("jobs", ())]
+            durations = [
+                ((str(q), str(t)), Histo.load(h, DURATION_BUCKETS))
+                for q, t, h in delta.get("durations", ())
+            ]
+            waits = [(str(q), Histo.load(h, WAIT_BUCKETS)) for q, h in delta.get("waits", ())]
+            renewals = _count(delta.get("renewals", 0))
+        except (TypeError, ValueError, ArithmeticError, AttributeError) as exc:
+            raise ValueError(f"malformed metric deltas: {type(exc).__name__}: {exc}") from None
         with self.lock:
             for key, n in jobs:
                 self.jobs[key] = self.jobs.get(key, 0) + n
@@ -164,6 +181,11 @@ class Totals:
             for queue, h in waits:
                 self.waits.setdefault(queue, Histo.empty(WAIT_BUCKETS)).add(h)
             self.renewals += renewals
+
+    def malformed(self, n: int) -> None:
+        """Count reports from children that could not be read."""
+        with self.lock:
+            self.malformed_reports += n
 
     def job(self, queue: str, task: str, outcome: str) -> None:
         with self.lock:
@@ -206,6 +228,7 @@ class TotalsCollector(Collector):
             waits = {k: Histo(list(h.counts), h.total) for k, h in t.waits.items()}
             renewals = t.renewals
             restarts = dict(t.restarts)
+            malformed = t.malformed_reports
         family = CounterMetricFamily(
             "forklift_jobs", "Job attempts by outcome.", labels=["queue", "task", "outcome"]
         )
@@ -235,3 +258,8 @@ class TotalsCollector(Collector):
         for reason, n in sorted(restarts.items()):
             family.add_metric([reason], n)
         yield family
+        yield CounterMetricFamily(
+            "forklift_malformed_reports",
+            "Reports from worker processes that could not be read (dropped).",
+            value=malformed,
+        )

@@ -87,7 +87,7 @@ class Supervisor:
             self.children,
             self.signals,
             self.ops.fork_lock,
-            on_metrics=self.totals.add,
+            totals=self.totals,
             close_in_child=self.ops.close_in_child,
         )
 
@@ -182,7 +182,11 @@ class Supervisor:
     def read_reports(self) -> None:
         now = time.monotonic()
         for child in self.children:
-            child.read(now)
+            try:
+                child.read(now)
+            except Exception:  # nothing a child sends may kill the supervisor (a bug here)
+                log.exception("reading the reports of child %s failed", child.pid)
+                child.count_malformed(1, b"")
 
     # -- signals ------------------------------------------------------------------------
 

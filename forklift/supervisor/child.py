@@ -18,7 +18,6 @@ from forklift.supervisor.reports import (
     MetricDeltas,
     Report,
     ReportPipe,
-    parse_report,
 )
 from forklift.supervisor.states import KillReason, RetireReason
 
@@ -77,21 +76,47 @@ class Child:
     timed_out: list[int] = field(default_factory=list)  # jobs charged for their timeout
     generation: int = 0
     on_metrics: Callable[[dict[str, Any]], None] | None = None
+    # Called with the number of malformed reports read (the supervisor's metric).
+    on_malformed: Callable[[int], None] | None = None
+    malformed: int = 0  # reports from it that could not be read, dropped
 
     def __post_init__(self) -> None:
         self._reports = ReportPipe(self.pipe)
 
     def read(self, now: float) -> bool:
-        """Take in the child's reports; return False once its pipe is closed."""
-        lines, still_open = self._reports.read()
-        for line in lines:
+        """Take in the child's reports; return False once its pipe is closed.
+
+        A report that cannot be read (garbage, a torn write) is counted and dropped:
+        nothing a child writes raises here.
+        """
+        decoded, still_open = self._reports.read()
+        if decoded.reports or decoded.malformed:
             self.last_seen = now  # any line is a sign of life
-            report = parse_report(line)
-            if report is not None:
-                self.take_report(report, now)
+        bad = list(decoded.malformed)
+        for report in decoded.reports:
+            if not self.take_report(report, now):
+                bad.append(repr(report).encode()[:80])
+        if bad:
+            self.count_malformed(len(bad), bad[0])
         return still_open
 
-    def take_report(self, report: Report, now: float) -> None:
+    def count_malformed(self, n: int, sample: bytes) -> None:
+        """Count `n` reports dropped as malformed, and say so (one line per read)."""
+        self.malformed += n
+        if self.on_malformed is not None:
+            self.on_malformed(n)
+        emit(
+            log,
+            "child.malformed_report",
+            logging.WARNING,
+            pid=self.pid,
+            count=n,
+            total=self.malformed,
+            sample=ascii(sample),
+        )
+
+    def take_report(self, report: Report, now: float) -> bool:
+        """Apply one report; False if its content was unusable (malformed counts)."""
         match report:
             case Heartbeat(rss):
                 self.rss = rss
@@ -106,8 +131,9 @@ class Child:
             case MetricDeltas(deltas) if self.on_metrics is not None:
                 try:
                     self.on_metrics(deltas)
-                except (ValueError, TypeError, KeyError):
-                    pass  # a malformed report: its counts are lost, not wrong
+                except ValueError:
+                    return False  # its counts are lost, not wrong
+        return True
 
     @property
     def busy(self) -> bool:

@@ -9,11 +9,12 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from forklift._events import emit
 from forklift._ids import make_owner
 from forklift.app import App
+from forklift.metrics import Totals
 from forklift.supervisor.boot import ChildSpec, child_main
 from forklift.supervisor.child import Child, Children
 from forklift.supervisor.config import SupervisorConfig
@@ -30,7 +31,7 @@ class Spawner:
         signals: SignalQueue,
         fork_lock: threading.Lock,
         *,
-        on_metrics: Callable[[dict[str, Any]], None],
+        totals: Totals,
         close_in_child: Callable[[], None],
     ) -> None:
         self.config = config
@@ -38,7 +39,7 @@ class Spawner:
         self.signals = signals
         # Held by the ops threads while they hold a connection or serve a request.
         self.fork_lock = fork_lock
-        self.on_metrics = on_metrics
+        self.totals = totals  # where the children's metric reports are summed
         self.close_in_child = close_in_child
 
     def spawn(self, app: App, total: int, generation: int) -> Child:
@@ -63,7 +64,8 @@ class Spawner:
         now = time.monotonic()
         child = Child(pid, index, make_owner(pid, nonce), read_fd, now, now)
         child.generation = generation
-        child.on_metrics = self.on_metrics
+        child.on_metrics = self.totals.add
+        child.on_malformed = self.totals.malformed
         child.idle_since = now
         self.children.add(child)
         emit(log, "child.started", pid=pid, index=index, owner=child.owner)

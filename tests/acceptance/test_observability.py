@@ -19,7 +19,7 @@ import pytest
 
 import forklift
 from forklift.testing import wait_for
-from tests.acceptance.conftest import scalar, wait_state
+from tests.acceptance.conftest import scalar, still_serves, wait_state
 from tests.acceptance.proxy import Proxy
 
 
@@ -130,6 +130,22 @@ def test_many_recycles_pile_nothing_up(
     body = get(url + "/metrics")[1]
     assert samples(body, "forklift_jobs_total", outcome="succeeded") == 220
     sup.stop_cleanly(timeout=30)
+    app.close()
+
+
+def test_a_child_writing_garbage_to_its_pipe_is_counted_and_harms_nothing(
+    dsn: str, schema: str, db: psycopg.Connection[Any], forklift_cli: Any
+) -> None:
+    app = forklift.App(dsn, schema=schema)
+    job_id = app.enqueue("scribble")
+    sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "1")
+    url = metrics_url(sup)
+    wait_state(db, schema, job_id, "succeeded", timeout=20)
+    still_serves(app, db, schema, sup)
+    assert "child.malformed_report" in sup.output()
+    assert samples(get(url + "/metrics")[1], "forklift_malformed_reports_total") >= 3
+    assert get(url + "/readyz")[0] == 200
+    sup.stop_cleanly(timeout=15)
     app.close()
 
 

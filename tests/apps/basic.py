@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
+import stat
 import time
 
 import forklift
@@ -83,3 +85,30 @@ def hog(ctx: forklift.JobContext, *, mib_per_step: int = 20) -> None:
 def wedge(ctx: forklift.JobContext) -> None:
     """Hold the GIL in native code for ages (catastrophic regex backtracking)."""
     re.match(r"(a+)+$", "a" * 64 + "b")
+
+
+SCRIBBLES = [
+    b"metrics " + b"[" * 100_000 + b"\n",  # nested past the parser's stack
+    b'{"k": "metrics", "deltas": {"jobs": [["q", "t", "succeeded", 1e400]]}}\n',
+    bytes(range(256)) * 64,  # binary, newlines and all
+    b"x" * (3 << 20) + b"\n",  # one 3 MiB line
+    b'{"k": "heartbeat", "rss": -1}\n',
+]
+
+
+@app.task(name="scribble", max_attempts=1)
+def scribble(ctx: forklift.JobContext) -> None:
+    """Write garbage into every pipe this process may write to: its report pipe is one."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+                continue
+            if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE != os.O_WRONLY:
+                continue
+            for garbage in SCRIBBLES:
+                view = memoryview(garbage)
+                while view:
+                    view = view[os.write(fd, view) :]
+        except OSError:
+            continue  # gone, or a non-blocking pipe that is full

@@ -31,7 +31,7 @@ class FakeSpawner(Spawner):
             sup.children,
             sup.signals,
             sup.ops.fork_lock,
-            on_metrics=sup.totals.add,
+            totals=sup.totals,
             close_in_child=sup.ops.close_in_child,
         )
         self.pids = itertools.count(1000)

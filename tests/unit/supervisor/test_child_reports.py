@@ -15,7 +15,8 @@ from forklift.supervisor.reports import (
     MetricDeltas,
     Report,
     Reporter,
-    parse_report,
+    encode,
+    parse_line,
 )
 from tests.unit.supervisor.conftest import OpenPipe
 
@@ -75,43 +76,48 @@ def test_a_long_task_name_is_cut_to_200_characters(child: Child, pipe: tuple[int
 
 def test_partial_lines_are_reassembled(child: Child, pipe: tuple[int, int]) -> None:
     write_fd = pipe[1]
-    os.write(write_fd, b"heartbeat 12")
+    beat, start, end, beat7 = (
+        encode(Heartbeat(1234)),
+        encode(JobStarted(9, 2.5, "task")),
+        encode(JobEnded(9)),
+        encode(Heartbeat(7)),
+    )
+    os.write(write_fd, beat[:5])
     assert child.read(1.0)
     assert child.rss == 0 and child.last_seen == 0.0  # nothing applied from half a line
-    os.write(write_fd, b"34\nstarted 9 2.5 ta")
+    os.write(write_fd, beat[5:] + start[:-3])
     assert child.read(2.0)
     assert child.rss == 1234 and child.jobs == {}
-    os.write(write_fd, b"sk")
+    os.write(write_fd, start[-3:-1])
     assert child.read(3.0)
     assert child.jobs == {}
-    os.write(write_fd, b"\nended 9\nheartbeat 7")
+    os.write(write_fd, start[-1:] + end + beat7[:-1])
     assert child.read(4.0)
     assert child.jobs == {} and child.idle_since == 4.0 and child.rss == 1234
     os.write(write_fd, b"\n")
     assert child.read(5.0)
     assert child.rss == 7 and child.peak_rss == 1234
+    assert child.malformed == 0
 
 
-def test_a_line_split_inside_a_multibyte_character_survives(
-    child: Child, pipe: tuple[int, int]
-) -> None:
-    line = "started 3 - café\n".encode()
-    cut = line.index("é".encode()) + 1  # between the two bytes of é
-    os.write(pipe[1], line[:cut])
-    assert child.read(1.0)
-    os.write(pipe[1], line[cut:])
-    assert child.read(2.0)
-    assert child.jobs[3].task == "café"
+def test_a_task_name_of_any_characters_survives(child: Child, pipe: tuple[int, int]) -> None:
+    name = "café 渲染 \t\x00\u2028 \ud800"
+    line = encode(JobStarted(3, None, name))
+    assert line.isascii() and line.count(b"\n") == 1 and line.endswith(b"\n")
+    for i in range(0, len(line), 3):  # in slices: every cut point is some write's end
+        os.write(pipe[1], line[i : i + 3])
+        assert child.read(1.0)
+    assert child.jobs[3].task == name
 
 
 def test_many_reports_in_one_read(child: Child, pipe: tuple[int, int]) -> None:
     write_fd = pipe[1]
-    for i in range(1, 1001):  # ~46 KB: within the pipe's 64 KiB, so the writes never block
+    for i in range(1, 501):  # ~52 KB: within the pipe's 64 KiB, so the writes never block
         Reporter(write_fd).start(i, None, "noop")
         Reporter(write_fd).heartbeat(i)
         Reporter(write_fd).end(i)
     assert child.read(1.0)
-    assert child.jobs == {} and child.rss == 1000 and child.peak_rss == 1000
+    assert child.jobs == {} and child.rss == 500 and child.peak_rss == 500
 
 
 def test_read_returns_false_once_the_write_end_closes(child: Child, pipe: tuple[int, int]) -> None:
@@ -155,32 +161,52 @@ def test_a_job_without_a_timeout_is_never_overdue() -> None:
 @pytest.mark.parametrize(
     ("line", "report"),
     [
-        ("heartbeat 4096", Heartbeat(4096)),
-        ("started 7 1.5 render", JobStarted(7, 1.5, "render")),
-        ("started 8 - send email", JobStarted(8, None, "send email")),
-        ("ended 7", JobEnded(7)),
-        ('metrics {"renewals":2}', MetricDeltas({"renewals": 2})),
+        (b'{"k":"heartbeat","rss":4096}', Heartbeat(4096)),
+        (b'{"k":"started","job":7,"timeout":1.5,"task":"render"}', JobStarted(7, 1.5, "render")),
+        (b'{"k":"started","job":8,"timeout":2,"task":"a b"}', JobStarted(8, 2.0, "a b")),
+        (b'{"k":"started","job":8,"timeout":null,"task":"a b"}', JobStarted(8, None, "a b")),
+        (b'{"k":"ended","job":7}', JobEnded(7)),
+        (b'{"k":"metrics","deltas":{"renewals":2}}', MetricDeltas({"renewals": 2})),
     ],
 )
-def test_parse_report(line: str, report: Report) -> None:
-    assert parse_report(line) == report
+def test_parse_line(line: bytes, report: Report) -> None:
+    assert parse_line(line) == report
+    assert encode(report) == line + b"\n" or parse_line(encode(report)[:-1]) == report
 
 
 @pytest.mark.parametrize(
     "line",
-    ["", "nonsense", "heartbeat x", "started x - t", "started 1 soon t", "ended", "metrics {"],
+    [
+        b"",
+        b"nonsense",
+        b"heartbeat 4096",  # the old line format is no report any more
+        b'{"k":"heartbeat","rss":"x"}',
+        b'{"k":"started","job":1,"timeout":"soon","task":"t"}',
+        b'{"k":"started","job":1,"timeout":-1,"task":"t"}',
+        b'{"k":"started","job":1,"timeout":Infinity,"task":"t"}',
+        b'{"k":"started","job":1,"timeout":1e999,"task":"t"}',
+        b'{"k":"started","job":1.5,"timeout":null,"task":"t"}',
+        b'{"k":"started","job":1,"timeout":null,"task":5}',
+        b'{"k":"ended"}',
+        b'{"k":"metrics","deltas":[1,2]}',
+        b'{"k":"reboot"}',
+        b'{"k":["heartbeat"]}',
+        b'"heartbeat"',
+        '{"k":"ended","job":1,"x":"é"}'.encode(),  # never written: not ASCII
+    ],
 )
-def test_a_line_that_is_no_report_parses_to_none(line: str) -> None:
-    assert parse_report(line) is None
-    assert parse_report("metrics [1, 2]") is None  # deltas are an object
+def test_a_line_that_is_no_report_parses_to_none(line: bytes) -> None:
+    assert parse_line(line) is None
 
 
 def test_a_torn_line_is_a_sign_of_life_and_nothing_else(
     child: Child, pipe: tuple[int, int]
 ) -> None:
-    os.write(pipe[1], b"started 1 - ok\nended x\nheartbeat\xff\n")
+    torn = encode(JobEnded(1))[:-4] + b"\n"
+    os.write(pipe[1], encode(JobStarted(1, None, "ok")) + torn + b"heartbeat\xff\n")
     assert child.read(3.0)
     assert list(child.jobs) == [1] and child.last_seen == 3.0 and child.rss == 0
+    assert child.malformed == 2
 
 
 def test_metric_deltas_reach_the_totals_with_their_names(pipe: tuple[int, int]) -> None:
@@ -193,9 +219,10 @@ def test_metric_deltas_reach_the_totals_with_their_names(pipe: tuple[int, int]) 
     deltas = tally.take()
     assert deltas is not None and set(deltas) == {"jobs", "durations", "waits", "renewals"}
     Reporter(pipe[1]).metrics(deltas)
-    os.write(pipe[1], b'metrics {"jobs": [["q", "t"]]}\n')  # malformed: ignored
+    os.write(pipe[1], b'{"k": "metrics", "deltas": {"jobs": [["q", "t"]]}}\n')  # malformed
     assert child.read(1.0)
     assert totals.jobs == {("default", "render", "succeeded"): 1}
     assert totals.renewals == 3
     assert sum(totals.durations[("default", "render")].counts) == 1
+    assert child.malformed == 1
     assert sum(totals.waits["default"].counts) == 1
