@@ -128,6 +128,7 @@ class Supervisor:
             if self.stopping and not self.children:
                 return
             now = time.monotonic()
+            self.restarts.review(now, self.children)
             self.attribution.retry_pending(now)
             self.police.enforce_timeouts(now)
             self.police.enforce_memory(now)
@@ -169,8 +170,8 @@ class Supervisor:
         """Sleep until a signal, a child report, or the next tick (or a restart is due)."""
         fds = [self.signals.read_fd, *self.children.pipes()]
         timeout = TICK
-        restart_in = self.restarts.restart_at - time.monotonic()
-        if restart_in > 0:
+        restart_in = self.restarts.next_due(time.monotonic())
+        if restart_in is not None:
             timeout = min(timeout, restart_in)
         try:
             readable, _, _ = select.select(fds, [], [], timeout)
@@ -250,7 +251,8 @@ class Supervisor:
     # -- the count ----------------------------------------------------------------------
 
     def maintain_count(self) -> None:
-        """Start missing children (after any restart backoff); retire extra ones."""
+        """Start missing children, each slot after its own restart backoff; retire extra
+        ones."""
         if self.stopping:
             return
         live = self.children.live()
@@ -260,8 +262,14 @@ class Supervisor:
                 self.children.retire(child, RetireReason.SCALE_DOWN)
             return
         now = time.monotonic()
-        while len(live) < target and now >= self.restarts.restart_at:
-            live.append(self.spawner.spawn(self.app, target, self.generation))
+        # A child being killed or retired still holds its slot: its replacement takes one
+        # past the target until it is reaped.
+        leaving = len(self.children) - len(live)
+        for slot in self.children.free_slots(target + leaving):
+            if len(live) >= target:
+                break
+            if self.restarts.due(slot, now):
+                live.append(self.spawner.spawn(self.app, target, self.generation, slot))
 
     def roll_reload(self) -> None:
         """Replace children of an older generation one at a time (no job is dropped)."""

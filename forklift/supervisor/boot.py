@@ -66,6 +66,7 @@ def _run(app: App, config: SupervisorConfig, spec: ChildSpec) -> int:
         owner=spec.owner,
         on_job_start=hooks.started,
         on_job_end=hooks.ended,
+        on_booted=report.booted,
         tally=tally,
     )
     _handle_signals(worker)

@@ -12,6 +12,7 @@ from typing import Any
 from forklift._events import emit
 from forklift.supervisor.exits import ChildFacts
 from forklift.supervisor.reports import (
+    Booted,
     Heartbeat,
     JobEnded,
     JobStarted,
@@ -79,6 +80,7 @@ class Child:
     # Called with the number of malformed reports read (the supervisor's metric).
     on_malformed: Callable[[int], None] | None = None
     malformed: int = 0  # reports from it that could not be read, dropped
+    booted: bool = False  # it said its worker loop runs
 
     def __post_init__(self) -> None:
         self._reports = ReportPipe(self.pipe)
@@ -121,6 +123,8 @@ class Child:
             case Heartbeat(rss):
                 self.rss = rss
                 self.peak_rss = max(self.peak_rss, rss)
+            case Booted():
+                self.booted = True
             case JobStarted(job_id, timeout, task):
                 self.jobs[job_id] = RunningJob(job_id, task, now, timeout)
                 self.idle_since = None
@@ -147,6 +151,7 @@ class Child:
             timeout_charged=bool(self.timed_out),
             held_jobs=bool(self.jobs),
             uptime=now - self.started,
+            booted=self.booted,
         )
 
     def close(self) -> None:
@@ -184,8 +189,12 @@ class Children:
 
     def free_index(self) -> int:
         """The lowest slot number (1, 2, ...) no child holds."""
+        return self.free_slots(len(self._by_pid) + 1)[0]
+
+    def free_slots(self, up_to: int) -> list[int]:
+        """The slot numbers from 1 to `up_to` that no child holds, lowest first."""
         used = {c.index for c in self._by_pid.values()}
-        return next(i for i in range(1, len(used) + 2) if i not in used)
+        return [i for i in range(1, up_to + 1) if i not in used]
 
     def pipes(self) -> list[int]:
         return [c.pipe for c in self._by_pid.values()]

@@ -20,11 +20,11 @@ RestartReason = KillReason | RetireReason | Literal["crash"]
 
 
 class RestartCount(StrEnum):
-    """What an exit does to the restart backoff (RestartPolicy's streak of fast crashes)."""
+    """What an exit does to its slot's restart backoff (see restarts.py)."""
 
-    CRASH = "crash"  # counted: a fast one backs the replacement off
-    CLEAN = "clean"  # a clean exit: ends the streak once the child ran long enough
-    NONE = "none"  # the supervisor was retiring it or stopping: not counted
+    BOOT_CRASH = "boot crash"  # it died before its worker loop ran: the slot backs off
+    BOOTED = "booted"  # it had booted, whatever ended it: the slot's streak is over
+    NONE = "none"  # it left before booting, asked to or cleanly: not counted
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,7 @@ class ChildFacts:
     timeout_charged: bool = False
     held_jobs: bool = False
     uptime: float = 0.0
+    booted: bool = False  # its worker loop ran (it said so on its report pipe)
 
 
 @dataclass(frozen=True)
@@ -81,12 +82,12 @@ def decide(child: ChildFacts, exit: ExitStatus, *, stopping: bool) -> Verdict:
     reason: RestartReason = (
         child.killing or child.retiring or (RetireReason.RECYCLE if quiet else "crash")
     )
-    if quiet:
-        counts = RestartCount.CLEAN
-    elif child.retiring or stopping:
+    if child.booted:
+        counts = RestartCount.BOOTED
+    elif quiet or child.retiring or stopping:
         counts = RestartCount.NONE
     else:
-        counts = RestartCount.CRASH
+        counts = RestartCount.BOOT_CRASH
     if quiet:
         level = logging.INFO
     else:

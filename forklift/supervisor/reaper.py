@@ -74,7 +74,7 @@ class Reaper:
         _log_exit(child, verdict, facts.uptime)
         if verdict.restart_reason is not None:
             self.totals.restart(verdict.restart_reason)
-        self.restarts.count(verdict.counts, now, facts.uptime)
+        self.restarts.count(verdict.counts, child.index, now)
         return verdict
 
 

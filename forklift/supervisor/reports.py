@@ -5,6 +5,7 @@ each control character escaped: a line is printable ASCII up to its one newline,
 nothing inside a report (a task name from anywhere) can end it early or forge another.
 
     {"k": "heartbeat", "rss": <bytes>}
+    {"k": "booted"}                 its worker loop runs: a death from now on is no boot crash
     {"k": "started", "job": <id>, "timeout": <seconds or null>, "task": <name>}
     {"k": "ended", "job": <id>}
     {"k": "metrics", "deltas": <Tally.take()>}
@@ -36,6 +37,11 @@ class Heartbeat:
 
 
 @dataclass(frozen=True)
+class Booted:
+    pass
+
+
+@dataclass(frozen=True)
 class JobStarted:
     job_id: int
     timeout: float | None
@@ -52,7 +58,7 @@ class MetricDeltas:
     deltas: dict[str, Any]
 
 
-Report = Heartbeat | JobStarted | JobEnded | MetricDeltas
+Report = Heartbeat | Booted | JobStarted | JobEnded | MetricDeltas
 
 
 def encode(report: Report) -> bytes:
@@ -60,6 +66,8 @@ def encode(report: Report) -> bytes:
     match report:
         case Heartbeat(rss):
             obj: dict[str, Any] = {"k": "heartbeat", "rss": rss}
+        case Booted():
+            obj = {"k": "booted"}
         case JobStarted(job_id, timeout, task):
             obj = {"k": "started", "job": job_id, "timeout": timeout, "task": task}
         case JobEnded(job_id):
@@ -79,6 +87,9 @@ class Reporter:
 
     def heartbeat(self, rss: int) -> None:
         self.send(Heartbeat(rss))
+
+    def booted(self) -> None:
+        self.send(Booted())
 
     def start(self, job_id: int, timeout: float | None, task: str) -> None:
         self.send(JobStarted(job_id, timeout, task[:200]))
@@ -138,6 +149,7 @@ def _metrics(obj: dict[str, Any]) -> Report | None:
 
 _PARSERS: dict[str, Callable[[dict[str, Any]], Report | None]] = {
     "heartbeat": _heartbeat,
+    "booted": lambda obj: Booted(),
     "started": _started,
     "ended": _ended,
     "metrics": _metrics,

@@ -42,9 +42,10 @@ class Spawner:
         self.totals = totals  # where the children's metric reports are summed
         self.close_in_child = close_in_child
 
-    def spawn(self, app: App, total: int, generation: int) -> Child:
-        """Fork a child running `app` in the lowest free slot; the parent's record of it."""
-        index = self.children.free_index()
+    def spawn(self, app: App, total: int, generation: int, index: int | None = None) -> Child:
+        """Fork a child running `app` in slot `index` (default: the lowest free one); the
+        parent's record of it."""
+        index = index or self.children.free_index()
         nonce = secrets.token_hex(3)
         read_fd, write_fd = os.pipe()
         parent_pid = os.getpid()

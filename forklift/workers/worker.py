@@ -62,6 +62,7 @@ class Worker:
         owner: str | None = None,
         on_job_start: Callable[[ClaimedJob], None] | None = None,
         on_job_end: Callable[[ClaimedJob, str], None] | None = None,
+        on_booted: Callable[[], None] | None = None,
         tally: Tally | None = None,
     ) -> None:
         self.app = app
@@ -69,6 +70,7 @@ class Worker:
         self.owner = owner or ""
         self.on_job_start = on_job_start
         self.on_job_end = on_job_end
+        self.on_booted = on_booted  # told once its services run, just before the first claim
         self.tally = tally
         self.booted: TestSignal[None] = TestSignal()  # its services exist from then on
         self._stopping = False
@@ -144,6 +146,8 @@ class Worker:
             queues=",".join(cfg.queues),
             concurrency=cfg.concurrency,
         )
+        if self.on_booted is not None:
+            self.on_booted()
         self.booted.emit(None)
 
     def _shutdown(self) -> None:

@@ -166,21 +166,63 @@ def test_max_jobs_per_child_recycles_children(
     app.close()
 
 
-def test_crash_loop_backs_off_and_keeps_the_supervisor_up(
-    dsn: str, schema: str, db: psycopg.Connection[Any], forklift_cli: Any
+def test_workers_that_crash_while_booting_back_off_into_a_crash_loop(
+    forklift_cli: Any,
 ) -> None:
-    app = forklift.App(dsn, schema=schema)
-    app.enqueue_many([forklift.JobSpec("exit", {"code": 9}, max_attempts=1) for _ in range(6)])
-    sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "1")
+    sup = forklift_cli("run", "tests.apps.boot_crash:app", "--workers", "2")
     wait_for(lambda: "supervisor.crash_loop" in sup.output(), timeout=30, what="crash loop seen")
-    delays = [
-        float(line.split("delay=")[1].split()[0])
-        for line in sup.output().splitlines()
-        if "child.restart_backoff" in line
-    ]
-    assert delays[:4] == sorted(delays[:4]) and delays[0] < delays[3]
+    delays: dict[str, list[float]] = {}
+    for line in sup.output().splitlines():
+        if "child.restart_backoff" in line:
+            slot = line.split("slot=")[1].split()[0]
+            delays.setdefault(slot, []).append(float(line.split("delay=")[1].split()[0]))
+    assert set(delays) == {"1", "2"}  # each slot backs off on its own
+    for own in delays.values():
+        assert own == sorted(own) and own[0] < own[-1]
     assert sup.popen.poll() is None
     sup.stop_cleanly(timeout=40)
+
+
+def test_poison_jobs_that_kill_a_running_worker_are_no_crash_loop(
+    dsn: str, schema: str, db: psycopg.Connection[Any], forklift_cli: Any
+) -> None:
+    # Each kills a worker that had booted: it ends dead; its worker is replaced at once.
+    app = forklift.App(dsn, schema=schema)
+    ids = app.enqueue_many(
+        [forklift.JobSpec("exit", {"code": 9}, max_attempts=1) for _ in range(6)]
+    )
+    sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "1")
+    for job_id in ids:
+        wait_state(db, schema, job_id, "dead", timeout=20)
+    still_serves(app, db, schema, sup)
+    assert "restart_backoff" not in sup.output() and "crash_loop" not in sup.output()
+    sup.stop_cleanly(timeout=15)
+    app.close()
+
+
+def test_one_external_kill_a_second_never_leaves_the_supervisor_without_workers(
+    dsn: str, schema: str, db: psycopg.Connection[Any], forklift_cli: Any
+) -> None:
+    sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "2")
+    wait_for(lambda: len(sup.children()) == 2, what="two children")
+    wait_for(lambda: "worker.started" in sup.output(), what="a worker booted")
+    alive: list[int] = []
+    previous = set(sup.children())
+    for _ in range(16):  # a kill every half second, of a worker up since the last one
+        time.sleep(0.1)  # past its boot: it was there at the last tick
+        victims = sorted(previous & set(sup.children()))
+        if victims:
+            os.kill(victims[0], signal.SIGKILL)
+        for _ in range(8):
+            time.sleep(0.05)
+            alive.append(len(sup.children()))
+        previous = set(sup.children())
+    assert "restart_backoff" not in sup.output() and "crash_loop" not in sup.output()
+    assert sum(1 for n in alive if n >= 1) >= 0.95 * len(alive)
+    assert sup.output().count("child.exited") >= 12
+    app = forklift.App(dsn, schema=schema)
+    still_serves(app, db, schema, sup)
+    sup.stop_cleanly(timeout=15)
     app.close()
 
 

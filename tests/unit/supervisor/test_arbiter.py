@@ -14,6 +14,7 @@ import forklift
 from forklift.app import App
 from forklift.supervisor import Supervisor, SupervisorConfig
 from forklift.supervisor.child import Child
+from forklift.supervisor.exits import RestartCount
 from forklift.supervisor.spawner import Spawner
 from forklift.supervisor.states import RetireReason, StopMode
 from forklift.workers.config import WorkerConfig
@@ -36,9 +37,9 @@ class FakeSpawner(Spawner):
         )
         self.pids = itertools.count(1000)
 
-    def spawn(self, app: App, total: int, generation: int) -> Child:
+    def spawn(self, app: App, total: int, generation: int, index: int | None = None) -> Child:
         pid, now = next(self.pids), time.monotonic()
-        child = Child(pid, self.children.free_index(), f"host:{pid}:x", -1, now, now)
+        child = Child(pid, index or self.children.free_index(), f"host:{pid}:x", -1, now, now)
         child.generation = generation
         self.children.add(child)
         return child
@@ -72,10 +73,13 @@ def test_maintain_count_starts_the_target_and_retires_the_newest_extra(
     assert sup.children.live() == [first]
 
 
-def test_no_child_starts_during_restart_backoff(sup: Supervisor) -> None:
-    sup.restarts.restart_at = time.monotonic() + 60.0
+def test_no_child_starts_in_a_slot_during_its_restart_backoff(sup: Supervisor) -> None:
+    for slot in (1, 2):
+        sup.restarts.count(RestartCount.BOOT_CRASH, slot, time.monotonic())
     sup.maintain_count()
     assert len(sup.children) == 0
+    wait = sup.restarts.next_due(time.monotonic())
+    assert wait is not None and 0 < wait <= 0.5
 
 
 def test_sigterm_stops_gracefully_and_a_second_sigint_hurries_it(
@@ -150,3 +154,41 @@ def test_the_title_says_what_the_supervisor_is_doing(
         "crash loop, 2/2 workers, 0 busy",
         "fast, 2/2 workers, 0 busy",
     ]
+
+
+SIGKILL_STATUS = signal.SIGKILL.value  # a wait status: killed by that signal
+
+
+def reap(sup: Supervisor, child: Child, status: int = SIGKILL_STATUS) -> None:
+    """What the loop's reap step does once `child` has exited with `status`."""
+    sup.children.pop(child.pid)
+    sup.reaper.on_exit(child, status, 0, stopping=False, now=time.monotonic())
+
+
+def test_a_worker_killed_after_booting_is_replaced_at_once_however_young(
+    sup: Supervisor,
+) -> None:
+    # One external SIGKILL a second: each death is of a worker that had booted (its loop
+    # ran), so none is a boot crash; no backoff, no crash loop, never short of workers.
+    sup.maintain_count()
+    for _ in range(8):
+        victim = next(iter(sup.children))
+        victim.booted = True
+        reap(sup, victim)
+        sup.maintain_count()
+        assert len(sup.children.live()) == 2
+    assert not sup.restarts.crash_loop
+    assert sup.totals.restarts == {"crash": 8}
+
+
+def test_a_boot_crash_backs_off_its_own_slot_only(sup: Supervisor) -> None:
+    sup.maintain_count()
+    first, second = sorted(sup.children, key=lambda c: c.index)
+    reap(sup, first)  # died before its worker loop ran: a boot crash
+    sup.maintain_count()
+    assert [c.index for c in sup.children] == [2]  # slot 1 waits out its backoff
+    second.booted = True
+    reap(sup, second)  # a running worker killed meanwhile: its slot refills at once
+    sup.maintain_count()
+    assert [c.index for c in sup.children] == [2]
+    assert len(sup.children.live()) == 1

@@ -26,7 +26,11 @@ SHUTDOWN = RetireReason.SHUTDOWN
 SCALE_DOWN = RetireReason.SCALE_DOWN
 RELOAD = RetireReason.RELOAD
 FAIL, RELEASE = JobsAction.FAIL, JobsAction.RELEASE
-CRASH, COUNTED_CLEAN, NOT_COUNTED = RestartCount.CRASH, RestartCount.CLEAN, RestartCount.NONE
+BOOT_CRASH, BOOTED, NOT_COUNTED = (
+    RestartCount.BOOT_CRASH,
+    RestartCount.BOOTED,
+    RestartCount.NONE,
+)
 INFO, WARNING, ERROR = logging.INFO, logging.WARNING, logging.ERROR
 
 Row = tuple[
@@ -42,88 +46,104 @@ Row = tuple[
 # facts, exit, stopping -> jobs, restart reason (None: not replaced), backoff, log level
 TABLE: dict[str, Row] = {
     "timeout kill whose job was charged: the bystanders are released": (
-        ChildFacts(killing=TIMEOUT, timeout_charged=True, held_jobs=True),
-        SIGKILLED, False, RELEASE, TIMEOUT, CRASH, WARNING,
+        ChildFacts(killing=TIMEOUT, timeout_charged=True, held_jobs=True, booted=True),
+        SIGKILLED, False, RELEASE, TIMEOUT, BOOTED, WARNING,
     ),
     "timeout kill whose charge failed: the jobs are charged on death": (
-        ChildFacts(killing=TIMEOUT, held_jobs=True),
-        SIGKILLED, False, FAIL, TIMEOUT, CRASH, WARNING,
+        ChildFacts(killing=TIMEOUT, held_jobs=True, booted=True),
+        SIGKILLED, False, FAIL, TIMEOUT, BOOTED, WARNING,
     ),
     "timeout kill answered by a clean exit still releases": (
-        ChildFacts(killing=TIMEOUT, timeout_charged=True),
-        CLEAN, False, RELEASE, TIMEOUT, CRASH, WARNING,
+        ChildFacts(killing=TIMEOUT, timeout_charged=True, booted=True),
+        CLEAN, False, RELEASE, TIMEOUT, BOOTED, WARNING,
     ),
     "memory kill: its jobs fail": (
-        ChildFacts(killing=MEMORY, held_jobs=True),
-        SIGKILLED, False, FAIL, MEMORY, CRASH, WARNING,
+        ChildFacts(killing=MEMORY, held_jobs=True, booted=True),
+        SIGKILLED, False, FAIL, MEMORY, BOOTED, WARNING,
     ),
-    "unresponsive kill: its jobs fail": (
+    "unresponsive kill while booting: its jobs fail, a boot crash": (
         ChildFacts(killing=KillReason.UNRESPONSIVE),
-        SIGKILLED, False, FAIL, KillReason.UNRESPONSIVE, CRASH, WARNING,
+        SIGKILLED, False, FAIL, KillReason.UNRESPONSIVE, BOOT_CRASH, WARNING,
     ),
     "memory kill after a timeout charge: released": (
-        ChildFacts(killing=MEMORY, timeout_charged=True),
-        SIGKILLED, False, RELEASE, MEMORY, CRASH, WARNING,
+        ChildFacts(killing=MEMORY, timeout_charged=True, booted=True),
+        SIGKILLED, False, RELEASE, MEMORY, BOOTED, WARNING,
     ),
-    "killed clean exit: not quiet, still fails its jobs": (
+    "killed clean exit before booting: not quiet, fails its jobs, a boot crash": (
         ChildFacts(killing=MEMORY),
-        CLEAN, False, FAIL, MEMORY, CRASH, WARNING,
+        CLEAN, False, FAIL, MEMORY, BOOT_CRASH, WARNING,
     ),
     "killed while stopping: not replaced, not counted": (
         ChildFacts(retiring=SHUTDOWN, killing=TIMEOUT, timeout_charged=True),
         SIGKILLED, True, RELEASE, None, NOT_COUNTED, WARNING,
     ),
     "shutdown, killed at the deadline: released": (
-        ChildFacts(retiring=SHUTDOWN, held_jobs=True),
-        SIGKILLED, True, RELEASE, None, NOT_COUNTED, WARNING,
+        ChildFacts(retiring=SHUTDOWN, held_jobs=True, booted=True),
+        SIGKILLED, True, RELEASE, None, BOOTED, WARNING,
     ),
     "shutdown, clean exit: nothing to record": (
         ChildFacts(retiring=SHUTDOWN),
-        CLEAN, True, None, None, COUNTED_CLEAN, INFO,
+        CLEAN, True, None, None, NOT_COUNTED, INFO,
     ),
     "shutdown, clean exit still holding jobs: they fail": (
-        ChildFacts(retiring=SHUTDOWN, held_jobs=True),
-        CLEAN, True, FAIL, None, COUNTED_CLEAN, INFO,
+        ChildFacts(retiring=SHUTDOWN, held_jobs=True, booted=True),
+        CLEAN, True, FAIL, None, BOOTED, INFO,
     ),
-    "crash: fails, replaced, counted": (
-        ChildFacts(held_jobs=True),
-        CRASHED, False, FAIL, "crash", CRASH, ERROR,
+    "crash of a running worker: fails, replaced at once": (
+        ChildFacts(held_jobs=True, booted=True),
+        CRASHED, False, FAIL, "crash", BOOTED, ERROR,
     ),
-    "crash holding nothing still fails (whatever it held)": (
-        ChildFacts(),
-        SIGKILLED, False, FAIL, "crash", CRASH, ERROR,
+    "a running worker killed from outside, however young: replaced at once": (
+        ChildFacts(uptime=0.2, booted=True),
+        SIGKILLED, False, FAIL, "crash", BOOTED, ERROR,
+    ),
+    "crash before booting: fails (whatever it held), a boot crash": (
+        ChildFacts(uptime=60.0),
+        SIGKILLED, False, FAIL, "crash", BOOT_CRASH, ERROR,
     ),
     "recycle: a clean exit of its own accord": (
-        ChildFacts(uptime=60.0),
-        CLEAN, False, None, RetireReason.RECYCLE, COUNTED_CLEAN, INFO,
+        ChildFacts(uptime=60.0, booted=True),
+        CLEAN, False, None, RetireReason.RECYCLE, BOOTED, INFO,
     ),
     "clean exit still holding jobs: they fail": (
-        ChildFacts(held_jobs=True),
-        CLEAN, False, FAIL, RetireReason.RECYCLE, COUNTED_CLEAN, INFO,
+        ChildFacts(held_jobs=True, booted=True),
+        CLEAN, False, FAIL, RetireReason.RECYCLE, BOOTED, INFO,
+    ),
+    "clean exit before booting: no boot crash": (
+        ChildFacts(),
+        CLEAN, False, None, RetireReason.RECYCLE, NOT_COUNTED, INFO,
     ),
     "scale down, clean: not replaced": (
-        ChildFacts(retiring=SCALE_DOWN),
-        CLEAN, False, None, None, COUNTED_CLEAN, INFO,
+        ChildFacts(retiring=SCALE_DOWN, booted=True),
+        CLEAN, False, None, None, BOOTED, INFO,
     ),
-    "scale down, crashed: fails, not replaced, not counted": (
-        ChildFacts(retiring=SCALE_DOWN, held_jobs=True),
+    "scale down, crashed: fails, not replaced": (
+        ChildFacts(retiring=SCALE_DOWN, held_jobs=True, booted=True),
+        CRASHED, False, FAIL, None, BOOTED, WARNING,
+    ),
+    "scale down before booting, crashed: not counted": (
+        ChildFacts(retiring=SCALE_DOWN),
         CRASHED, False, FAIL, None, NOT_COUNTED, WARNING,
     ),
     "reload, clean: replaced for the reload": (
         ChildFacts(retiring=RELOAD),
-        CLEAN, False, None, RELOAD, COUNTED_CLEAN, INFO,
+        CLEAN, False, None, RELOAD, NOT_COUNTED, INFO,
     ),
     "reload, crashed: fails, replaced, not counted": (
         ChildFacts(retiring=RELOAD),
         CRASHED, False, FAIL, RELOAD, NOT_COUNTED, WARNING,
     ),
-    "crash while stopping: fails, not replaced, not counted, still an error": (
-        ChildFacts(held_jobs=True),
+    "crash while stopping: fails, not replaced, still an error": (
+        ChildFacts(held_jobs=True, booted=True),
+        CRASHED, True, FAIL, None, BOOTED, ERROR,
+    ),
+    "crash while stopping before booting: not counted": (
+        ChildFacts(),
         CRASHED, True, FAIL, None, NOT_COUNTED, ERROR,
     ),
     "clean exit while stopping: not replaced": (
         ChildFacts(),
-        CLEAN, True, None, None, COUNTED_CLEAN, INFO,
+        CLEAN, True, None, None, NOT_COUNTED, INFO,
     ),
 }  # fmt: skip
 

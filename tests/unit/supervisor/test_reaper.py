@@ -6,6 +6,7 @@ import logging
 import os
 import resource
 import signal
+import time
 
 import pytest
 
@@ -80,7 +81,7 @@ def test_a_crash_is_charged_before_anything_else_and_counted(
     assert error.endswith("(peak RSS 300 MiB)")
     assert parts.totals.restarts == {"crash": 1}
     assert parts.totals.jobs == {("default", "render", "crashed"): 1}
-    assert parts.restarts.restart_at > 0  # a fast crash: the replacement waits
+    assert parts.restarts.next_due(time.monotonic())  # a boot crash: its slot waits
     exited = [r for r in caplog.records if getattr(r, "event", "") == "child.exited"]
     assert [r.levelno for r in exited] == [logging.ERROR]
 
@@ -127,7 +128,7 @@ def test_a_shutdown_exit_is_neither_replaced_nor_counted(
     parts.reaper.reap(stopping=True)
     assert store.calls == [("job_release_owner", ("host:41:abc",))]
     assert parts.totals.restarts == {}
-    assert parts.restarts.restart_at == 0.0
+    assert parts.restarts.next_due(time.monotonic()) is None
 
 
 def test_a_death_the_database_missed_is_recorded_once_it_is_back(
