@@ -6,7 +6,7 @@ Run it from the repository root with the project's interpreter:
     .venv/bin/python -m bench.memory --workers 8 --jobs-per-worker 50
 
 1. Starts `python -m forklift run bench.cpu_app:app --workers 4`; once every child has
-   its database connection (pg_stat_activity shows `forklift-worker:<pid>`) it waits
+   its database connection (pg_stat_activity shows `forklift-worker:<pid>:<nonce>`) it waits
    --settle seconds more, then reads /proc/<pid>/smaps_rollup of the supervisor and of
    each child: RSS, PSS (shared pages split between the processes sharing them) and
    USS = Private_Clean + Private_Dirty (pages no other process maps: what the process
@@ -127,10 +127,10 @@ class MemoryBench(Bench):
             found = pids()
             if len(found) != n:
                 return None
-            names = [f"forklift-worker:{p}" for p in found]
+            names = [f"forklift-worker:{p}:%" for p in found]
             row = self.db.execute(
                 "SELECT count(DISTINCT application_name) FROM pg_stat_activity "
-                "WHERE application_name = ANY(%s)",
+                "WHERE application_name LIKE ANY(%s)",
                 (names,),
             ).fetchone()
             return found if row is not None and row[0] == n else None

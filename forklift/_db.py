@@ -33,34 +33,67 @@ def resolve_dsn(dsn: str | None) -> str:
 
 @dataclass(frozen=True)
 class Timeouts:
-    """Bounds on every database call, in seconds; all well below the lease."""
+    """Bounds on every database call, in seconds; all well below the lease.
+
+    The keepalive settings apply on both ends of a TCP connection (libpq's and the
+    server's): an idle connection is probed after `keepalive_idle` seconds, then every
+    `keepalive_interval`, and dropped after `keepalive_count` probes go unanswered; data
+    left unacknowledged for `tcp_user` seconds drops it too. So a host that vanishes
+    (power, a partition) frees its sessions, and the locks their transactions hold,
+    within seconds to a minute, while a brief network stall breaks nothing.
+    """
 
     connect: float = 5.0
     statement: float = 10.0
     lock: float = 5.0
     idle_in_transaction: float = 20.0
+    keepalive_idle: float = 10.0
+    keepalive_interval: float = 5.0
+    keepalive_count: int = 3
+    tcp_user: float = 30.0
 
     @classmethod
     def for_lease(cls, lease: float) -> Timeouts:
         """Timeouts that keep any single call within a third of the lease.
 
         libpq waits at least 2 s to connect whatever it is told, so leases under 6 s get
-        that floor on the connect timeout only.
+        that floor on the connect timeout only. A dead peer is given up on within about
+        a lease (10 s at least: a stall of a few seconds is no death; a minute at most).
         """
         return cls(
             connect=min(5.0, max(2.0, lease / 3)),
             statement=min(10.0, lease / 3),
             lock=min(5.0, lease / 4),
             idle_in_transaction=min(60.0, lease * 2 / 3),
+            keepalive_idle=min(30.0, max(5.0, lease / 3)),
+            keepalive_interval=min(10.0, max(2.0, lease / 6)),
+            keepalive_count=3,
+            tcp_user=min(60.0, max(10.0, lease)),
         )
 
     def options(self) -> str:
-        ms = {
-            "statement_timeout": self.statement,
-            "lock_timeout": self.lock,
-            "idle_in_transaction_session_timeout": self.idle_in_transaction,
+        """The server side of these bounds, as libpq's `options` (-c name=value)."""
+        settings = {
+            "statement_timeout": int(self.statement * 1000),
+            "lock_timeout": int(self.lock * 1000),
+            "idle_in_transaction_session_timeout": int(self.idle_in_transaction * 1000),
+            "tcp_keepalives_idle": round(self.keepalive_idle),
+            "tcp_keepalives_interval": round(self.keepalive_interval),
+            "tcp_keepalives_count": self.keepalive_count,
+            "tcp_user_timeout": int(self.tcp_user * 1000),
         }
-        return " ".join(f"-c {k}={int(v * 1000)}" for k, v in ms.items())
+        return " ".join(f"-c {k}={v}" for k, v in settings.items())
+
+    def client(self) -> dict[str, Any]:
+        """The client side of these bounds, as libpq connection parameters."""
+        return {
+            "connect_timeout": max(2, round(self.connect)),
+            "keepalives": 1,
+            "keepalives_idle": round(self.keepalive_idle),
+            "keepalives_interval": round(self.keepalive_interval),
+            "keepalives_count": self.keepalive_count,
+            "tcp_user_timeout": int(self.tcp_user * 1000),
+        }
 
 
 def describe(dsn: str) -> str:
@@ -92,7 +125,7 @@ def probe(dsn: str, timeouts: Timeouts) -> None:
 
 def connect_kwargs(timeouts: Timeouts, application_name: str = "forklift") -> dict[str, Any]:
     return {
-        "connect_timeout": max(2, round(timeouts.connect)),
+        **timeouts.client(),
         "options": timeouts.options(),
         "application_name": application_name,
     }

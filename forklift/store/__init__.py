@@ -190,9 +190,20 @@ class JobStore:
         with translated("completion failed"), self.pool.connection() as conn:
             return {r[0] for r in conn.execute(self.q["job_complete_many"], params)}
 
-    def effect_begin(self) -> Effect:
-        """Open a handler's effect transaction, in which its job's completion will commit."""
-        return Effect(self.pool, self.q["job_complete_many"])
+    def effect_begin(self, idle_limit: float | None = None) -> Effect:
+        """Open a handler's effect transaction, in which its job's completion will commit;
+        it may sit idle `idle_limit` seconds (default: the session's bound)."""
+        effect = Effect(self.pool, self.q["job_complete_many"])
+        if idle_limit is not None:
+            try:
+                with translated("effect transaction failed"):
+                    effect.conn.execute(
+                        self.q["effect_idle_limit"], {"ms": str(int(idle_limit * 1000))}
+                    )
+            except BaseException:
+                effect.rollback()
+                raise
+        return effect
 
     def job_fail(
         self,

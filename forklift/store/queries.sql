@@ -131,6 +131,11 @@ FROM mine
 WHERE j.id = mine.id
 RETURNING j.id;
 
+-- name: effect_idle_limit
+-- How long this effect transaction may sit idle while its handler works (SET LOCAL: for
+-- this transaction only; the session keeps its own, shorter, bound).
+SELECT set_config('idle_in_transaction_session_timeout', %(ms)s::text, true);
+
 -- name: job_fail
 -- Record a failed attempt: back to ready after `delay` seconds, or dead; fenced. A retry
 -- wakes idle workers so they sleep until it is due, not for their poll interval.

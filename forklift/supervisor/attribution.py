@@ -6,6 +6,7 @@ import logging
 from dataclasses import dataclass
 
 from forklift._events import emit
+from forklift._ids import application_name
 from forklift.backoff import Backoff, Streak
 from forklift.errors import DatabaseError
 from forklift.metrics import Totals
@@ -86,6 +87,17 @@ class Attribution:
                 owner=owner,
             )
         return True
+
+    def end_sessions(self, owner: str) -> None:
+        """End the database sessions of a worker process killed or dead (best effort: one
+        the database cannot be asked about ends by its own timeouts and keepalives)."""
+        try:
+            ended = self.store.backend_terminate(application_name(owner))
+        except DatabaseError as exc:
+            emit(log, "child.sessions_end_failed", logging.WARNING, owner=owner, error=exc)
+            return
+        if ended:
+            emit(log, "child.sessions_ended", logging.WARNING, owner=owner, sessions=ended)
 
     def _apply(self, deferred: Deferred) -> bool:
         try:

@@ -20,7 +20,7 @@ from forklift.supervisor.reports import Reporter
 from forklift.supervisor.rss import rss_of
 from forklift.supervisor.title import ChildTitle
 from forklift.workers.config import WorkerConfig
-from forklift.workers.worker import Worker
+from forklift.workers.worker import Worker, task_timeout
 
 log = logging.getLogger(__name__)
 
@@ -111,11 +111,7 @@ class JobHooks:
         self.title = title
 
     def started(self, job: ClaimedJob) -> None:
-        # The worker's own task definition decides the timeout; the row's copy (the
-        # producer's view) covers tasks this worker does not define.
-        task = self.app.tasks.get(job.task)
-        timeout = task.timeout if task is not None and task.timeout else job.timeout
-        self.report.start(job.id, timeout, job.task)
+        self.report.start(job.id, task_timeout(self.app, job), job.task)
         self.title.started(job.id, job.task)
 
     def ended(self, job: ClaimedJob, outcome: str) -> None:

@@ -45,6 +45,9 @@ class Police:
         child.kill_at = now + (0 if at_once else self.config.kill_grace)
         self.children.signal(child, signal.SIGKILL if at_once else signal.SIGTERM)
         emit(log, "child.killing", logging.WARNING, pid=child.pid, reason=cause)
+        # Its sessions end now, not when (or if) its process does: a wedged child, or a
+        # grandchild that inherited a socket, must not keep an effect transaction open.
+        self.attribution.end_sessions(child.owner)
 
     def enforce_timeouts(self, now: float) -> None:
         """A job past its task's timeout: charge it now, then kill its child."""

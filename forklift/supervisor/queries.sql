@@ -55,6 +55,14 @@ WITH released AS (
 )
 SELECT released.id, released.queue, released.task FROM released, woken;
 
+-- name: backend_terminate
+-- End every session of one worker process (by its application_name), its effect
+-- transaction among them: once the supervisor killed it or saw it die, nothing of it
+-- may keep holding row locks or the vacuum horizon. A role may end its own sessions.
+SELECT count(*) FILTER (WHERE pg_terminate_backend(a.pid)) FROM pg_stat_activity AS a
+WHERE a.application_name = %(name)s::text AND a.datname = current_database()
+  AND a.pid <> pg_backend_pid() AND pg_has_role(a.usesysid, 'MEMBER');
+
 -- name: job_backlog
 -- Ready jobs due now in the given queues (capped: autoscaling needs "how many", not all).
 SELECT count(*) FROM (

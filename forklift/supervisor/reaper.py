@@ -69,6 +69,8 @@ class Reaper:
         exit = ExitStatus.of(status, max(peak_rss, child.peak_rss), cause)
         facts = child.facts(now)
         verdict = decide(facts, exit, stopping=stopping)
+        if not verdict.quiet:
+            self.attribution.end_sessions(child.owner)
         if verdict.jobs is not None:
             self.attribution.record(child.owner, verdict.error, verdict.jobs, now)
         _log_exit(child, verdict, facts.uptime)

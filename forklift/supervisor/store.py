@@ -96,6 +96,12 @@ class SupervisorStore:
                 ReleasedJob(*r) for r in c.execute(self.q["job_release_owner"], {"owner": owner})
             ]
 
+    def backend_terminate(self, application_name: str) -> int:
+        """End the sessions called `application_name`; how many there were."""
+        with self._conn("ending a worker's sessions failed") as c:
+            row = c.execute(self.q["backend_terminate"], {"name": application_name}).fetchone()
+        return int(row[0]) if row else 0
+
     def job_backlog(self, queues: Sequence[str], cap: int = 10_000) -> int:
         params = {"queues": list(queues), "cap": cap}
         with self._conn("reading the backlog failed") as c:

@@ -35,8 +35,9 @@ class JobContext:
     effect commits exactly when the job does.
     """
 
-    def __init__(self, job: ClaimedJob, store: JobStore) -> None:
+    def __init__(self, job: ClaimedJob, store: JobStore, *, effect_idle: float = 3600.0) -> None:
         self.job = job
+        self.effect_idle = effect_idle  # seconds its effect transaction may sit idle
         self._cancelled = False
         self._woken: threading.Event | None = None  # made only for wait_cancelled()
         self.duration = 0.0
@@ -111,7 +112,7 @@ class JobContext:
         effect rolls back and the job fails like any other.
         """
         if self._effect is None:
-            self._effect = self._store.effect_begin()
+            self._effect = self._store.effect_begin(idle_limit=self.effect_idle)
             yield self._effect.conn
             return
         with self._effect.conn.transaction():

@@ -24,7 +24,7 @@ from typing import Any
 
 from forklift import _db
 from forklift._events import emit
-from forklift._ids import make_owner
+from forklift._ids import application_name, make_owner
 from forklift._service import TestSignal
 from forklift.app import App
 from forklift.backoff import Backoff, Streak
@@ -46,6 +46,28 @@ log = logging.getLogger(__name__)
 # A task this worker does not know retries on this schedule (1 s, 2 s, 4 s, ...): long
 # enough for a rolling deploy to bring up workers that know it.
 UNKNOWN_TASK_RETRY = Backoff()
+
+# How long a handler's effect transaction may sit idle (the handler working, not talking
+# to the database) when its task has no timeout. Every other transaction gets a fraction
+# of the lease (_db.Timeouts); this one holds its row locks and the vacuum horizon while
+# the handler works, so it is bounded too: give longer handlers a timeout.
+EFFECT_IDLE_LIMIT = 3600.0
+
+
+def task_timeout(app: App, job: ClaimedJob) -> float | None:
+    """The job's timeout: the worker's own task definition decides; the row's copy (the
+    producer's view) covers tasks this worker does not define."""
+    task = app.tasks.get(job.task)
+    return task.timeout if task is not None and task.timeout else job.timeout
+
+
+def effect_idle(app: App, job: ClaimedJob, lease: float) -> float:
+    """How long the job's effect transaction may sit idle: as long as its task may run
+    and a lease more (the supervisor kills it at its timeout and ends its sessions), or
+    EFFECT_IDLE_LIMIT for a task with no timeout."""
+    timeout = task_timeout(app, job)
+    return timeout + lease if timeout else EFFECT_IDLE_LIMIT
+
 
 # After a failed claim: 0.2 s, doubling, at most 5 s between tries.
 CLAIM_RETRY = Backoff(base=0.2, factor=2.0, max=5.0, jitter=0.0)
@@ -115,7 +137,7 @@ class Worker:
             # claims, renewals and completions, plus the handlers' effect transactions
             max_size=cfg.pool_size + 3,
             name=f"worker-{os.getpid()}",
-            application_name=f"forklift-worker:{os.getpid()}",
+            application_name=application_name(self.owner),
         )
         self._pool.open(wait=False)
         self.store = JobStore(self._pool, self.app.schema)
@@ -222,7 +244,7 @@ class Worker:
         return min(self.config.poll_interval, due_in + 0.001)
 
     def _adopt(self, job: ClaimedJob) -> JobContext:
-        ctx = JobContext(job, self.store)
+        ctx = JobContext(job, self.store, effect_idle=effect_idle(self.app, job, self.config.lease))
         self.holdings.adopt(ctx)
         if self.tally is not None:
             self.tally.wait(job.queue, job.wait)

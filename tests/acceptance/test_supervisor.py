@@ -362,3 +362,35 @@ def test_a_second_sigint_hurries_a_graceful_stop(
     assert "supervisor.stopping mode=fast" in sup.output()
     assert scalar(db, f"SELECT state FROM {schema}.jobs WHERE id = %s", job_id) == "ready"
     app.close()
+
+
+def test_the_sessions_of_a_killed_child_end_with_it(
+    dsn: str, schema: str, db: psycopg.Connection[Any], forklift_cli: Any, tmp_path: Path
+) -> None:
+    # The handler's effect transaction stays open in a grandchild that inherited its
+    # socket: killing the worker does not end that session; the supervisor must, or it
+    # holds its locks and the vacuum horizon for as long as its task allows.
+    app = forklift.App(dsn, schema=schema)
+    pidfile = tmp_path / "grandchild.pid"
+    job_id = app.enqueue("fork_and_spin", {"pidfile": str(pidfile)}, max_attempts=1)
+    sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "1", "--kill-grace", "0.5")
+    wait_state(db, schema, job_id, "running")
+    worker = owner_pid(db, schema, job_id)
+    grandchild = int(wait_for(lambda: pidfile.exists() and pidfile.read_text(), what="fork"))
+    sessions = (
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE %s"
+        " AND state = 'idle in transaction'"
+    )
+    try:
+        assert scalar(db, sessions, f"forklift-worker:{worker}%") == 1
+        wait_state(db, schema, job_id, "dead", timeout=10)  # timed out, charged, killed
+        wait_for(
+            lambda: scalar(db, sessions, f"forklift-worker:{worker}%") == 0,
+            timeout=3,
+            what="the killed worker's effect session ended",
+        )
+        wait_for(lambda: "child.sessions_ended" in sup.output(), what="sessions_ended logged")
+    finally:
+        os.kill(grandchild, signal.SIGKILL)
+    sup.stop_cleanly(timeout=15)
+    app.close()

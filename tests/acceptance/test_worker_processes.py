@@ -55,11 +55,11 @@ def test_racing_workers_commit_every_effect_exactly_once(
     assert scalar(db, f"SELECT count(DISTINCT key) FROM {schema}.effects") == n
     assert scalar(db, f"SELECT max(attempts) FROM {schema}.jobs") == 1
     # All three were up and connected while the jobs were there for the taking.
-    names = [f"forklift-worker:{w.pid}" for w in workers]
+    names = [f"forklift-worker:{w.pid}:%" for w in workers]
     connected = scalar(
         db,
         "SELECT count(DISTINCT application_name) FROM pg_stat_activity"
-        " WHERE application_name = ANY(%s)",
+        " WHERE application_name LIKE ANY(%s)",
         names,
     )
     assert connected == 3

@@ -31,6 +31,44 @@ def effect(ctx: forklift.JobContext, *, key: str, n: int = 0, sleep: float = 0.0
         )
 
 
+@app.task(name="hold", max_attempts=1)
+def hold(ctx: forklift.JobContext, *, key: str, seconds: float) -> None:
+    """Open the effect transaction first, then work in it (idle, as far as the server
+    sees) for `seconds`; record what the server would allow."""
+    with ctx.transaction() as conn:
+        row = conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()
+        assert row is not None
+        conn.execute(
+            f"INSERT INTO {SCHEMA}.effects (job_id, key) VALUES (%s, %s)", (ctx.job_id, row[0])
+        )
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            sum(range(10_000))
+
+
+@app.task(name="hold_timed", max_attempts=1, timeout=40.0)
+def hold_timed(ctx: forklift.JobContext, *, key: str, seconds: float) -> None:
+    """`hold`, for a task that says how long it may take."""
+    hold.fn(ctx, key=key, seconds=seconds)
+
+
+@app.task(name="fork_and_spin", max_attempts=1, timeout=1.0)
+def fork_and_spin(ctx: forklift.JobContext, *, pidfile: str) -> None:
+    """Open the effect transaction, fork a grandchild that keeps the connection's socket
+    open (as a handler that spawns helpers without closing descriptors would), then
+    spin past the timeout: killing this worker does not close that session."""
+    with ctx.transaction() as conn:
+        conn.execute(f"INSERT INTO {SCHEMA}.effects (job_id) VALUES (%s)", (ctx.job_id,))
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(60)
+            os._exit(0)
+        with open(pidfile, "w") as f:
+            f.write(str(pid))
+        while True:
+            sum(range(1000))
+
+
 @app.task(name="sleep")
 def sleep(ctx: forklift.JobContext, *, seconds: float) -> None:
     """Sleep, waking at once when told to stop."""

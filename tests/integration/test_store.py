@@ -116,3 +116,22 @@ def test_a_lost_job_keeps_its_place_in_line(
     )
     claimed = store.job_claim(["default"], OWNER, 2, 30.0, expired=True)
     assert {j.id for j in claimed} == {urgent, backlog[4]}
+
+
+def test_a_worker_connection_is_kept_alive_on_both_ends(dsn: str) -> None:
+    timeouts = _db.Timeouts.for_lease(30.0)
+    with _db.connect(dsn, timeouts) as conn:
+        settings = dict(
+            conn.execute(
+                "SELECT name, setting FROM pg_settings WHERE name IN"
+                " ('tcp_keepalives_idle', 'tcp_keepalives_interval', 'tcp_keepalives_count',"
+                " 'tcp_user_timeout')"
+            ).fetchall()
+        )
+        assert conn.pgconn.host.decode() != "" and conn.info.port
+    assert settings == {
+        "tcp_keepalives_idle": str(round(timeouts.keepalive_idle)),
+        "tcp_keepalives_interval": str(round(timeouts.keepalive_interval)),
+        "tcp_keepalives_count": str(timeouts.keepalive_count),
+        "tcp_user_timeout": str(int(timeouts.tcp_user * 1000)),
+    }

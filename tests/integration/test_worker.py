@@ -364,3 +364,22 @@ def test_maintenance_is_a_singleton_across_workers(
     # And it let go: the lock is free again.
     assert db.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone() == (True,)
     db.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+
+def test_a_handler_may_work_inside_its_effect_transaction_past_the_session_bounds(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    # Lease 3 s: every other transaction is cut off idle after 2 s. The effect
+    # transaction of a job whose lease is renewed may sit idle as long as its task
+    # allows: a task with no timeout, an hour; with one, its timeout and a lease more.
+    plain = app.enqueue("hold", {"key": "plain", "seconds": 3.5})
+    timed = app.enqueue("hold_timed", {"key": "timed", "seconds": 0.0})
+    run_worker(lease=3.0)
+    for job_id in (plain, timed):
+
+        def finished(job_id: int = job_id) -> bool:
+            return job(db, schema, job_id)["state"] in ("succeeded", "dead")
+
+        wait_for(finished, timeout=15, what=f"job {job_id} finished")
+        assert job(db, schema, job_id)["last_error"] is None
+    assert dict((k, j) for j, k, _ in effects(db, schema)) == {"1h": plain, "43s": timed}

@@ -118,15 +118,16 @@ def test_timeouts_for_lease_are_positive_and_bounded(lease: float) -> None:
     assert t.lock <= t.statement
 
 
-def test_timeouts_become_server_options_in_milliseconds() -> None:
+def test_timeouts_become_server_options_in_their_units() -> None:
     opts = _db.Timeouts(connect=2, statement=1.5, lock=0.25, idle_in_transaction=20).options()
-    assert opts.split() == [
-        "-c",
+    assert opts.split()[1::2] == [
         "statement_timeout=1500",
-        "-c",
         "lock_timeout=250",
-        "-c",
         "idle_in_transaction_session_timeout=20000",
+        "tcp_keepalives_idle=10",
+        "tcp_keepalives_interval=5",
+        "tcp_keepalives_count=3",
+        "tcp_user_timeout=30000",
     ]
 
 
@@ -171,3 +172,22 @@ def test_app_without_dsn_reports_config_error_only_when_used(
     app = forklift.App(schema="t_unit")  # building an app does no I/O and needs no DSN
     with pytest.raises(forklift.ConfigError):
         _ = app.dsn
+
+
+@pytest.mark.parametrize("lease", [1, 3, 30, 300])
+def test_connections_keep_alive_and_give_up_on_a_vanished_peer(lease: float) -> None:
+    # A host that vanishes (or a network that drops everything) must not leave the
+    # other side's session, and the locks of its transaction, waiting for ever: both
+    # ends probe an idle connection and give up unanswered data, well past a brief
+    # stall (seconds) and within a couple of leases.
+    t = _db.Timeouts.for_lease(lease)
+    kwargs = _db.connect_kwargs(t)
+    assert kwargs["keepalives"] == 1
+    gone_after = t.keepalive_idle + t.keepalive_interval * t.keepalive_count
+    assert 10 <= gone_after <= max(60, 2 * lease), t
+    assert 10 <= t.tcp_user <= max(60, 2 * lease), t
+    assert kwargs["keepalives_idle"] == round(t.keepalive_idle)
+    assert kwargs["tcp_user_timeout"] == int(t.tcp_user * 1000)
+    server = dict(o.split("=") for o in t.options().split() if o != "-c")
+    assert server["tcp_keepalives_idle"] == str(round(t.keepalive_idle))
+    assert server["tcp_user_timeout"] == str(int(t.tcp_user * 1000))

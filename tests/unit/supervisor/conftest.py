@@ -26,6 +26,7 @@ class FakeStore(SupervisorStore):
         self.charged: list[ChargedJob] = [ChargedJob(1, "ready", 1, "default", "render")]
         self.released: list[ReleasedJob] = [ReleasedJob(2, "default", "render")]
         self.backlog = 0
+        self.terminated: list[str] = []  # application names whose sessions were ended
 
     def _call(self, name: str, *args: Any) -> None:
         if self.down:
@@ -50,6 +51,12 @@ class FakeStore(SupervisorStore):
     def job_backlog(self, queues: Sequence[str], cap: int = 10_000) -> int:
         self._call("job_backlog", tuple(queues))
         return self.backlog
+
+    def backend_terminate(self, application_name: str) -> int:
+        if self.down:
+            raise DatabaseError("backend_terminate: the database is away")
+        self.terminated.append(application_name)
+        return 1
 
 
 class FakeAdmin(AdminStore):

@@ -110,3 +110,17 @@ def test_past_the_deadline_everything_left_gets_sigkill_each_second(
     assert signals.sent == []
     cop.enforce_deadline(now=50.0)
     assert signals.sent == [(41, KILL), (42, KILL)] and cop.deadline == 51.0
+
+
+def test_a_kill_ends_the_childs_database_sessions_at_once(
+    children: Children, signals: Signals, store: FakeStore
+) -> None:
+    child = make_child(children, 41)
+    cop = police(children, store, child_timeout=5.0)
+    cop.kill_unresponsive(now=10.0)
+    assert signals.sent == [(41, KILL)]
+    assert store.terminated == ["forklift-worker:41:abc"]  # not waiting for its exit
+    store.down = True
+    other = make_child(children, 42)
+    cop.kill(other, KillReason.MEMORY, "memory", now=11.0)  # the database is away: still killed
+    assert other.killing is not None and signals.sent[-1] == (42, TERM)

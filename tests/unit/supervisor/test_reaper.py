@@ -82,6 +82,7 @@ def test_a_crash_is_charged_before_anything_else_and_counted(
     assert parts.totals.restarts == {"crash": 1}
     assert parts.totals.jobs == {("default", "render", "crashed"): 1}
     assert parts.restarts.next_due(time.monotonic())  # a boot crash: its slot waits
+    assert store.terminated == ["forklift-worker:41:abc"]  # its sessions end with it
     exited = [r for r in caplog.records if getattr(r, "event", "") == "child.exited"]
     assert [r.levelno for r in exited] == [logging.ERROR]
 
