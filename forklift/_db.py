@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg_pool import ConnectionPool
 
+from forklift._pool import Pool
 from forklift.errors import ConfigError, DatabaseError
 
 _URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
@@ -145,14 +145,12 @@ def make_pool(
     max_size: int,
     name: str,
     application_name: str = "forklift",
-) -> ConnectionPool[psycopg.Connection[Any]]:
+) -> Pool:
     """A closed pool of autocommit connections; the caller opens it (after any fork)."""
-    return ConnectionPool(
+    return Pool(
         dsn,
-        min_size=1,
         max_size=max_size,
-        kwargs={"autocommit": True, **connect_kwargs(timeouts, application_name)},
+        kwargs=connect_kwargs(timeouts, application_name),
         timeout=timeouts.connect * 2,
         name=name,
-        open=False,
     )

@@ -7,9 +7,9 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from psycopg_pool import PoolTimeout
 
 from forklift import _db
+from forklift._pool import PoolTimeout
 from forklift.errors import DatabaseError
 
 Conn = psycopg.Connection[Any]
@@ -20,10 +20,10 @@ def translated(what: str) -> Iterator[None]:
     """Turn psycopg and pool errors into forklift's DatabaseError, saying `what` failed."""
     try:
         yield
-    except psycopg.Error as exc:
-        raise DatabaseError(f"{what}: {type(exc).__name__}: {exc}") from exc
     except PoolTimeout as exc:
         raise DatabaseError(f"{what}: no database connection available: {exc}") from exc
+    except psycopg.Error as exc:
+        raise DatabaseError(f"{what}: {type(exc).__name__}: {exc}") from exc
 
 
 @contextmanager

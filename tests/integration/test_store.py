@@ -45,7 +45,7 @@ def test_effect_commits_with_the_completion(
     assert effect.commit_completing(claimed.id, claimed.attempt, OWNER)
     assert scalar(db, f"SELECT state FROM {schema}.jobs WHERE id = %s", claimed.id) == "succeeded"
     assert scalar(db, f"SELECT count(*) FROM {schema}.effects") == 1
-    assert store.pool.get_stats()["pool_available"] == store.pool.get_stats()["pool_size"]
+    assert store.pool.stats()["idle"] == store.pool.stats()["size"]
 
 
 def test_effect_of_a_job_not_ours_rolls_back(

@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 import psycopg
+import pytest
 
 import forklift
 from forklift.testing import wait_for
@@ -383,3 +384,36 @@ def test_a_handler_may_work_inside_its_effect_transaction_past_the_session_bound
         wait_for(finished, timeout=15, what=f"job {job_id} finished")
         assert job(db, schema, job_id)["last_error"] is None
     assert dict((k, j) for j, k, _ in effects(db, schema)) == {"1h": plain, "43s": timed}
+
+
+def test_no_claim_fails_on_a_connection_that_was_already_dead(
+    app: forklift.App,
+    db: psycopg.Connection[Any],
+    schema: str,
+    run_worker: RunWorker,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A storm of pg_terminate_backend (or a failover) kills every idle pooled connection
+    # at once; the pool must not hand them out one by one to fail a claim each.
+    worker = run_worker(concurrency=4)
+    name = f"forklift-worker:{worker.owner.split(':', 1)[1]}"
+
+    def run_some() -> None:
+        ids = app.enqueue_many([("noop", {}) for _ in range(8)])
+        wait_for(lambda: all(state_is(db, schema, i, "succeeded") for i in ids), what="jobs done")
+
+    for _ in range(5):
+        run_some()
+        # Idle now (a claim in flight when its session ends is another matter: that one
+        # was alive when it was taken), its pooled connections waiting for the next job.
+        time.sleep(0.3)
+        ended = db.execute(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE application_name = %s",
+            (name,),
+        ).fetchone()
+        assert ended is not None and ended[0] >= 1
+        time.sleep(0.05)  # each ended session's message is on its socket by now
+    run_some()
+    failed = [r.getMessage() for r in caplog.records if "failed" in getattr(r, "event", "")]
+    assert failed == []

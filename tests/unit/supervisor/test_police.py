@@ -115,7 +115,7 @@ def test_past_the_deadline_everything_left_gets_sigkill_each_second(
 def test_a_kill_ends_the_childs_database_sessions_at_once(
     children: Children, signals: Signals, store: FakeStore
 ) -> None:
-    child = make_child(children, 41)
+    make_child(children, 41)
     cop = police(children, store, child_timeout=5.0)
     cop.kill_unresponsive(now=10.0)
     assert signals.sent == [(41, KILL)]
