@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -36,3 +37,22 @@ def try_take(conn: psycopg.Connection[Any], name: str) -> bool:
 
 def release(conn: psycopg.Connection[Any], name: str) -> None:
     conn.execute(_queries()["lock_release"], {"key": lock_key(name)})
+
+
+def held(conn: psycopg.Connection[Any], name: str) -> bool:
+    """Whether the session of `conn` holds the lock `name` (a round trip: a ping too)."""
+    row = conn.execute(_queries()["lock_held"], {"key": lock_key(name)}).fetchone()
+    return bool(row and row[0])
+
+
+def held_by_anyone(conn: psycopg.Connection[Any], names: Sequence[str]) -> set[str]:
+    """Which of the locks `names` any session of this database holds now."""
+    keys = {lock_key(n): n for n in names}
+    rows = conn.execute(_queries()["lock_held_many"], {"keys": list(keys)}).fetchall()
+    return {keys[r[0]] for r in rows}
+
+
+def liveness(schema: str, owner: str) -> str:
+    """The name of the liveness lock a worker process holds while it lives (see
+    workers/liveness.py): keyed by its lease owner id, within its schema."""
+    return f"liveness:{schema}:{owner}"

@@ -43,7 +43,7 @@ class PoolClosed(psycopg.OperationalError):
     """The pool is closed."""
 
 
-def _looks_alive(conn: Conn) -> bool:
+def looks_alive(conn: Conn) -> bool:
     """False if the connection is known dead, or its socket has something to say while
     idle (a terminated backend's FATAL error, or EOF)."""
     if conn.closed or conn.broken:
@@ -124,7 +124,7 @@ class Pool:
                         raise PoolClosed(f"the pool {self.name!r} is closed")
                     while self._idle:
                         conn = self._idle.pop()
-                        if _looks_alive(conn):
+                        if looks_alive(conn):
                             return conn
                         dead.append(conn)
                         self._size -= 1

@@ -41,6 +41,7 @@ from forklift.supervisor.states import RetireReason, StopMode
 from forklift.supervisor.store import SupervisorStore
 from forklift.supervisor.systemd import Notifier
 from forklift.supervisor.title import supervisor_title
+from forklift.supervisor.vanished import VanishedOwners
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,8 @@ class Supervisor:
         self.registry = ProcessRegistry(self.store, self.board, self.totals)
         probes = Probes(self.board, AdminStore(app.dsn, app.schema))
         metrics = metrics_registry(self.totals, probes)
-        self.ops = OpsServer(cfg.metrics_addr, probes, metrics, self.registry)
+        self.vanished = VanishedOwners(self.store, self.totals)
+        self.ops = OpsServer(cfg.metrics_addr, probes, metrics, self.registry, self.vanished)
         self.spawner = Spawner(
             cfg,
             self.children,

@@ -22,6 +22,7 @@ from forklift._service import run_every
 from forklift.errors import ConfigError
 from forklift.supervisor.probes import Probes
 from forklift.supervisor.registry import ProcessRegistry
+from forklift.supervisor.vanished import VanishedOwners
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +45,12 @@ class OpsServer:
         probes: Probes,
         metrics: CollectorRegistry,
         registry: ProcessRegistry,
+        vanished: VanishedOwners,
     ) -> None:
         self.addr = parse_addr(addr) if addr else None
         self.fork_lock = threading.Lock()
         self.registry = registry
+        self.vanished = vanished
         self.routes: dict[str, Route] = {
             "/metrics": lambda: (200, CONTENT_TYPE_LATEST, generate_latest(metrics)),
             "/healthz": lambda: _text(probes.health()),
@@ -63,6 +66,7 @@ class OpsServer:
             self._server = self._bind(self.addr)
             self._spawn_thread("forklift-http", self._server.serve_forever, 0.5)
         self._spawn_thread("forklift-registry", self._heartbeat_loop)
+        self._spawn_thread("forklift-vanished", self._vanished_loop)
 
     def _bind(self, addr: tuple[str, int]) -> _Server:
         try:
@@ -91,6 +95,14 @@ class OpsServer:
     def _heartbeat(self) -> None:
         with self.fork_lock:
             self.registry.run_once()
+
+    def _vanished_loop(self) -> None:
+        delays = itertools.chain([0.0], itertools.repeat(self.vanished.config.every))
+        run_every(delays.__next__, self._vanished, self._stopped, log, "vanished.round_failed")
+
+    def _vanished(self) -> None:
+        with self.fork_lock:
+            self.vanished.run_once()
 
     def close_in_child(self) -> None:
         """After fork: the child must not keep the parent's listening socket open."""

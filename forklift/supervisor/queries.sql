@@ -4,16 +4,28 @@
 
 -- name: job_held_by_owner
 -- The running jobs a (dead or killed) worker process holds, all or just %(ids)s: their
--- ids and attempts, locked until the transaction that charges them ends.
+-- ids and attempts, locked until the transaction that charges them ends. With
+-- %(unlocked)s, none unless the owner's liveness lock (%(key)s) is free at this moment.
 SELECT j.id, j.attempts FROM {schema}.jobs AS j
 WHERE j.state = 'running' AND j.lease_owner = %(owner)s::text
   AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
+  AND NOT (%(unlocked)s::boolean AND EXISTS (
+      SELECT 1 FROM pg_locks AS l
+      WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+        AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+        AND l.classid::bigint = (%(key)s::bigint >> 32)
+        AND l.objid::bigint = (%(key)s::bigint & 4294967295)))
 ORDER BY j.id
 FOR UPDATE;
 
+-- name: job_running_owners
+-- The lease owners of running jobs (the partial index on running rows has them).
+SELECT DISTINCT j.lease_owner FROM {schema}.jobs AS j WHERE j.state = 'running';
+
 -- name: job_fail_orphaned
 -- Record a dead (or killed) worker process on the jobs it held: ready again after the
--- given per-job delay, or dead when attempts are exhausted. Fenced by the dead owner.
+-- given per-job delay (a NULL delay: at once, in its old place in line), or dead when
+-- attempts are exhausted. Fenced by the dead owner.
 -- Wakes idle workers, so they sleep until the retry is due rather than their poll
 -- interval.
 WITH due AS (
@@ -23,7 +35,7 @@ WITH due AS (
         state = CASE WHEN j.attempts >= j.max_attempts
             THEN 'dead' ELSE 'ready' END::{schema}.job_state,
         available_at = CASE WHEN j.attempts >= j.max_attempts THEN j.available_at
-            ELSE now() + make_interval(secs => due.delay) END,
+            ELSE coalesce(now() + make_interval(secs => due.delay), j.available_at) END,
         completed_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
         lease_owner = NULL,
         lease_until = NULL,

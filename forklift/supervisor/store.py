@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import psycopg
 
-from forklift import _db, _sql
+from forklift import _db, _locks, _sql
 from forklift.backoff import Backoff
 from forklift.store import short_connection
 
@@ -58,6 +58,7 @@ class ProcessInfo:
 class SupervisorStore:
     def __init__(self, dsn: str, schema: str, timeouts: _db.Timeouts) -> None:
         self.dsn = dsn
+        self.schema = schema
         self.timeouts = timeouts
         self.q = _sql.load("forklift.supervisor", "queries.sql", schema)
 
@@ -70,14 +71,22 @@ class SupervisorStore:
         error: str,
         *,
         ids: Sequence[int] | None = None,
-        retry: Backoff = ORPHAN_RETRY,
+        retry: Backoff | None = ORPHAN_RETRY,
+        unlocked: bool = False,
     ) -> list[ChargedJob]:
-        """Charge a process death to the jobs `owner` held (all, or just `ids`).
+        """Charge a process death to the jobs `owner` held (all, or just `ids`); with
+        `unlocked`, only if its liveness lock is free as the jobs are locked.
 
         One transaction: lock the owner's running jobs, then charge each with the retry
-        delay its attempt count earns.
+        delay its attempt count earns (`retry` None: ready at once, in its old place in
+        line, as a job whose lease expired is).
         """
-        wanted = {"owner": owner, "ids": list(ids) if ids is not None else None}
+        wanted = {
+            "owner": owner,
+            "ids": list(ids) if ids is not None else None,
+            "unlocked": unlocked,
+            "key": _locks.lock_key(_locks.liveness(self.schema, owner)),
+        }
         with self._conn("recording a worker's death failed") as c, c.transaction():
             held = c.execute(self.q["job_held_by_owner"], wanted).fetchall()
             if not held:
@@ -86,7 +95,7 @@ class SupervisorStore:
                 "owner": owner,
                 "error": error,
                 "ids": [job_id for job_id, _ in held],
-                "delays": [retry.delay(attempts) for _, attempts in held],
+                "delays": [retry.delay(a) if retry else None for _, a in held],
             }
             return [ChargedJob(*r) for r in c.execute(self.q["job_fail_orphaned"], params)]
 
@@ -95,6 +104,16 @@ class SupervisorStore:
             return [
                 ReleasedJob(*r) for r in c.execute(self.q["job_release_owner"], {"owner": owner})
             ]
+
+    def owners_unlocked(self) -> list[str]:
+        """The owners of running jobs that hold no liveness lock now."""
+        with self._conn("looking for vanished workers failed") as c:
+            owners = [r[0] for r in c.execute(self.q["job_running_owners"])]
+            if not owners:
+                return []
+            names = {_locks.liveness(self.schema, o): o for o in owners}
+            held = _locks.held_by_anyone(c, list(names))
+        return [owner for name, owner in names.items() if name not in held]
 
     def backend_terminate(self, application_name: str) -> int:
         """End the sessions called `application_name`; how many there were."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 from forklift import _db
+from forklift._ids import application_name
 from forklift.metrics import Tally
 from forklift.store import JobStore
 from forklift.workers.completer import Completer, CompleterConfig
@@ -12,18 +13,20 @@ from forklift.workers.config import WorkerConfig
 from forklift.workers.events import JobEvents
 from forklift.workers.holdings import Holdings
 from forklift.workers.listener import Listener
+from forklift.workers.liveness import LivenessLock
 from forklift.workers.maintenance import Maintenance, MaintenanceConfig
 from forklift.workers.renewer import LeaseRenewer, RenewerConfig
 from forklift.workers.wakeup import Wakeup
 
 
 class Services:
-    """The lease renewer, the completer, the listener (if it listens) and maintenance
-    of one worker, each configured from the WorkerConfig and given its collaborators.
+    """The lease renewer, the completer, the listener (if it listens), the liveness lock
+    and maintenance of one worker, each configured from the WorkerConfig and given its
+    collaborators.
 
-    `start()` runs the renewer, the completer and the listener on threads of their
-    own; maintenance runs in the claim loop. `stop()` ends them: the completer flushes
-    what it was handed first.
+    `start()` runs the renewer, the completer, the listener and the liveness lock on
+    threads of their own; maintenance runs in the claim loop. `stop()` ends them: the
+    completer flushes what it was handed first, and the liveness lock goes last.
     """
 
     def __init__(
@@ -61,12 +64,17 @@ class Services:
             timeouts,
             MaintenanceConfig(config.maintenance_interval, config.keep_finished, config.keep_dead),
         )
+        self.liveness = LivenessLock(dsn, timeouts, store.schema, owner, application_name(owner))
         self._completing = threading.Thread(
             target=self.completer.run, name="forklift-completer", daemon=True
+        )
+        self._keeping = threading.Thread(
+            target=self.liveness.run, name="forklift-liveness", daemon=True
         )
 
     def start(self) -> None:
         threads = [
+            self._keeping,
             threading.Thread(target=self.renewer.run, name="forklift-heartbeat", daemon=True),
             self._completing,
         ]
@@ -82,3 +90,7 @@ class Services:
         self.closing.set()
         self.completer.stop()
         self._completing.join(timeout=timeout)
+        # Last: a peer that saw the lock go before the completions were written would
+        # charge jobs this worker is still finishing.
+        self.liveness.stop()
+        self._keeping.join(timeout=timeout)

@@ -199,6 +199,10 @@ class Worker:
             if free <= 0:
                 self._wakeup.wait(cfg.poll_interval)
                 continue
+            # Nothing is claimed without the liveness lock: a peer that finds it free
+            # would charge whatever this worker claimed.
+            if not self.services.liveness.wait_held(0.5):
+                continue
             self._wakeup.clear()  # wake-ups from now on are news to the claim below
             expired = time.monotonic() >= next_expiry_check
             try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -9,7 +10,7 @@ import psycopg
 import pytest
 
 import forklift
-from forklift import _db
+from forklift import _db, _locks
 from forklift.supervisor.store import SupervisorStore
 
 DEAD = "gone:1:a"
@@ -120,3 +121,53 @@ def test_charging_and_releasing_wake_the_queues_listeners(
         f"SELECT state, attempts, lease_owner FROM {schema}.jobs WHERE id = %s", (released[0].id,)
     ).fetchone()
     assert row == ("ready", 0, None)
+
+
+def test_owners_without_their_liveness_lock_are_found_and_only_they_charged(
+    dsn: str,
+    db: psycopg.Connection[Any],
+    schema: str,
+    store: SupervisorStore,
+    producer: forklift.App,
+) -> None:
+    alive, gone = "here:1:alive", "there:2:gone"
+    kept = leased(db, schema, producer, attempts=1, owner=alive)
+    lost = leased(db, schema, producer, attempts=1, owner=gone)
+    with psycopg.connect(dsn, autocommit=True) as holder:  # the live worker's lock session
+        assert _locks.try_take(holder, _locks.liveness(schema, alive))
+        assert store.owners_unlocked() == [gone]
+        assert store.job_fail_orphaned(alive, "WorkerLost: x", retry=None, unlocked=True) == []
+        (charged,) = store.job_fail_orphaned(gone, "WorkerLost: x", retry=None, unlocked=True)
+    assert charged.id == lost and charged.state == "ready"
+    row = db.execute(
+        f"SELECT available_at = created_at FROM {schema}.jobs WHERE id = %s", (lost,)
+    ).fetchone()
+    assert row == (True,)  # ready at once, in its old place in line
+    # Its session gone, the live one's lock is free too: now it is found.
+    assert store.owners_unlocked() == [alive]
+    assert kept != lost
+
+
+def test_a_worker_takes_its_liveness_lock_back_when_its_session_ends(
+    dsn: str, db: psycopg.Connection[Any], schema: str
+) -> None:
+    from forklift.workers.liveness import LivenessConfig, LivenessLock
+
+    lock = LivenessLock(dsn, _db.Timeouts(), schema, "here:9:w", "forklift-worker:9:w",
+                        LivenessConfig(tick=0.05, ping_every=0.2))  # fmt: skip
+    assert lock.run_once() and lock.held.is_set()
+    store = SupervisorStore(dsn, schema, _db.Timeouts())
+    name = _locks.liveness(schema, "here:9:w")
+    assert _locks.held_by_anyone(db, [name]) == {name}
+    db.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        " WHERE application_name = 'forklift-worker:9:w'"
+    )
+    time.sleep(0.05)
+    assert _locks.held_by_anyone(db, [name]) == set()
+    assert lock.run_once()  # noticed on its socket, taken back in the same round
+    assert _locks.held_by_anyone(db, [name]) == {name}
+    lock.stop()
+    lock.run()  # sees the stop, lets go
+    assert _locks.held_by_anyone(db, [name]) == set() and not lock.held.is_set()
+    assert store.owners_unlocked() == []

@@ -39,7 +39,8 @@ class FakeStore(SupervisorStore):
         error: str,
         *,
         ids: Sequence[int] | None = None,
-        retry: Backoff = ORPHAN_RETRY,
+        retry: Backoff | None = ORPHAN_RETRY,
+        unlocked: bool = False,
     ) -> list[ChargedJob]:
         self._call("job_fail_orphaned", owner, error, ids)
         return self.charged
