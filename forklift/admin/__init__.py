@@ -9,6 +9,7 @@ from typing import Any
 import psycopg
 
 from forklift import _db, _sql
+from forklift.errors import SchemaMissing
 from forklift.store import short_connection
 
 
@@ -77,5 +78,12 @@ class AdminStore:
         return [ProcessRow(*r) for r in rows]
 
     def ping(self) -> None:
+        """Return if the database answers and has forklift's tables; else raise
+        DatabaseError (SchemaMissing when it answers but was never migrated)."""
         with self._conn("database unreachable") as conn:
-            conn.execute(self.q["ping"])
+            row = conn.execute(self.q["ping"]).fetchone()
+        if row is None or row[0] is None:
+            raise SchemaMissing(
+                f'schema "{self.schema}" (forklift\'s tables) not found in '
+                f"{_db.describe(self.dsn)}: run forklift migrate"
+            )

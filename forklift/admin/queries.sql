@@ -31,5 +31,5 @@ FROM {schema}.processes
 ORDER BY host, coalesce(supervisor_id, id), kind = 'supervisor' DESC, pid;
 
 -- name: ping
--- Is the database there?
-SELECT 1;
+-- Is the database there, with forklift's tables in it? (NULL: not migrated)
+SELECT to_regclass('{schema}.jobs');

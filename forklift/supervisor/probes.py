@@ -17,7 +17,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from forklift._events import emit
 from forklift.admin import AdminStore, QueueStats
-from forklift.errors import DatabaseError
+from forklift.errors import DatabaseError, SchemaMissing
 from forklift.metrics import Totals, TotalsCollector
 from forklift.supervisor.snapshot import SnapshotBoard
 
@@ -44,6 +44,7 @@ class Probes:
         self.admin = admin
         self._stats: _Cached[list[QueueStats]] = _Cached()
         self._db_ready: _Cached[bool] = _Cached()
+        self._db_problem = "database unreachable"
 
     def health(self) -> tuple[int, str]:
         silent = time.monotonic() - self.board.read().last_tick
@@ -61,7 +62,7 @@ class Probes:
         if snapshot.live_workers == 0:
             reasons.append("no worker process alive")
         if not self.database_ready():
-            reasons.append("database unreachable")
+            reasons.append(self._db_problem)
         if reasons:
             return 503, "not ready: " + "; ".join(reasons) + "\n"
         return 200, "ready\n"
@@ -86,8 +87,14 @@ class Probes:
         try:
             self.admin.ping()
         except DatabaseError as exc:
-            if before is not False:
-                emit(log, "supervisor.database_unreachable", logging.WARNING, error=exc)
+            missing = isinstance(exc, SchemaMissing)
+            problem = str(exc) if missing else "database unreachable"
+            if before is not False or problem != self._db_problem:
+                event = (
+                    "supervisor.schema_missing" if missing else "supervisor.database_unreachable"
+                )
+                emit(log, event, logging.WARNING, error=exc)
+            self._db_problem = problem
             self._db_ready = _Cached(False, now)
         else:
             if before is False:

@@ -25,10 +25,10 @@ from typing import Any
 from forklift import _db
 from forklift._events import emit
 from forklift._ids import make_owner
-from forklift._service import TestSignal
+from forklift._service import Repeats, TestSignal
 from forklift.app import App
 from forklift.backoff import Backoff, Streak
-from forklift.errors import DatabaseError
+from forklift.errors import DatabaseError, SchemaMissing
 from forklift.metrics import Tally
 from forklift.store import ClaimedJob, Effect, JobStore
 from forklift.task import Task
@@ -162,6 +162,7 @@ class Worker:
         assert self._wakeup is not None
         next_expiry_check = time.monotonic()
         claim_errors = Streak(CLAIM_RETRY)
+        repeats = Repeats()  # "run forklift migrate" every 30 s, not every second
         while not self._stopping:
             if cfg.maintenance:
                 self.services.maintenance.run_due()
@@ -177,6 +178,13 @@ class Worker:
                 jobs = self.store.job_claim(
                     cfg.queues, self.owner, free, cfg.lease, expired=expired
                 )
+            except SchemaMissing as exc:
+                # Not migrated yet (a migration Job may be on its way): say so calmly,
+                # look again every second, start the moment the tables are there.
+                if repeats.worth_logging(exc):
+                    emit(log, "worker.schema_missing", logging.WARNING, error=exc)
+                self._wakeup.wait(1.0)
+                continue
             except DatabaseError as exc:
                 delay = claim_errors.failed()
                 emit(log, "worker.claim_failed", logging.WARNING, error=exc, retry_in=delay)
