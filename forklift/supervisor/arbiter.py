@@ -30,6 +30,7 @@ from forklift.supervisor.death import signal_name
 from forklift.supervisor.ops import OpsServer
 from forklift.supervisor.police import Police
 from forklift.supervisor.probes import Probes, metrics_registry
+from forklift.supervisor.progress import ProgressReporter
 from forklift.supervisor.reaper import Reaper
 from forklift.supervisor.registry import ProcessRegistry
 from forklift.supervisor.restarts import RestartSchedule
@@ -79,9 +80,11 @@ class Supervisor:
         self.scaling = Scaling(cfg, self.store)
         self.board = SnapshotBoard(Snapshot(last_tick=time.monotonic()))
         self.registry = ProcessRegistry(self.store, self.board, self.totals)
-        probes = Probes(self.board, AdminStore(app.dsn, app.schema))
+        admin = AdminStore(app.dsn, app.schema)
+        probes = Probes(self.board, admin)
+        progress = ProgressReporter(self.totals, admin, cfg.worker.queues)
         metrics = metrics_registry(self.totals, probes)
-        self.ops = OpsServer(cfg.metrics_addr, probes, metrics, self.registry)
+        self.ops = OpsServer(cfg.metrics_addr, probes, metrics, self.registry, progress)
         self.spawner = Spawner(
             cfg,
             self.children,

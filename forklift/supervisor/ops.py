@@ -21,6 +21,7 @@ from forklift._events import emit
 from forklift._service import run_every
 from forklift.errors import ConfigError
 from forklift.supervisor.probes import Probes
+from forklift.supervisor.progress import ProgressReporter
 from forklift.supervisor.registry import ProcessRegistry
 
 log = logging.getLogger(__name__)
@@ -44,10 +45,12 @@ class OpsServer:
         probes: Probes,
         metrics: CollectorRegistry,
         registry: ProcessRegistry,
+        progress: ProgressReporter | None = None,
     ) -> None:
         self.addr = parse_addr(addr) if addr else None
         self.fork_lock = threading.Lock()
         self.registry = registry
+        self.progress = progress
         self.routes: dict[str, Route] = {
             "/metrics": lambda: (200, CONTENT_TYPE_LATEST, generate_latest(metrics)),
             "/healthz": lambda: _text(probes.health()),
@@ -90,7 +93,11 @@ class OpsServer:
 
     def _heartbeat(self) -> None:
         with self.fork_lock:
-            self.registry.run_once()
+            try:
+                self.registry.run_once()
+            finally:
+                if self.progress is not None:
+                    self.progress.run_once()
 
     def close_in_child(self) -> None:
         """After fork: the child must not keep the parent's listening socket open."""
