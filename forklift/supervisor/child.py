@@ -157,8 +157,12 @@ class Children:
         return sum(1 for c in self._by_pid.values() if c.busy)
 
     def free_index(self) -> int:
-        """The lowest slot number (1, 2, ...) no child holds."""
-        used = {c.index for c in self._by_pid.values()}
+        """The lowest slot number (1, 2, ...) no live child holds.
+
+        A replacement takes the slot of the child it replaces even while that one is
+        still on its way out: `worker 2/2`, never `worker 3/2`.
+        """
+        used = {c.index for c in self.live()}
         return next(i for i in range(1, len(used) + 2) if i not in used)
 
     def pipes(self) -> list[int]:

@@ -253,6 +253,7 @@ class Worker:
             # Claimed just before the stop and not started: no new work once stopping.
             self._release([ctx], "not started before the stop")
             return
+        ctx.started = True
         if self.on_job_start is not None:
             self.on_job_start(job)
         started = time.monotonic()
@@ -260,6 +261,10 @@ class Worker:
         result = executor.run(task, ctx, self.owner)
         ctx.duration = time.monotonic() - started
         effect = ctx.take_effect()
+        if ctx.finished:  # released while it ran (a stop past grace): nothing to record
+            if effect is not None:
+                effect.rollback()
+            return
         if effect is not None:
             if not result.succeeded:
                 effect.rollback()
