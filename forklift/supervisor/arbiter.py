@@ -81,7 +81,7 @@ class Supervisor:
         self.board = SnapshotBoard(Snapshot(last_tick=time.monotonic()))
         self.registry = ProcessRegistry(self.store, self.board, self.totals)
         admin = AdminStore(app.dsn, app.schema)
-        probes = Probes(self.board, admin)
+        probes = Probes(self.board, admin, cfg.worker.queues)
         progress = ProgressReporter(self.totals, admin, cfg.worker.queues)
         metrics = metrics_registry(self.totals, probes)
         self.ops = OpsServer(cfg.metrics_addr, probes, metrics, self.registry, progress)

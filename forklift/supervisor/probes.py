@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -39,9 +39,10 @@ class _Cached(Generic[T]):
 class Probes:
     """Health and readiness answers, and the database reads behind them (HTTP thread)."""
 
-    def __init__(self, board: SnapshotBoard, admin: AdminStore) -> None:
+    def __init__(self, board: SnapshotBoard, admin: AdminStore, queues: Sequence[str] = ()) -> None:
         self.board = board
         self.admin = admin
+        self.queues = tuple(queues)  # served here: their gauges read 0 when empty
         self._stats: _Cached[list[QueueStats]] = _Cached()
         self._db_ready: _Cached[bool] = _Cached()
         self._db_problem = "database unreachable"
@@ -59,7 +60,7 @@ class Probes:
             reasons.append("shutting down")
         if snapshot.crash_loop:
             reasons.append("workers are crash-looping")
-        if snapshot.live_workers == 0:
+        if snapshot.live_workers == 0 and not snapshot.stopping:  # stopping: they finish
             reasons.append("no worker process alive")
         if not self.database_ready():
             reasons.append(self._db_problem)
@@ -72,7 +73,8 @@ class Probes:
         now = time.monotonic()
         if now - self._stats.at > GAUGE_TTL:
             try:
-                self._stats = _Cached(self.admin.queue_stats(throughput=False), now)
+                stats = self.admin.queue_stats(throughput=False, include=self.queues)
+                self._stats = _Cached(stats, now)
             except DatabaseError as exc:
                 emit(log, "metrics.queue_stats_failed", logging.WARNING, error=exc)
                 self._stats = _Cached(None, now)
@@ -146,6 +148,6 @@ class LiveCollector(Collector):
                 ("dead", s.dead),
             ):
                 depth.add_metric([s.queue, state], n)
-            oldest.add_metric([s.queue], s.oldest_ready_age)
+            oldest.add_metric([s.queue], s.oldest_ready_age or 0.0)
         yield depth
         yield oldest

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any, cast
 
 import pytest
@@ -16,7 +17,9 @@ class FakeAdmin:
     def __init__(self) -> None:
         self.ready = 0
 
-    def queue_stats(self, *, throughput: bool = True) -> list[QueueStats]:
+    def queue_stats(
+        self, *, throughput: bool = True, include: Sequence[str] = ()
+    ) -> list[QueueStats]:
         return [
             QueueStats("default", self.ready, 0, 0, 0, 0.0, 0),
             QueueStats("other", 99, 0, 0, 0, 0.0, 0),  # not served here: not our backlog
