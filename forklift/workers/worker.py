@@ -4,10 +4,11 @@ The main thread claims up to its free slots (`_claim_loop`) and queues each job 
 of `concurrency` executor threads, which runs it to its outcome (`_run_job`): the
 handler, then its completion, committed in the handler's own effect transaction
 (`Recorder.commit_effect`) or handed to the completer's group commit, or its failure
-(`Recorder.fail`); recorder.py holds those fenced writes. Beside them run the services, each in its own module with its
-collaborators passed in: the lease renewer, the completer and the listener on threads
-of their own, maintenance between claims. They share `Holdings` (the held jobs, the
-slots, the locks) and `JobEvents` (how a job's end is logged, counted and reported).
+(`Recorder.fail`); recorder.py holds those fenced writes. Beside them run the
+services, each in its own module with its collaborators passed in: the lease renewer,
+the completer and the listener on threads of their own, maintenance between claims.
+They share `Holdings` (the held jobs, the slots, the locks) and `JobEvents` (how a
+job's end is logged, counted and reported).
 Everything is created in run(), after any fork.
 """
 
