@@ -21,9 +21,11 @@ def flag(
     *,
     shown: str | None = None,
     metavar: str | None = None,
+    var: str | None = None,
 ) -> None:
-    """A flag whose default comes from FORKLIFT_<FLAG>; the help names both."""
-    var = name.lstrip("-").replace("-", "_").upper()
+    """A flag whose default comes from FORKLIFT_<FLAG> (or FORKLIFT_<var>); the help
+    names both."""
+    var = var or name.lstrip("-").replace("-", "_").upper()
     tail = f"env FORKLIFT_{var}"
     if shown or default is not None:
         tail += f"; default: {shown or default}"
