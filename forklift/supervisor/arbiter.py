@@ -23,11 +23,14 @@ from forklift._events import emit
 from forklift.admin import AdminStore
 from forklift.app import App
 from forklift.metrics import Totals
+from forklift.scheduler.metrics import CronCollector
+from forklift.scheduler.service import Scheduler
+from forklift.scheduler.store import ScheduleStore
 from forklift.supervisor.attribution import Attribution
 from forklift.supervisor.child import Children, Signaller, send_signal
 from forklift.supervisor.config import SupervisorConfig
 from forklift.supervisor.death import signal_name
-from forklift.supervisor.ops import OpsServer
+from forklift.supervisor.ops import OpsServer, OpsService
 from forklift.supervisor.police import Police
 from forklift.supervisor.probes import Probes, metrics_registry
 from forklift.supervisor.reaper import Reaper
@@ -71,7 +74,8 @@ class Supervisor:
         self.signals = SignalQueue()
         self.notifier = Notifier()
         self.totals = Totals()
-        self.store = SupervisorStore(app.dsn, app.schema, _db.Timeouts.for_lease(cfg.worker.lease))
+        timeouts = _db.Timeouts.for_lease(cfg.worker.lease)
+        self.store = SupervisorStore(app.dsn, app.schema, timeouts)
         self.attribution = Attribution(self.store, self.totals)
         self.restarts = RestartSchedule(self.notifier)
         self.reaper = Reaper(self.children, self.attribution, self.totals, self.restarts)
@@ -79,9 +83,13 @@ class Supervisor:
         self.scaling = Scaling(cfg, self.store)
         self.board = SnapshotBoard(Snapshot(last_tick=time.monotonic()))
         self.registry = ProcessRegistry(self.store, self.board, self.totals)
+        self.scheduler = Scheduler(
+            ScheduleStore(app.dsn, app.schema, timeouts), app.schedules.values(), cfg.scheduler
+        )
         probes = Probes(self.board, AdminStore(app.dsn, app.schema))
-        metrics = metrics_registry(self.totals, probes)
-        self.ops = OpsServer(cfg.metrics_addr, probes, metrics, self.registry)
+        metrics = metrics_registry(self.totals, probes, CronCollector(self.scheduler))
+        scheduling = OpsService("scheduler", cfg.scheduler.tick, self.scheduler.run_once)
+        self.ops = OpsServer(cfg.metrics_addr, probes, metrics, self.registry, [scheduling])
         self.spawner = Spawner(
             cfg,
             self.children,
@@ -215,6 +223,7 @@ class Supervisor:
                 return
             gc.collect()
             gc.freeze()
+            self.scheduler.use(self.app.schedules.values())
         self.generation += 1
         emit(log, "supervisor.reload", generation=self.generation)
 
