@@ -119,7 +119,8 @@ class Scheduler:
     ) -> list[Fire]:
         if synced.redefined:
             emit(log, "schedule.defined", schedule=schedule.name, definition=schedule.describe())
-        if not self._plan(schedule, synced.fired_through, now).fires:
+        first = self._plan(schedule, synced.fired_through, now)
+        if not first.fires and not first.missed:
             return []  # nothing due: no lock, no write
         try:
             with session.schedule_lock(schedule.name) as row:

@@ -256,3 +256,14 @@ def test_a_round_counts_what_it_did_for_the_metrics(schema: str, replicas: Repli
     b.run_once(at(75.5))
     assert a.counted() == {("tick", Outcome.ENQUEUED): 1}
     assert b.counted() == {("tick", Outcome.ENQUEUED): 1, ("tick", Outcome.SKIPPED_MISFIRE): 5}
+
+
+def test_misses_outside_the_catchup_window_are_counted_even_with_nothing_to_enqueue(
+    db: Conn, schema: str, replicas: Replicas
+) -> None:
+    (s,) = replicas(1, every=60, catchup=10)
+    s.run_once(at(58))  # enqueues 60
+    later = s.run_once(at(200))  # 120 and 180 missed, outside the 10 s window
+    assert later.outcomes("tick") == {Outcome.SKIPPED_MISFIRE: 2}
+    assert s.run_once(at(201)).outcomes("tick") == {}  # counted once
+    assert seconds(fired(db, schema)) == [60]
