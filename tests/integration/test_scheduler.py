@@ -16,6 +16,7 @@ import pytest
 
 import forklift
 from forklift import _db
+from forklift.scheduler.metrics import CronCollector
 from forklift.scheduler.service import Outcome, Round, Scheduler, SchedulerConfig
 from forklift.scheduler.store import ScheduleRow, ScheduleStore
 
@@ -267,3 +268,36 @@ def test_misses_outside_the_catchup_window_are_counted_even_with_nothing_to_enqu
     assert later.outcomes("tick") == {Outcome.SKIPPED_MISFIRE: 2}
     assert s.run_once(at(201)).outcomes("tick") == {}  # counted once
     assert seconds(fired(db, schema)) == [60]
+
+
+# -- metrics -----------------------------------------------------------------------------
+
+
+def gauge(collector: CronCollector, name: str) -> dict[str, float]:
+    family = next(m for m in collector.collect() if m.name == name)
+    return {s.labels["schedule"]: s.value for s in family.samples}
+
+
+def test_metrics_show_declared_schedules_last_success_or_first_declaration(
+    dsn: str, db: Conn, schema: str, replicas: Replicas
+) -> None:
+    (s,) = replicas(1, every=10)
+    collector = CronCollector(s)
+    s.run_once(at(8))
+    created = schedule_row(dsn, schema).created_at.timestamp()
+    assert gauge(collector, "forklift_cron_last_success_timestamp_seconds") == {"tick": created}
+    assert gauge(collector, "forklift_cron_interval_seconds") == {"tick": 10.0}
+    fires = next(m for m in collector.collect() if m.name == "forklift_cron_fires")
+    assert [(x.labels, x.value) for x in fires.samples if x.name.endswith("_total")] == [
+        ({"schedule": "tick", "outcome": "enqueued"}, 1.0)
+    ]
+    set_state(db, schema, 10, "succeeded")
+    s.run_once(at(11))
+    success = schedule_row(dsn, schema).last_success_at
+    assert success is not None
+    collector._read_at = float("-inf")  # past the cache
+    assert gauge(collector, "forklift_cron_last_success_timestamp_seconds") == {
+        "tick": success.timestamp()
+    }
+    s.use([])  # removed from the code: no series to alert on
+    assert gauge(collector, "forklift_cron_last_success_timestamp_seconds") == {}
