@@ -48,6 +48,7 @@ def register(
     p.add_argument("app", metavar="MODULE:APP", help="the app, e.g. myproject.jobs:app")
     flags.add_processes(p)
     flags.add_policing(p)
+    flags.add_scheduling(p)
     flags.add_worker(p)
     flags.add_database(p)
     p.set_defaults(func=cmd_run)

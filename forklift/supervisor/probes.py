@@ -105,11 +105,14 @@ class Probes:
         return bool(self._db_ready.value)
 
 
-def metrics_registry(totals: Totals, probes: Probes) -> CollectorRegistry:
-    """What /metrics serves: the children's summed counters and the live gauges."""
+def metrics_registry(totals: Totals, probes: Probes, *more: Collector) -> CollectorRegistry:
+    """What /metrics serves: the children's summed counters, the live gauges, and `more`
+    (the scheduler's)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(TotalsCollector(totals))
     registry.register(LiveCollector(probes))
+    for collector in more:
+        registry.register(collector)
     return registry
 
 
