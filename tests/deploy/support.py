@@ -9,6 +9,8 @@ import contextlib
 import os
 import re
 import shutil
+import signal
+import subprocess
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -118,6 +120,29 @@ def promql_metrics(expr: str) -> set[str]:
         if match[2] is None and match[1].lower() not in _KEYWORDS:
             names.add(match[1])
     return names
+
+
+@contextlib.contextmanager
+def running(
+    argv: Sequence[str], env: Mapping[str, str], log: Path
+) -> Iterator[subprocess.Popen[bytes]]:
+    """`argv` in a session of its own, its output in `log`; on the way out, whatever of
+    that session is left is SIGKILLed, and it is reaped."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            list(argv),
+            env=dict(env),
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        yield proc
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
 
 
 def tool(name: str, *, install: str) -> str:

@@ -19,7 +19,7 @@ import forklift
 from forklift.cli.errors import Exit
 from forklift.testing import wait_for
 from tests.acceptance.conftest import get, scalar, wait_state
-from tests.deploy.support import DEPLOY, ROOT, run_config, tool
+from tests.deploy.support import DEPLOY, ROOT, run_config, running, tool
 from tests.deploy.systemd_unit import BINARY, NotifySocket, Unit, systemd_environment
 
 UNIT = Unit.read(DEPLOY / "forklift.service")
@@ -126,7 +126,7 @@ def _job_running(dsn: str, schema: str, db: psycopg.Connection[Any]) -> int:
 
 
 def _succeeded(db: psycopg.Connection[Any], schema: str, job_id: int) -> bool:
-    """Finished, neither released by the stop nor run twice."""
+    """Finished within --grace: the stop let it end instead of releasing it."""
     return bool(scalar(db, f"SELECT state FROM {schema}.jobs WHERE id = %s", job_id) == "succeeded")
 
 
@@ -142,9 +142,7 @@ def test_exec_start_becomes_ready_and_stops_within_timeout_stop_sec(
         pytest.skip("systemd is PID 1 here: test_exec_start_in_a_transient_unit runs it")
     argv, env, budget = _exec_start(unit_here, notify)
     log = tmp_path / "journal.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-    try:
+    with running(argv, env, log) as proc:
         ready = wait_for(lambda: notify.received("READY"), timeout=30, what="READY=1")
         assert ready["MAINPID"] == str(proc.pid)
         assert notify.received("WATCHDOG") is not None  # the first ping comes at once
@@ -152,9 +150,6 @@ def test_exec_start_becomes_ready_and_stops_within_timeout_stop_sec(
         wait_for(lambda: get(f"http://{addr[1]}/readyz")[0] == 200, what="/readyz 200")
         job_id = _job_running(dsn, schema, db)
         stopped = _stop(proc, getattr(signal, unit_here.get("KillSignal")), unit_here)
-    finally:
-        proc.kill()
-        proc.wait()
     assert proc.returncode == 0, log.read_text()[-3000:]
     assert notify.received("STOPPING") is not None
     assert stopped <= budget, f"stopped in {stopped:.1f} s, budget {budget:.1f} s"
