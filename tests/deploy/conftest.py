@@ -1,10 +1,14 @@
-"""Deploy fixtures: what a supervisor's /metrics exports, read from its own registry."""
+"""Deploy fixtures: what a supervisor's /metrics exports, read from its own registry;
+and the acceptance tier's `forklift_cli` (the real CLI under Popen)."""
 
 from __future__ import annotations
 
 import pytest
 
+from tests.acceptance.conftest import forklift_cli
 from tests.deploy.support import exported_metrics
+
+__all__ = ["exported", "forklift_cli"]
 
 
 @pytest.fixture
