@@ -136,9 +136,9 @@ def _outcome(db: psycopg.Connection[Any], schema: str, ids: list[int]) -> dict[s
 
 
 def test_a_rolling_deploy_under_load_loses_nothing_and_doubles_nothing(
-    dsn: str, schema: str, db: psycopg.Connection[Any], forklift_cli: Any
+    dsn: str, schema: str, db: psycopg.Connection[Any], env: dict[str, str], forklift_cli: Any
 ) -> None:
-    budget = run_config(ARGS).shutdown_budget
+    budget = run_config(ARGS, env).shutdown_budget  # as the supervisors will see it
     replicas = [forklift_cli(*ARGS) for _ in range(REPLICAS)]
     for sup in replicas:
         _ready(sup)
