@@ -14,6 +14,7 @@ from forklift.errors import (
     LeaseLost,
     MigrationError,
     Retry,
+    SchemaMissing,
     UnknownTaskError,
 )
 from forklift.task import Task
@@ -34,6 +35,7 @@ __all__ = [
     "LeaseLost",
     "MigrationError",
     "Retry",
+    "SchemaMissing",
     "Task",
     "UnknownTaskError",
     "WorkerConfig",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
@@ -46,6 +47,27 @@ class TestSignal(Generic[T]):
             raise AssertionError(f"no test signal within {timeout} s") from None
 
 
+class Repeats:
+    """Whether a failure is worth a log line: a new error, or the same one after
+    `quiet` seconds. A database that stays down, or a schema not yet migrated, is said
+    once in a while, not once per retry."""
+
+    def __init__(self, quiet: float = 30.0) -> None:
+        self.quiet = quiet
+        self._last = ""
+        self._next = float("-inf")
+
+    def worth_logging(self, error: BaseException) -> bool:
+        text, now = str(error), time.monotonic()
+        if text == self._last and now < self._next:
+            return False
+        self._last, self._next = text, now + self.quiet
+        return True
+
+    def clear(self) -> None:
+        self._last = ""
+
+
 def run_every(
     interval: float | Callable[[], float],
     run_once: Callable[[], object],
@@ -55,12 +77,16 @@ def run_every(
 ) -> None:
     """Call `run_once` every `interval` seconds until `stopped` is set.
 
-    A forklift error is logged as `event` (a warning) and the loop carries on: a
-    service outlives a database outage.
+    A forklift error is logged as `event` (a warning; the same error again only every
+    30 s) and the loop carries on: a service outlives a database outage.
     """
     wait = interval if callable(interval) else (lambda: interval)
+    repeats = Repeats()
     while not stopped.wait(wait()):
         try:
             run_once()
         except ForkliftError as exc:
-            emit(log, event, logging.WARNING, error=exc)
+            if repeats.worth_logging(exc):
+                emit(log, event, logging.WARNING, error=exc)
+        else:
+            repeats.clear()

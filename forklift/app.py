@@ -6,16 +6,19 @@ import difflib
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import Any, ParamSpec, TypeVar, Unpack, cast, overload
 
 import psycopg
 
-from forklift import _db, _json, _names, _sql
+from forklift import _db, _json, _names, _singleton, _sql
 from forklift._pool import Pool
 from forklift.backoff import Backoff
 from forklift.errors import ArgumentError, ConfigError, UnknownTaskError
+from forklift.scheduler import declare
+from forklift.scheduler.schedule import Schedule
 from forklift.store import JobStore, NewJob, short_connection, translated
 from forklift.task import Task, check_priority
 
@@ -59,6 +62,7 @@ class App:
             schema or os.environ.get("FORKLIFT_SCHEMA", "forklift")
         )
         self.tasks: dict[str, Task[Any, Any]] = {}
+        self.schedules: dict[str, Schedule] = {}
         self._lock = threading.Lock()
         self._pool: Pool | None = None
         self._pool_pid = 0
@@ -129,6 +133,37 @@ class App:
             return t
 
         return register(fn) if fn is not None else register
+
+    @overload
+    def periodic(
+        self, *, task: Task[Any, Any] | str, **options: Unpack[declare.ScheduleOptions]
+    ) -> Schedule: ...
+
+    @overload
+    def periodic(
+        self, *, task: None = None, **options: Unpack[declare.PeriodicOptions]
+    ) -> declare.Periodic: ...
+
+    def periodic(
+        self, *, task: Task[Any, Any] | str | None = None, **options: Any
+    ) -> Schedule | declare.Periodic:
+        """Schedule a task: `@app.periodic(cron=..., tz=..., name=...)` on a handler
+        registers it as a task too; `app.periodic(task=t, cron=..., args=...)` schedules
+        a task already registered. Options: `declare.ScheduleOptions`."""
+        if task is not None:
+            return declare.schedule(self, task, cast(declare.ScheduleOptions, options))
+        return declare.Periodic(self, cast(declare.PeriodicOptions, options))
+
+    def singleton(self, name: str) -> AbstractContextManager[bool]:
+        """`with app.singleton("name") as acquired:` one holder across every replica.
+
+        A non-blocking advisory lock on a dedicated connection, always released.
+        """
+        try:
+            _names.check("singleton", name)
+        except ValueError as exc:
+            raise ArgumentError(str(exc)) from None
+        return _singleton.singleton(self.dsn, _db.Timeouts(), f"singleton:{self.schema}:{name}")
 
     def _task_for_enqueue(self, name: str) -> Task[Any, Any] | None:
         """The registered task `name`; None for a producer-only app (no tasks), which may

@@ -19,6 +19,10 @@ class DatabaseError(ForkliftError):
     """The database refused or could not complete an operation."""
 
 
+class SchemaMissing(DatabaseError):
+    """forklift's tables are not in this database (yet): run `forklift migrate`."""
+
+
 class MigrationError(ForkliftError):
     """The schema cannot be migrated safely."""
 

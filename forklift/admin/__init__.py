@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -9,18 +10,24 @@ from typing import Any
 import psycopg
 
 from forklift import _db, _sql
+from forklift.errors import SchemaMissing
 from forklift.store import short_connection
 
 
 @dataclass(frozen=True)
 class QueueStats:
+    """One queue, as `forklift status` and the queue gauges show it."""
+
     queue: str
-    ready: int
-    scheduled: int
+    ready: int  # due now
+    scheduled: int  # ready, but due later (delayed, or retrying after a backoff)
     running: int
     dead: int
-    oldest_ready_age: float
-    succeeded_last_minute: int
+    oldest_ready_age: float | None  # seconds the oldest due job has waited; None: none due
+    succeeded_last_minute: int = 0
+    dead_last_minute: int = 0
+    succeeded_last_hour: int = 0
+    dead_last_hour: int = 0
 
 
 @dataclass(frozen=True)
@@ -49,27 +56,24 @@ class AdminStore:
     def _conn(self, what: str) -> AbstractContextManager[psycopg.Connection[Any]]:
         return short_connection(self.dsn, self.timeouts, "forklift-admin", what)
 
-    def queue_stats(self, *, throughput: bool = True) -> list[QueueStats]:
-        """Per-queue counts; `throughput` adds successes in the last minute (a scan of
-        that minute's finished jobs, so the metrics endpoint leaves it out)."""
+    def queue_stats(
+        self, *, throughput: bool = True, include: Sequence[str] = ()
+    ) -> list[QueueStats]:
+        """Per-queue counts, sorted by queue; queues in `include` appear even when empty.
+
+        `throughput` adds what finished in the last minute and hour (a scan of that hour's
+        finished jobs, so the metrics endpoint leaves it out).
+        """
         with self._conn("reading queue statistics failed") as conn:
             rows = conn.execute(self.q["queue_depth"]).fetchall()
-            done = dict(conn.execute(self.q["queue_throughput"]).fetchall()) if throughput else {}
-        stats = {
-            r[0]: QueueStats(
-                r[0],
-                int(r[1]),
-                int(r[2]),
-                int(r[3]),
-                int(r[4]),
-                float(r[5]),
-                int(done.get(r[0], 0)),
-            )
-            for r in rows
-        }
-        for queue, n in done.items():
-            stats.setdefault(queue, QueueStats(queue, 0, 0, 0, 0, 0.0, int(n)))
-        return [stats[q] for q in sorted(stats)]
+            finished = conn.execute(self.q["queue_throughput"]).fetchall() if throughput else []
+            done = {r[0]: tuple(int(n) for n in r[1:]) for r in finished}
+        depth = {r[0]: (int(r[1]), int(r[2]), int(r[3]), int(r[4]), r[5]) for r in rows}
+        names = sorted(set(depth) | set(done) | set(include))
+        return [
+            QueueStats(q, *depth.get(q, (0, 0, 0, 0, None)), *done.get(q, (0, 0, 0, 0)))
+            for q in names
+        ]
 
     def process_list(self) -> list[ProcessRow]:
         with self._conn("reading the process registry failed") as conn:
@@ -77,5 +81,12 @@ class AdminStore:
         return [ProcessRow(*r) for r in rows]
 
     def ping(self) -> None:
+        """Return if the database answers and has forklift's tables; else raise
+        DatabaseError (SchemaMissing when it answers but was never migrated)."""
         with self._conn("database unreachable") as conn:
-            conn.execute(self.q["ping"])
+            row = conn.execute(self.q["ping"]).fetchone()
+        if row is None or row[0] is None:
+            raise SchemaMissing(
+                f'schema "{self.schema}" (forklift\'s tables) not found in '
+                f"{_db.describe(self.dsn)}: run forklift migrate"
+            )

@@ -2,24 +2,30 @@
 -- a one-line description; {schema} is replaced by the quoted schema name when loaded.
 
 -- name: queue_depth
--- Per queue: due, scheduled, running and dead jobs, and the oldest due job's age.
+-- Per queue: due, scheduled, running and dead jobs, and the oldest due job's age (NULL:
+-- nothing due).
 SELECT queue,
        count(*) FILTER (WHERE state = 'ready' AND available_at <= now()),
        count(*) FILTER (WHERE state = 'ready' AND available_at > now()),
        count(*) FILTER (WHERE state = 'running'),
        count(*) FILTER (WHERE state = 'dead'),
-       coalesce(extract(epoch FROM now() - min(available_at)
-           FILTER (WHERE state = 'ready' AND available_at <= now())), 0)::float8
+       extract(epoch FROM now() - min(available_at)
+           FILTER (WHERE state = 'ready' AND available_at <= now()))::float8
 FROM {schema}.jobs
 WHERE state IN ('ready', 'running', 'dead')
 GROUP BY queue
 ORDER BY queue;
 
 -- name: queue_throughput
--- Per queue: jobs that succeeded in the last minute.
-SELECT queue, count(*)
+-- Per queue: jobs that succeeded and that went dead in the last minute and hour (a scan
+-- of the last hour's finished jobs, through the finished-jobs index).
+SELECT queue,
+       count(*) FILTER (WHERE state = 'succeeded' AND completed_at > now() - interval '1 minute'),
+       count(*) FILTER (WHERE state = 'dead' AND completed_at > now() - interval '1 minute'),
+       count(*) FILTER (WHERE state = 'succeeded'),
+       count(*) FILTER (WHERE state = 'dead')
 FROM {schema}.jobs
-WHERE state = 'succeeded' AND completed_at > now() - interval '1 minute'
+WHERE state IN ('succeeded', 'dead', 'cancelled') AND completed_at > now() - interval '1 hour'
 GROUP BY queue;
 
 -- name: process_list
@@ -31,5 +37,5 @@ FROM {schema}.processes
 ORDER BY host, coalesce(supervisor_id, id), kind = 'supervisor' DESC, pid;
 
 -- name: ping
--- Is the database there?
-SELECT 1;
+-- Is the database there, with forklift's tables in it? (NULL: not migrated)
+SELECT to_regclass('{schema}.jobs');

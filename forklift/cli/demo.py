@@ -77,18 +77,37 @@ def register(
         "DATABASE_URL; default: an embedded PostgreSQL)",
     )
     flags.flag(
-        p, "--workers", positive_int, os.cpu_count() or 1, "worker processes", shown="the CPU count"
+        p,
+        "--workers",
+        positive_int,
+        os.cpu_count() or 1,
+        "worker processes",
+        shown="the CPU count",
+        var="DEMO_WORKERS",
     )
     flags.flag(
-        p, "--size", size, (640, 480), "image size in pixels", shown="640x480", metavar="WxH"
+        p,
+        "--size",
+        size,
+        (640, 480),
+        "image size in pixels",
+        shown="640x480",
+        metavar="WxH",
+        var="DEMO_SIZE",
     )
     p.add_argument(
         "--no-kill",
         action="store_true",
-        default=env("NO_KILL", flags.boolean, False),
-        help="do not SIGKILL a worker midway (env FORKLIFT_NO_KILL)",
+        default=env("DEMO_NO_KILL", flags.boolean, False),
+        help="do not SIGKILL a worker midway (env FORKLIFT_DEMO_NO_KILL)",
     )
     flags.flag(
-        p, "--out", Path, Path("forklift-demo.png"), "where to write the PNG image", metavar="PATH"
+        p,
+        "--out",
+        Path,
+        Path("forklift-demo.png"),
+        "where to write the PNG image",
+        metavar="PATH",
+        var="DEMO_OUT",
     )
     p.set_defaults(func=cmd_demo)

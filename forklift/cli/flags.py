@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from forklift._config import duration, env, positive_int, queue_list
+from forklift.scheduler.service import SchedulerConfig
 from forklift.supervisor.config import SupervisorConfig
 from forklift.workers.config import WorkerConfig
 
@@ -21,9 +22,11 @@ def flag(
     *,
     shown: str | None = None,
     metavar: str | None = None,
+    var: str | None = None,
 ) -> None:
-    """A flag whose default comes from FORKLIFT_<FLAG>; the help names both."""
-    var = name.lstrip("-").replace("-", "_").upper()
+    """A flag whose default comes from FORKLIFT_<FLAG> (or FORKLIFT_<var>); the help
+    names both."""
+    var = var or name.lstrip("-").replace("-", "_").upper()
     tail = f"env FORKLIFT_{var}"
     if shown or default is not None:
         tail += f"; default: {shown or default}"
@@ -198,6 +201,19 @@ def add_policing(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_scheduling(p: argparse.ArgumentParser) -> None:
+    """How `run`'s scheduler enqueues the app's periodic jobs."""
+    flag(
+        p,
+        "--schedule-ahead",
+        duration,
+        3.0,
+        "enqueue a schedule's job this long before its fire time (it runs at that time); "
+        "at least a second, the scheduler's round",
+        shown="3s",
+    )
+
+
 def worker_config(args: argparse.Namespace) -> WorkerConfig:
     return WorkerConfig(
         queues=args.queues,
@@ -223,4 +239,5 @@ def supervisor_config(args: argparse.Namespace) -> SupervisorConfig:
         child_timeout=args.child_timeout,
         kill_grace=args.kill_grace,
         metrics_addr=None if args.metrics_addr in ("", "off") else args.metrics_addr,
+        scheduler=SchedulerConfig(ahead=args.schedule_ahead),
     )

@@ -16,7 +16,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([vars(s) for s in stats], indent=2))
         return 0
-    header = ("queue", "ready", "scheduled", "running", "dead", "oldest ready", "done/min")
+    header = (
+        "queue", "ready", "scheduled", "running", "dead", "oldest ready",
+        "done 1m", "dead 1m", "done 1h", "dead 1h",
+    )  # fmt: skip
     rows = [
         (
             s.queue,
@@ -24,8 +27,11 @@ def cmd_status(args: argparse.Namespace) -> int:
             s.scheduled,
             s.running,
             s.dead,
-            output.age(s.oldest_ready_age),
+            "-" if s.oldest_ready_age is None else output.age(s.oldest_ready_age),
             s.succeeded_last_minute,
+            s.dead_last_minute,
+            s.succeeded_last_hour,
+            s.dead_last_hour,
         )
         for s in stats
     ]

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import signal
-from types import FrameType
 
 from forklift import _config
 from forklift.cli import flags
@@ -19,20 +17,9 @@ RUN_DESCRIPTION = (
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from forklift.workers import Worker
+    from forklift.supervisor.standalone import StandaloneWorker
 
-    app = app_for(args)
-    worker = Worker(app, flags.worker_config(args))
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        # Only flag and wake: the loop does the work (a second INT or any QUIT: fast).
-        fast = signum == signal.SIGQUIT or (signum == signal.SIGINT and worker.stopping)
-        worker.request_stop(fast=fast)
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
-        signal.signal(sig, on_signal)
-    worker.run()
-    return 0
+    return StandaloneWorker(app_for(args), flags.worker_config(args)).run()
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -61,6 +48,7 @@ def register(
     p.add_argument("app", metavar="MODULE:APP", help="the app, e.g. myproject.jobs:app")
     flags.add_processes(p)
     flags.add_policing(p)
+    flags.add_scheduling(p)
     flags.add_worker(p)
     flags.add_database(p)
     p.set_defaults(func=cmd_run)

@@ -38,6 +38,8 @@ class JobStore:
         self.pool = pool
         self.schema = schema
         self.q = _sql.load("forklift.store", "queries.sql", schema)
+        conninfo = pool.conninfo  # a str, or a callable that makes one per connection
+        self.where = _db.describe(conninfo if isinstance(conninfo, str) else conninfo())
 
     # -- producing ---------------------------------------------------------------------
 
@@ -53,7 +55,7 @@ class JobStore:
             "run_at": job.run_at,
             "delay": job.delay,
         }
-        with translated("enqueue failed"):
+        with translated("enqueue failed", self.where):
             if conn is not None:
                 return self._insert_on(conn, job, params)
             with self.pool.connection() as own:
@@ -70,7 +72,7 @@ class JobStore:
 
     def job_ids_by_key(self, keys: Sequence[str], conn: Conn) -> dict[str, int]:
         """The ids of existing jobs by idempotency key, on the caller's connection."""
-        with translated("job lookup failed"):
+        with translated("job lookup failed", self.where):
             return self._ids_by_key(keys, conn)
 
     def _ids_by_key(self, keys: Sequence[str], conn: Conn) -> dict[str, int]:
@@ -79,7 +81,7 @@ class JobStore:
 
     def job_insert_many(self, jobs: Sequence[NewJob], conn: Conn | None = None) -> list[int]:
         """Insert jobs in bulk: COPY for plain due-now jobs, one statement for the rest."""
-        with translated("bulk enqueue failed"):
+        with translated("bulk enqueue failed", self.where):
             if conn is not None:
                 return self._insert_many_on(conn, jobs)
             with self.pool.connection() as own, own.transaction():
@@ -146,7 +148,7 @@ class JobStore:
             "lease": lease,
             "expired": expired,
         }
-        with translated("claim failed"), self.pool.connection() as conn:
+        with translated("claim failed", self.where), self.pool.connection() as conn:
             rows = conn.execute(self.q["job_claim"], params).fetchall()
         return [
             ClaimedJob(
@@ -166,7 +168,7 @@ class JobStore:
 
     def job_next_available(self, queues: Sequence[str]) -> float | None:
         """Seconds until the next ready job of `queues` is due; None if there is none."""
-        with translated("next-available lookup failed"), self.pool.connection() as conn:
+        with translated("next-available lookup failed", self.where), self.pool.connection() as conn:
             row = conn.execute(self.q["job_next_available"], {"queues": list(queues)}).fetchone()
         return None if row is None else float(row[0])
 
@@ -180,13 +182,13 @@ class JobStore:
             "owner": owner,
             "lease": lease,
         }
-        with translated("lease renewal failed"), self.pool.connection() as conn:
+        with translated("lease renewal failed", self.where), self.pool.connection() as conn:
             return {r[0] for r in conn.execute(self.q["lease_renew_many"], params)}
 
     def job_complete_many(self, done: Sequence[tuple[int, int]], owner: str) -> set[int]:
         """Mark (id, attempt) jobs succeeded; return the ids completed (others were lost)."""
         params = {"ids": [d[0] for d in done], "attempts": [d[1] for d in done], "owner": owner}
-        with translated("completion failed"), self.pool.connection() as conn:
+        with translated("completion failed", self.where), self.pool.connection() as conn:
             return {r[0] for r in conn.execute(self.q["job_complete_many"], params)}
 
     def effect_begin(self, idle_limit: float | None = None) -> Effect:
@@ -225,7 +227,7 @@ class JobStore:
             "error": error,
             "traceback": traceback,
         }
-        with translated("failure record failed"), self.pool.connection() as conn:
+        with translated("failure record failed", self.where), self.pool.connection() as conn:
             row = conn.execute(self.q["job_fail"], params).fetchone()
         return None if row is None else JobState(row[0])
 
@@ -236,7 +238,7 @@ class JobStore:
             "attempts": [h[1] for h in held],
             "owner": owner,
         }
-        with translated("release failed"), self.pool.connection() as conn:
+        with translated("release failed", self.where), self.pool.connection() as conn:
             return {r[0] for r in conn.execute(self.q["job_release_many"], params)}
 
     @contextmanager
@@ -252,10 +254,10 @@ class JobStore:
     # -- maintenance -------------------------------------------------------------------
 
     def job_rescue_exhausted(self) -> list[int]:
-        with translated("rescue failed"), self.pool.connection() as conn:
+        with translated("rescue failed", self.where), self.pool.connection() as conn:
             return [r[0] for r in conn.execute(self.q["job_rescue_exhausted"])]
 
     def job_prune(self, keep_finished: float, keep_dead: float, limit: int = 5000) -> int:
         params = {"keep_finished": keep_finished, "keep_dead": keep_dead, "limit": limit}
-        with translated("prune failed"), self.pool.connection() as conn:
+        with translated("prune failed", self.where), self.pool.connection() as conn:
             return conn.execute(self.q["job_prune"], params).rowcount

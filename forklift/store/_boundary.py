@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -10,16 +11,35 @@ import psycopg
 
 from forklift import _db
 from forklift._pool import PoolTimeout
-from forklift.errors import DatabaseError
+from forklift.errors import DatabaseError, SchemaMissing
 
 Conn = psycopg.Connection[Any]
 
 
+_RELATION = re.compile(r'(?:relation|schema) "([^".]+)')
+
+
+def _missing(exc: psycopg.Error, where: str) -> str:
+    """`schema "forklift" (...) not found in root@127.0.0.1:5432/test: run forklift migrate`."""
+    match = _RELATION.search(str(exc))
+    schema = match[1] if match else "?"
+    return (
+        f'schema "{schema}" (forklift\'s tables) not found{" in " + where if where else ""}: '
+        "run forklift migrate"
+    )
+
+
 @contextmanager
-def translated(what: str) -> Iterator[None]:
-    """Turn psycopg and pool errors into forklift's DatabaseError, saying `what` failed."""
+def translated(what: str, where: str = "") -> Iterator[None]:
+    """Turn psycopg and pool errors into forklift's DatabaseError, saying `what` failed.
+
+    `where` (from `_db.describe`) names the database in the one error an operator fixes
+    by running a command: forklift's schema missing there.
+    """
     try:
         yield
+    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName) as exc:
+        raise SchemaMissing(_missing(exc, where)) from exc
     except PoolTimeout as exc:
         raise DatabaseError(f"{what}: no database connection available: {exc}") from exc
     except psycopg.Error as exc:
@@ -35,5 +55,8 @@ def short_connection(
     For callers that must hold no connection between calls (the supervisor across
     forks, one-shot commands, singleton locks, the worker's LISTEN connection).
     """
-    with translated(what), _db.connect(dsn, timeouts, application_name=application_name) as c:
+    with (
+        translated(what, _db.describe(dsn)),
+        _db.connect(dsn, timeouts, application_name=application_name) as c,
+    ):
         yield c

@@ -23,13 +23,17 @@ from forklift._events import emit
 from forklift.admin import AdminStore
 from forklift.app import App
 from forklift.metrics import Totals
+from forklift.scheduler.metrics import CronCollector
+from forklift.scheduler.service import Scheduler
+from forklift.scheduler.store import ScheduleStore
 from forklift.supervisor.attribution import Attribution
 from forklift.supervisor.child import Children, Signaller, send_signal
 from forklift.supervisor.config import SupervisorConfig
 from forklift.supervisor.death import signal_name
-from forklift.supervisor.ops import OpsServer
+from forklift.supervisor.ops import OpsServer, OpsService
 from forklift.supervisor.police import Police
 from forklift.supervisor.probes import Probes, metrics_registry
+from forklift.supervisor.progress import ProgressReporter
 from forklift.supervisor.reaper import Reaper
 from forklift.supervisor.registry import ProcessRegistry
 from forklift.supervisor.restarts import RestartSchedule
@@ -72,7 +76,8 @@ class Supervisor:
         self.signals = SignalQueue()
         self.notifier = Notifier()
         self.totals = Totals()
-        self.store = SupervisorStore(app.dsn, app.schema, _db.Timeouts.for_lease(cfg.worker.lease))
+        timeouts = _db.Timeouts.for_lease(cfg.worker.lease)
+        self.store = SupervisorStore(app.dsn, app.schema, timeouts)
         self.attribution = Attribution(self.store, self.totals)
         self.restarts = RestartSchedule(self.notifier)
         self.reaper = Reaper(self.children, self.attribution, self.totals, self.restarts)
@@ -80,10 +85,20 @@ class Supervisor:
         self.scaling = Scaling(cfg, self.store)
         self.board = SnapshotBoard(Snapshot(last_tick=time.monotonic()))
         self.registry = ProcessRegistry(self.store, self.board, self.totals)
-        probes = Probes(self.board, AdminStore(app.dsn, app.schema))
-        metrics = metrics_registry(self.totals, probes)
         self.vanished = VanishedOwners(self.store, self.totals)
-        self.ops = OpsServer(cfg.metrics_addr, probes, metrics, self.registry, self.vanished)
+        self.scheduler = Scheduler(
+            ScheduleStore(app.dsn, app.schema, timeouts), app.schedules.values(), cfg.scheduler
+        )
+        admin = AdminStore(app.dsn, app.schema)
+        probes = Probes(self.board, admin, cfg.worker.queues)
+        metrics = metrics_registry(self.totals, probes, CronCollector(self.scheduler))
+        progress = ProgressReporter(self.totals, admin, cfg.worker.queues)
+        services = [
+            OpsService("scheduler", cfg.scheduler.tick, self.scheduler.run_once),
+            OpsService("progress", progress.every, progress.run_once),
+            OpsService("vanished", self.vanished.config.every, self.vanished.run_once),
+        ]
+        self.ops = OpsServer(cfg.metrics_addr, probes, metrics, self.registry, services)
         self.spawner = Spawner(
             cfg,
             self.children,
@@ -222,6 +237,7 @@ class Supervisor:
                 return
             gc.collect()
             gc.freeze()
+            self.scheduler.use(self.app.schedules.values())
         self.generation += 1
         emit(log, "supervisor.reload", generation=self.generation)
 

@@ -188,12 +188,16 @@ class Children:
         return sum(1 for c in self._by_pid.values() if c.busy)
 
     def free_index(self) -> int:
-        """The lowest slot number (1, 2, ...) no child holds."""
-        return self.free_slots(len(self._by_pid) + 1)[0]
+        """The lowest slot number (1, 2, ...) no live child holds.
+
+        A replacement takes the slot of the child it replaces even while that one is
+        still on its way out: `worker 2/2`, never `worker 3/2`.
+        """
+        return self.free_slots(len(self.live()) + 1)[0]
 
     def free_slots(self, up_to: int) -> list[int]:
-        """The slot numbers from 1 to `up_to` that no child holds, lowest first."""
-        used = {c.index for c in self._by_pid.values()}
+        """The slot numbers from 1 to `up_to` that no live child holds, lowest first."""
+        used = {c.index for c in self.live()}
         return [i for i in range(1, up_to + 1) if i not in used]
 
     def pipes(self) -> list[int]:

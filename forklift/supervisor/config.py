@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 
 from forklift.errors import ConfigError
+from forklift.scheduler.service import SchedulerConfig
 from forklift.supervisor.states import StopMode
 from forklift.workers.config import WorkerConfig
 
@@ -34,6 +35,8 @@ class SupervisorConfig:
     # SIGTERM before SIGKILL when the supervisor kills a child (timeout, memory, hang).
     kill_grace: float = 3.0
     metrics_addr: str | None = None
+    # The cron scheduler every supervisor runs (one job per fire time across replicas).
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
 
     def __post_init__(self) -> None:
         if self.workers < 1:

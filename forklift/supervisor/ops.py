@@ -1,7 +1,7 @@
-"""The supervisor's helper threads: the HTTP server (/metrics, /healthz, /readyz) and the
-process registry heartbeat.
+"""The supervisor's helper threads: the HTTP server (/metrics, /healthz, /readyz), the
+process registry heartbeat, and the services passed in (the cron scheduler).
 
-Both do their work under `fork_lock`, which the loop takes around each fork: a child is
+All do their work under `fork_lock`, which the loop takes around each fork: a child is
 never forked while one of them is mid-request or holds a connection. They read only the
 published snapshot (see snapshot.py), never the loop's live state.
 """
@@ -11,7 +11,8 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -19,14 +20,22 @@ from prometheus_client.registry import CollectorRegistry
 
 from forklift._events import emit
 from forklift._service import run_every
-from forklift.errors import ConfigError
+from forklift.errors import ConfigError, ForkliftError
 from forklift.supervisor.probes import Probes
 from forklift.supervisor.registry import ProcessRegistry
-from forklift.supervisor.vanished import VanishedOwners
 
 log = logging.getLogger(__name__)
 
 Route = Callable[[], tuple[int, str, bytes]]
+
+
+@dataclass(frozen=True)
+class OpsService:
+    """A service an ops thread of its own runs at once, then every `every` seconds."""
+
+    name: str
+    every: float
+    run_once: Callable[[], object]
 
 
 def parse_addr(text: str) -> tuple[str, int]:
@@ -45,12 +54,12 @@ class OpsServer:
         probes: Probes,
         metrics: CollectorRegistry,
         registry: ProcessRegistry,
-        vanished: VanishedOwners,
+        services: Sequence[OpsService] = (),
     ) -> None:
         self.addr = parse_addr(addr) if addr else None
         self.fork_lock = threading.Lock()
         self.registry = registry
-        self.vanished = vanished
+        self.services = tuple(services)
         self.routes: dict[str, Route] = {
             "/metrics": lambda: (200, CONTENT_TYPE_LATEST, generate_latest(metrics)),
             "/healthz": lambda: _text(probes.health()),
@@ -66,7 +75,8 @@ class OpsServer:
             self._server = self._bind(self.addr)
             self._spawn_thread("forklift-http", self._server.serve_forever, 0.5)
         self._spawn_thread("forklift-registry", self._heartbeat_loop)
-        self._spawn_thread("forklift-vanished", self._vanished_loop)
+        for service in self.services:
+            self._spawn_thread(f"forklift-{service.name}", self._service_loop, service)
 
     def _bind(self, addr: tuple[str, int]) -> _Server:
         try:
@@ -96,13 +106,26 @@ class OpsServer:
         with self.fork_lock:
             self.registry.run_once()
 
-    def _vanished_loop(self) -> None:
-        delays = itertools.chain([0.0], itertools.repeat(self.vanished.config.every))
-        run_every(delays.__next__, self._vanished, self._stopped, log, "vanished.round_failed")
+    def _service_loop(self, service: OpsService) -> None:
+        delays = itertools.chain([0.0], itertools.repeat(service.every))
+        run_every(
+            delays.__next__,
+            lambda: self._run_service(service),
+            self._stopped,
+            log,
+            f"{service.name}.failed",
+        )
 
-    def _vanished(self) -> None:
+    def _run_service(self, service: OpsService) -> None:
+        # Under fork_lock: a service holds a connection while it runs. A bug in it is
+        # logged and outlived, as a database outage is (run_every), never a dead thread.
         with self.fork_lock:
-            self.vanished.run_once()
+            try:
+                service.run_once()
+            except ForkliftError:
+                raise
+            except Exception:
+                log.exception("%s: round failed; next round as usual", service.name)
 
     def close_in_child(self) -> None:
         """After fork: the child must not keep the parent's listening socket open."""

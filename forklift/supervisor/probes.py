@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -17,7 +17,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from forklift._events import emit
 from forklift.admin import AdminStore, QueueStats
-from forklift.errors import DatabaseError
+from forklift.errors import DatabaseError, SchemaMissing
 from forklift.metrics import Totals, TotalsCollector
 from forklift.supervisor.snapshot import SnapshotBoard
 
@@ -39,11 +39,13 @@ class _Cached(Generic[T]):
 class Probes:
     """Health and readiness answers, and the database reads behind them (HTTP thread)."""
 
-    def __init__(self, board: SnapshotBoard, admin: AdminStore) -> None:
+    def __init__(self, board: SnapshotBoard, admin: AdminStore, queues: Sequence[str] = ()) -> None:
         self.board = board
         self.admin = admin
+        self.queues = tuple(queues)  # served here: their gauges read 0 when empty
         self._stats: _Cached[list[QueueStats]] = _Cached()
         self._db_ready: _Cached[bool] = _Cached()
+        self._db_problem = "database unreachable"
 
     def health(self) -> tuple[int, str]:
         silent = time.monotonic() - self.board.read().last_tick
@@ -58,10 +60,10 @@ class Probes:
             reasons.append("shutting down")
         if snapshot.crash_loop:
             reasons.append("workers are crash-looping")
-        if snapshot.live_workers == 0:
+        if snapshot.live_workers == 0 and not snapshot.stopping:  # stopping: they finish
             reasons.append("no worker process alive")
         if not self.database_ready():
-            reasons.append("database unreachable")
+            reasons.append(self._db_problem)
         if reasons:
             return 503, "not ready: " + "; ".join(reasons) + "\n"
         return 200, "ready\n"
@@ -71,7 +73,8 @@ class Probes:
         now = time.monotonic()
         if now - self._stats.at > GAUGE_TTL:
             try:
-                self._stats = _Cached(self.admin.queue_stats(throughput=False), now)
+                stats = self.admin.queue_stats(throughput=False, include=self.queues)
+                self._stats = _Cached(stats, now)
             except DatabaseError as exc:
                 emit(log, "metrics.queue_stats_failed", logging.WARNING, error=exc)
                 self._stats = _Cached(None, now)
@@ -86,8 +89,14 @@ class Probes:
         try:
             self.admin.ping()
         except DatabaseError as exc:
-            if before is not False:
-                emit(log, "supervisor.database_unreachable", logging.WARNING, error=exc)
+            missing = isinstance(exc, SchemaMissing)
+            problem = str(exc) if missing else "database unreachable"
+            if before is not False or problem != self._db_problem:
+                event = (
+                    "supervisor.schema_missing" if missing else "supervisor.database_unreachable"
+                )
+                emit(log, event, logging.WARNING, error=exc)
+            self._db_problem = problem
             self._db_ready = _Cached(False, now)
         else:
             if before is False:
@@ -96,11 +105,14 @@ class Probes:
         return bool(self._db_ready.value)
 
 
-def metrics_registry(totals: Totals, probes: Probes) -> CollectorRegistry:
-    """What /metrics serves: the children's summed counters and the live gauges."""
+def metrics_registry(totals: Totals, probes: Probes, *more: Collector) -> CollectorRegistry:
+    """What /metrics serves: the children's summed counters, the live gauges, and `more`
+    (the scheduler's)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(TotalsCollector(totals))
     registry.register(LiveCollector(probes))
+    for collector in more:
+        registry.register(collector)
     return registry
 
 
@@ -139,6 +151,6 @@ class LiveCollector(Collector):
                 ("dead", s.dead),
             ):
                 depth.add_metric([s.queue, state], n)
-            oldest.add_metric([s.queue], s.oldest_ready_age)
+            oldest.add_metric([s.queue], s.oldest_ready_age or 0.0)
         yield depth
         yield oldest

@@ -26,6 +26,13 @@ class ChildTitle:
         # Held while the title is set too: two threads never leave the older title.
         self._lock = threading.RLock()
 
+    @classmethod
+    def standalone(cls, queues: tuple[str, ...]) -> ChildTitle:
+        """`forklift worker [default]: idle`: a worker run without a supervisor."""
+        title = cls(1, 1, queues)
+        title.prefix = f"forklift worker [{','.join(queues)}]"
+        return title
+
     def started(self, job_id: int, task: str) -> None:
         with self._lock:
             self._running[job_id] = task

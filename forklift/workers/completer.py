@@ -112,8 +112,14 @@ class Completer:
         while True:
             try:
                 with self.holdings.statement_lock:
-                    done = self.store.job_complete_many(
-                        [(c.job_id, c.attempt) for c in batch], self.owner
+                    # A job released meanwhile (a stop past its grace) is not ours to record.
+                    batch = [c for c in batch if not c.finished]
+                    done = (
+                        self.store.job_complete_many(
+                            [(c.job_id, c.attempt) for c in batch], self.owner
+                        )
+                        if batch
+                        else set()
                     )
                     for ctx in batch:
                         ctx.finished = True

@@ -43,6 +43,7 @@ class JobContext:
         self.duration = 0.0
         # The worker's bookkeeping (see Holdings for who guards what): the handler has
         # returned; the outcome is written (or refused); the lock held while writing it.
+        self.started = False  # its handler was called (on_job_start told)
         self.slot_freed = False
         self.finished = False
         self.outcome_lock = threading.Lock()

@@ -99,10 +99,13 @@ class JobEvents:
     def released(self, ctx: JobContext, why: str, *, recorded: bool) -> None:
         """The job was given back (`recorded`), or its release failed: forget it either way.
 
-        Not an end: no on_job_end, not counted toward max_jobs.
+        Not an end (not counted toward max_jobs), but a job whose start was reported
+        gets its end reported too, so the supervisor stops timing it.
         """
         if self.holdings.release(ctx):
             self.wakeup.set()
+        if ctx.started and self.on_job_end is not None:
+            self.on_job_end(ctx.job, Outcome.RELEASED)
         if recorded:
             self.emit("job.released", ctx, reason=why)
             if self.tally is not None:

@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 from forklift import _db
 from forklift._events import emit
-from forklift._service import TestSignal
+from forklift._service import Repeats, TestSignal
 from forklift._singleton import singleton
 from forklift.errors import DatabaseError
 from forklift.store import JobStore
@@ -50,6 +50,7 @@ class Maintenance:
         self.config = config or MaintenanceConfig()
         self.ran: TestSignal[Maintained | None] = TestSignal()
         self._section = f"maintenance:{store.schema}"
+        self._repeats = Repeats()
         self._next = time.monotonic()
 
     def run_due(self) -> None:
@@ -62,7 +63,10 @@ class Maintenance:
         try:
             self.run_once()
         except DatabaseError as exc:
-            emit(log, "maintenance.failed", logging.WARNING, error=exc)
+            if self._repeats.worth_logging(exc):
+                emit(log, "maintenance.failed", logging.WARNING, error=exc)
+        else:
+            self._repeats.clear()
         self._next = time.monotonic() + self.config.interval
 
     def run_once(self) -> Maintained | None:

@@ -3,11 +3,12 @@
 The main thread claims up to its free slots (`_claim_loop`) and queues each job for one
 of `concurrency` executor threads, which runs it to its outcome (`_run_job`): the
 handler, then its completion, committed in the handler's own effect transaction
-(`_commit_effect`) or handed to the completer's group commit, or its failure
-(`_record_failure`). Beside them run the services, each in its own module with its
-collaborators passed in: the lease renewer, the completer and the listener on threads
-of their own, maintenance between claims. They share `Holdings` (the held jobs, the
-slots, the locks) and `JobEvents` (how a job's end is logged, counted and reported).
+(`Recorder.commit_effect`) or handed to the completer's group commit, or its failure
+(`Recorder.fail`); recorder.py holds those fenced writes. Beside them run the
+services, each in its own module with its collaborators passed in: the lease renewer,
+the completer and the listener on threads of their own, maintenance between claims.
+They share `Holdings` (the held jobs, the slots, the locks) and `JobEvents` (how a
+job's end is logged, counted and reported).
 Everything is created in run(), after any fork.
 """
 
@@ -19,33 +20,27 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable
 
 from forklift import _db
 from forklift._events import emit
 from forklift._ids import application_name, make_owner
-from forklift._service import TestSignal
+from forklift._service import Repeats, TestSignal
 from forklift.app import App
 from forklift.backoff import Backoff, Streak
-from forklift.errors import DatabaseError
+from forklift.errors import DatabaseError, SchemaMissing
 from forklift.metrics import Tally
-from forklift.store import ClaimedJob, Effect, JobStore
-from forklift.task import Task
+from forklift.store import ClaimedJob, JobStore
 from forklift.workers import executor
 from forklift.workers.config import WorkerConfig
 from forklift.workers.context import JobContext
 from forklift.workers.events import JobEvents, Outcome
-from forklift.workers.executor import Result
 from forklift.workers.holdings import Holdings
+from forklift.workers.recorder import Recorder
 from forklift.workers.services import Services
 from forklift.workers.wakeup import Wakeup
 
 log = logging.getLogger(__name__)
-
-# A task this worker does not know retries on this schedule (1 s, 2 s, 4 s, ...): long
-# enough for a rolling deploy to bring up workers that know it.
-UNKNOWN_TASK_RETRY = Backoff()
 
 # How long a handler's effect transaction may sit idle (the handler working, not talking
 # to the database) when its task has no timeout. Every other transaction gets a fraction
@@ -147,6 +142,7 @@ class Worker:
         self.events = JobEvents(
             self.owner, self.holdings, self._wakeup, self.tally, self.on_job_end
         )
+        self.recorder = Recorder(self.store, self.owner, self.holdings, self.events)
         self._work: queue.SimpleQueue[JobContext | None] = queue.SimpleQueue()
         self.services = Services(
             cfg,
@@ -190,6 +186,7 @@ class Worker:
         assert self._wakeup is not None
         next_expiry_check = time.monotonic()
         claim_errors = Streak(CLAIM_RETRY)
+        repeats = Repeats()  # "run forklift migrate" every 30 s, not every second
         while not self._stopping:
             if cfg.maintenance:
                 self.services.maintenance.run_due()
@@ -209,6 +206,13 @@ class Worker:
                 jobs = self.store.job_claim(
                     cfg.queues, self.owner, free, cfg.lease, expired=expired
                 )
+            except SchemaMissing as exc:
+                # Not migrated yet (a migration Job may be on its way): say so calmly,
+                # look again every second, start the moment the tables are there.
+                if repeats.worth_logging(exc):
+                    emit(log, "worker.schema_missing", logging.WARNING, error=exc)
+                self._wakeup.wait(1.0)
+                continue
             except DatabaseError as exc:
                 delay = claim_errors.failed()
                 emit(log, "worker.claim_failed", logging.WARNING, error=exc, retry_in=delay)
@@ -219,7 +223,7 @@ class Worker:
                 next_expiry_check = time.monotonic() + cfg.lease / 2
             if self._stopping:
                 # Invariant: a graceful stop starts no new work. Give these back at once.
-                self._release([self._adopt(j) for j in jobs], "claimed while stopping")
+                self.recorder.release([self._adopt(j) for j in jobs], "claimed while stopping")
                 break
             for job in jobs:
                 self._work.put(self._adopt(job))
@@ -275,8 +279,9 @@ class Worker:
         job = ctx.job
         if self._stopping:
             # Claimed just before the stop and not started: no new work once stopping.
-            self._release([ctx], "not started before the stop")
+            self.recorder.release([ctx], "not started before the stop")
             return
+        ctx.started = True
         if self.on_job_start is not None:
             self.on_job_start(job)
         started = time.monotonic()
@@ -284,10 +289,14 @@ class Worker:
         result = executor.run(task, ctx, self.owner)
         ctx.duration = time.monotonic() - started
         effect = ctx.take_effect()
+        if ctx.finished:  # released while it ran (a stop past grace): nothing to record
+            if effect is not None:
+                effect.rollback()
+            return
         if effect is not None:
             if not result.succeeded:
                 effect.rollback()
-            elif (failed := self._commit_effect(ctx, effect)) is None:
+            elif (failed := self.recorder.commit_effect(ctx, effect)) is None:
                 return
             else:
                 result = failed
@@ -295,53 +304,7 @@ class Worker:
             self.events.returned(ctx)
             self.services.completer.submit(ctx)  # group-committed, then recorded, by the completer
         else:
-            self._record_failure(ctx, task, result)
-
-    def _commit_effect(self, ctx: JobContext, effect: Effect) -> Result | None:
-        """Complete the job inside the handler's transaction; commit both or neither.
-
-        Returns None when the outcome is recorded, or the failure to record instead.
-        """
-        with ctx.outcome_lock:
-            try:
-                owned = effect.commit_completing(ctx.job_id, ctx.attempt, self.owner)
-            except DatabaseError as exc:
-                return executor.failure(exc)
-            ctx.finished = True
-            if not owned:
-                self.events.lease_lost(ctx, "rolled back")
-                return None  # nothing more to record: the job is not ours any more
-        self.events.succeeded(ctx)
-        return None
-
-    def _record_failure(self, ctx: JobContext, task: Task[Any, Any] | None, result: Result) -> None:
-        job = ctx.job
-        dead = result.give_up or job.attempt >= job.max_attempts
-        if result.retry_delay is not None:
-            delay = result.retry_delay
-        else:
-            delay = (task.backoff if task is not None else UNKNOWN_TASK_RETRY).delay(job.attempt)
-        with ctx.outcome_lock:
-            try:
-                state = self.store.job_fail(
-                    job.id,
-                    job.attempt,
-                    self.owner,
-                    dead=dead,
-                    delay=delay,
-                    error=result.error,
-                    traceback=result.traceback,
-                )
-                refused = state is None
-            except DatabaseError as exc:
-                # The lease will expire and another attempt will record what happens.
-                emit(log, "job.fail_record_failed", logging.ERROR, job=job.id, error=exc)
-                refused = False
-            ctx.finished = True
-        if refused:
-            self.events.lease_lost(ctx, "outcome refused")
-        else:
-            self.events.failed(ctx, result.error, dead=dead, retry_in=delay)
+            self.recorder.fail(ctx, task, result)
 
     # -- stopping -----------------------------------------------------------------------
 
@@ -357,21 +320,6 @@ class Worker:
         if left:
             for ctx in left:
                 ctx.cancel()
-            self._release(left, "stopping past grace" if not self._fast_stop else "fast stop")
-
-    def _release(self, contexts: Sequence[JobContext], why: str) -> None:
-        """Give jobs back to ready at once (fenced), without counting the attempt."""
-        if not contexts:
-            return
-        with self.holdings.statement_lock:
-            try:
-                released = self.store.job_release_many(
-                    [(c.job_id, c.attempt) for c in contexts], self.owner
-                )
-            except DatabaseError as exc:
-                emit(log, "job.release_failed", logging.ERROR, jobs=len(contexts), error=exc)
-                released = set()
-            for ctx in contexts:
-                ctx.finished = True
-        for ctx in contexts:
-            self.events.released(ctx, why, recorded=ctx.job_id in released)
+            self.recorder.release(
+                left, "stopping past grace" if not self._fast_stop else "fast stop"
+            )

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from signal import SIGTERM
@@ -84,3 +87,18 @@ def wait_state(
         timeout=timeout,
         what=f"job {job_id} {state}",
     )
+
+
+def metrics_url(sup: ForkliftProcess) -> str:
+    match = wait_for(
+        lambda: re.search(r"supervisor\.http addr=([\d.]+:\d+)", sup.output()), what="http addr"
+    )
+    return f"http://{match[1]}"
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()

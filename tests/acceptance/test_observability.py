@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -19,23 +16,8 @@ import pytest
 
 import forklift
 from forklift.testing import wait_for
-from tests.acceptance.conftest import scalar, still_serves, wait_state
+from tests.acceptance.conftest import get, metrics_url, scalar, still_serves, wait_state
 from tests.acceptance.proxy import Proxy
-
-
-def metrics_url(sup: Any) -> str:
-    match = wait_for(
-        lambda: re.search(r"supervisor\.http addr=([\d.]+:\d+)", sup.output()), what="http addr"
-    )
-    return f"http://{match[1]}"
-
-
-def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
 
 
 def samples(text: str, name: str, **labels: str) -> float:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +15,7 @@ import psycopg
 import pytest
 
 import forklift
-from forklift.testing import ForkliftProcess, wait_for
+from forklift.testing import ForkliftProcess, process_title, wait_for
 from tests.acceptance.conftest import released
 
 
@@ -122,4 +125,36 @@ def test_sigterm_exits_zero_and_releases_the_job(
     assert proc.wait(timeout=10) == 0
     assert time.monotonic() - started < 5
     assert released(db, schema, job_id)
+    app.close()
+
+
+def test_a_standalone_worker_is_titled_and_registered_until_it_stops(
+    dsn: str, schema: str, db: psycopg.Connection[Any], spawn: Any, env: dict[str, str]
+) -> None:
+    worker = spawn("--log-level", "WARNING", "--grace", "1")
+    wait_for(
+        lambda: process_title(worker.pid) == "forklift worker [default]: idle",
+        what="titled",
+    )
+
+    def rows() -> list[dict[str, Any]]:
+        out = subprocess.run(
+            [sys.executable, "-m", "forklift", "ps", "--json"],
+            env=env, capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        return list(json.loads(out.stdout))
+
+    listed = wait_for(lambda: rows(), what="registered")
+    assert [(r["kind"], r["pid"], r["supervisor_id"]) for r in listed] == [
+        ("worker", worker.pid, None)
+    ]
+    app = forklift.App(dsn, schema=schema)
+    job_id = app.enqueue("sleep", {"seconds": 30})
+    wait_for(
+        lambda: process_title(worker.pid) == f"forklift worker [default]: running sleep#{job_id}",
+        what="the title shows the job",
+    )
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(timeout=15) == 0
+    assert rows() == []  # deregistered
     app.close()

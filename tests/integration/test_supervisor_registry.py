@@ -16,7 +16,6 @@ from forklift.supervisor.probes import Probes, metrics_registry
 from forklift.supervisor.registry import HeartbeatResult, ProcessRegistry, RegistryConfig
 from forklift.supervisor.snapshot import Snapshot, SnapshotBoard
 from forklift.supervisor.store import ProcessInfo, SupervisorStore
-from forklift.supervisor.vanished import VanishedOwners
 from tests.integration.test_supervisor_store import leased
 
 SUP = "here:1:s"
@@ -91,8 +90,7 @@ def test_the_ops_thread_heartbeats_at_once_and_then_every_interval(
     registry = ProcessRegistry(store, board, Totals(), RegistryConfig(every=0.05))
     registry.beat.enable()
     probes = Probes(board, AdminStore(dsn, schema))
-    vanished = VanishedOwners(store, Totals())
-    ops = OpsServer(None, probes, metrics_registry(Totals(), probes), registry, vanished)
+    ops = OpsServer(None, probes, metrics_registry(Totals(), probes), registry)
     ops.start()
     try:
         assert registry.beat.wait() == HeartbeatResult(2, 0, 0)

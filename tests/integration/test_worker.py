@@ -417,3 +417,30 @@ def test_no_claim_fails_on_a_connection_that_was_already_dead(
     run_some()
     failed = [r.getMessage() for r in caplog.records if "failed" in getattr(r, "event", "")]
     assert failed == []
+
+
+def test_a_started_job_released_at_stop_is_reported_ended(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    """The supervisor times started jobs: a release must tell it the job is over."""
+    import threading
+
+    from forklift.workers import Worker, WorkerConfig
+
+    started: list[int] = []
+    ended: list[tuple[int, str]] = []
+    worker = Worker(
+        app,
+        WorkerConfig(grace=0.0, maintenance=False),
+        on_job_start=lambda job: started.append(job.id),
+        on_job_end=lambda job, outcome: ended.append((job.id, outcome)),
+    )
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    job_id = app.enqueue("sleep", {"seconds": 30})
+    wait_for(lambda: started == [job_id], what="job started")
+    worker.request_stop()
+    thread.join(timeout=15)
+    assert not thread.is_alive()
+    assert ended == [(job_id, "released")]
+    assert state_is(db, schema, job_id, "ready")

@@ -72,7 +72,9 @@ class FakeAdmin(AdminStore):
         if self.down:
             raise DatabaseError("database unreachable: it is away")
 
-    def queue_stats(self, *, throughput: bool = True) -> list[QueueStats]:
+    def queue_stats(
+        self, *, throughput: bool = True, include: Sequence[str] = ()
+    ) -> list[QueueStats]:
         if self.down:
             raise DatabaseError("reading queue statistics failed: it is away")
         return self.stats

@@ -16,7 +16,7 @@ from forklift.supervisor import Supervisor, SupervisorConfig
 from forklift.supervisor.child import Child
 from forklift.supervisor.exits import RestartCount
 from forklift.supervisor.spawner import Spawner
-from forklift.supervisor.states import RetireReason, StopMode
+from forklift.supervisor.states import KillReason, RetireReason, StopMode
 from forklift.workers.config import WorkerConfig
 from tests.unit.supervisor.conftest import Signals
 
@@ -192,3 +192,12 @@ def test_a_boot_crash_backs_off_its_own_slot_only(sup: Supervisor) -> None:
     sup.maintain_count()
     assert [c.index for c in sup.children] == [2]
     assert len(sup.children.live()) == 1
+
+
+def test_a_replacement_takes_the_slot_of_the_child_being_killed(sup: Supervisor) -> None:
+    sup.maintain_count()
+    first, second = sup.children
+    sup.police.kill(second, KillReason.TIMEOUT, "job x#1 timed out after 1 s", time.monotonic())
+    sup.maintain_count()  # the killed child is still alive, on its way out
+    replacement = next(c for c in sup.children if c not in (first, second))
+    assert replacement.index == second.index == 2  # `worker 2/2`, never `worker 3/2`

@@ -32,6 +32,8 @@ def test_ready() -> None:
         ({"stopping": True}, "shutting down"),
         ({"crash_loop": True}, "workers are crash-looping"),
         ({"live_workers": 0}, "no worker process alive"),
+        # A graceful stop retires every worker while they finish: not "none alive".
+        ({"stopping": True, "live_workers": 0}, "shutting down"),
     ],
 )
 def test_not_ready_says_why(changes: dict[str, Any], reason: str) -> None:

@@ -1,0 +1,139 @@
+"""`forklift schedules`: every schedule's next fire, last fire, last success and last error.
+
+An operator command: it reads the schedules table, which every supervisor's scheduler
+keeps, so it needs only the database, not the app.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import UTC, datetime
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from forklift import _db
+from forklift.cli import flags, output
+from forklift.cli.apps import app_for
+from forklift.scheduler.schedule import format_every
+from forklift.scheduler.store import ScheduleRow, ScheduleStore
+
+# A schedule no scheduler has synced for this long is no longer declared by a running
+# supervisor (removed from the code, or every supervisor is down).
+DECLARED_WITHIN = 60.0
+
+DESCRIPTION = """\
+List every schedule the supervisors' schedulers have declared: its timing, its next
+fire time (in its zone and in UTC), its last fire, its job's last success and last
+error. A schedule that no running supervisor declares any more (removed from the code,
+or no supervisor up) shows how long ago one last did.
+
+example:
+  forklift schedules
+  forklift schedules --json | jq '.[] | select(.last_error != null) | .name'
+
+--json prints a list with one object per schedule, with these keys (times are ISO 8601;
+null when there is none yet): name, task, queue, cron (or null), every_seconds (or
+null), tz, catchup_seconds (null: only the most recent missed fire runs), overlap,
+definition_hash, defined_at, next_fire (in tz), next_fire_utc, last_fire_utc,
+last_job_id, last_success_utc, last_error, last_error_utc, in_flight (fires whose job
+has not finished), declared (a running supervisor declares it), synced_seconds_ago.
+"""
+
+
+def _utc(t: datetime | None) -> str | None:
+    return None if t is None else t.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _zone(name: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return ZoneInfo("UTC")
+
+
+def as_json(row: ScheduleRow) -> dict[str, Any]:
+    """One schedule in `--json`'s documented shape."""
+    local = row.next_fire_at.astimezone(_zone(row.tz)) if row.next_fire_at else None
+    return {
+        "name": row.name,
+        "task": row.task,
+        "queue": row.queue,
+        "cron": row.cron,
+        "every_seconds": row.every_seconds,
+        "tz": row.tz,
+        "catchup_seconds": row.catchup_seconds,
+        "overlap": row.overlap,
+        "definition_hash": row.definition_hash,
+        "defined_at": _utc(row.defined_at),
+        "next_fire": None if local is None else local.isoformat(),
+        "next_fire_utc": _utc(row.next_fire_at),
+        "last_fire_utc": _utc(row.last_fire_at),
+        "last_job_id": row.last_job_id,
+        "last_success_utc": _utc(row.last_success_at),
+        "last_error": row.last_error,
+        "last_error_utc": _utc(row.last_error_at),
+        "in_flight": row.in_flight,
+        "declared": row.seen_ago <= DECLARED_WITHIN,
+        "synced_seconds_ago": round(row.seen_ago, 3),
+    }
+
+
+def _ago(t: datetime | None, now: datetime) -> str:
+    return "-" if t is None else f"{output.age(max(0.0, (now - t).total_seconds()))} ago"
+
+
+def _cells(row: ScheduleRow, now: datetime) -> tuple[str, ...]:
+    zone = _zone(row.tz)
+    when = row.cron if row.cron is not None else f"every {format_every(row.every_seconds or 0)}"
+    nxt = row.next_fire_at
+    error = "-"
+    if row.last_error is not None:
+        first = row.last_error.splitlines()[0] if row.last_error.strip() else ""
+        error = f"{_ago(row.last_error_at, now)}: {first[:40]}"
+    status = "ok"
+    if row.seen_ago > DECLARED_WITHIN:
+        status = f"not declared for {output.age(row.seen_ago)}"
+    return (
+        row.name,
+        row.task,
+        when,
+        row.tz,
+        "-" if nxt is None else f"{nxt.astimezone(zone):%Y-%m-%d %H:%M:%S %Z}",
+        "-" if nxt is None else f"{nxt.astimezone(UTC):%Y-%m-%d %H:%M:%SZ}",
+        _ago(row.last_fire_at, now),
+        _ago(row.last_success_at, now),
+        error,
+        status,
+    )
+
+
+def cmd_schedules(args: argparse.Namespace) -> int:
+    app = app_for(args)
+    rows = ScheduleStore(app.dsn, app.schema, _db.Timeouts()).schedule_list()
+    if args.json:
+        print(json.dumps([as_json(r) for r in rows], indent=2))
+        return 0
+    now = datetime.now(UTC)
+    header = (
+        "schedule", "task", "when", "zone", "next fire", "next fire (UTC)", "last fire",
+        "last success", "last error", "status",
+    )  # fmt: skip
+    output.table(header, [_cells(r, now) for r in rows], empty="no schedules")
+    return 0
+
+
+def register(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    common: list[argparse.ArgumentParser],
+) -> None:
+    p = sub.add_parser(
+        "schedules",
+        parents=common,
+        help="periodic jobs: next fire, last fire, last success and last error of each",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output (shape above)")
+    flags.add_database(p)
+    p.set_defaults(func=cmd_schedules)

@@ -1,0 +1,206 @@
+"""Declaring schedules: `App.periodic()`'s options, checked at declaration, never at a fire.
+
+A bad cron expression, an unknown time zone, a bad or duplicate schedule name, or
+arguments the task cannot take are a ConfigError where the schedule is declared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, ParamSpec, TypedDict, TypeVar, overload
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from forklift import _json, _names
+from forklift.backoff import Backoff
+from forklift.errors import ArgumentError, ConfigError
+from forklift.scheduler.fire_times import Cron, Every, FireTimes
+from forklift.scheduler.schedule import Schedule
+from forklift.task import Task, check_priority
+
+if TYPE_CHECKING:
+    from forklift.app import App
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class ScheduleOptions(TypedDict, total=False):
+    """When and how a schedule enqueues its task (App.periodic's keywords).
+
+    name: the schedule's name (default: the task's); cron: a cron expression, 5 fields
+    or 6 with seconds first; every: an interval (timedelta or seconds, whole seconds),
+    aligned to the Unix epoch; tz: the cron expression's time zone (default UTC, never
+    the host's); args: the jobs' arguments; queue, priority, max_attempts: the jobs'
+    (default: the task's); catchup: after downtime, enqueue every missed fire time
+    within this window (default: only the most recent one); overlap: False skips a fire
+    while the previous fire's job is still ready or running.
+    """
+
+    name: str
+    cron: str
+    every: timedelta | float
+    tz: str
+    args: Mapping[str, Any]
+    queue: str
+    priority: int
+    max_attempts: int
+    catchup: timedelta | float
+    overlap: bool
+
+
+class PeriodicOptions(ScheduleOptions, total=False):
+    """ScheduleOptions plus the options of the task that decorating a function registers
+    (task_name, default: the function's name; timeout; backoff)."""
+
+    task_name: str
+    timeout: float
+    backoff: Backoff
+
+
+class Periodic:
+    """What `@app.periodic(...)` returns: registers the function as a task (or takes a
+    Task already registered) and schedules it."""
+
+    def __init__(self, app: App, options: PeriodicOptions) -> None:
+        self.app = app
+        self.options = options
+        _timing(options)  # a bad expression or zone fails at the decorator's line
+
+    @overload
+    def __call__(self, fn: Task[P, R], /) -> Task[P, R]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+    def __call__(self, fn: Callable[..., Any], /) -> Task[Any, Any]:
+        o = self.options
+        if isinstance(fn, Task):
+            given = sorted({"task_name", "timeout", "backoff"} & o.keys())
+            if given:
+                raise ConfigError(
+                    f"schedule of task {fn.name!r}: {', '.join(given)} belong to @app.task"
+                )
+            schedule(self.app, fn, o)
+            return fn
+        task: Task[Any, Any] = self.app.task(
+            name=o.get("task_name"),
+            queue=o.get("queue", "default"),
+            priority=o.get("priority", 0),
+            max_attempts=o.get("max_attempts", 5),
+            timeout=o.get("timeout"),
+            backoff=o.get("backoff"),
+        )(fn)
+        try:
+            schedule(self.app, task, o)
+        except ConfigError:
+            del self.app.tasks[task.name]  # a bad schedule leaves no task behind
+            raise
+        return task
+
+
+def schedule(app: App, task: Task[Any, Any] | str, options: ScheduleOptions) -> Schedule:
+    """Check `options` for `task` (a Task, or a registered task's name) and add the
+    schedule to `app`; ConfigError if anything about it is wrong."""
+    known = _resolve(app, task)
+    task_name = known.name if known is not None else str(task)
+    name = options.get("name", task_name)
+    _check_name("schedule", name)
+    if name in app.schedules:
+        raise ConfigError(f"two schedules are named {name!r} in this app: give one name=...")
+    times, cron, every, tz = _timing(options)
+    args = _args(known, task_name, options.get("args", {}))
+    queue = options.get("queue", known.queue if known is not None else "default")
+    _check_name("queue", queue)
+    priority = options.get("priority", known.priority if known is not None else 0)
+    check_priority(priority)
+    max_attempts = options.get("max_attempts", known.max_attempts if known is not None else 5)
+    if max_attempts < 1:
+        raise ConfigError(f"schedule {name!r}: max_attempts must be >= 1")
+    catchup = _seconds(options["catchup"], "catchup") if "catchup" in options else None
+    if times.after(datetime.now(UTC)) is None:
+        raise ConfigError(f"schedule {name!r}: {cron!r} never fires")
+    found = Schedule(
+        name=name,
+        task=task_name,
+        args=args,
+        queue=queue,
+        priority=priority,
+        max_attempts=max_attempts,
+        timeout=known.timeout if known is not None else None,
+        cron=cron,
+        every=every,
+        tz=tz,
+        catchup=catchup,
+        overlap=options.get("overlap", True),
+        times=times,
+    )
+    app.schedules[name] = found
+    return found
+
+
+def _resolve(app: App, task: Task[Any, Any] | str) -> Task[Any, Any] | None:
+    """The Task to schedule; None for a name an app with no tasks may enqueue."""
+    if isinstance(task, Task):
+        return task
+    _check_name("task", task)
+    known = app.tasks.get(task)
+    if known is None and app.tasks:
+        raise ConfigError(
+            f"cannot schedule {task!r}: no task of that name is registered in this app "
+            "(declare the task first)"
+        )
+    return known
+
+
+def _timing(options: ScheduleOptions) -> tuple[FireTimes, str | None, int | None, str]:
+    """(fire times, cron, every in seconds, zone name) from cron=/every=/tz=."""
+    if ("cron" in options) == ("every" in options):
+        raise ConfigError("a schedule needs exactly one of cron=... or every=...")
+    if "every" in options:
+        if "tz" in options:
+            raise ConfigError(
+                "tz= applies to cron= schedules; every= intervals are aligned to the "
+                "Unix epoch (UTC)"
+            )
+        seconds = _seconds(options["every"], "every")
+        if seconds < 1 or seconds != int(seconds):
+            raise ConfigError(f"every= must be a whole number of seconds, at least 1: {seconds}")
+        return Every(int(seconds)), None, int(seconds), "UTC"
+    tz = options.get("tz", "UTC")
+    try:
+        zone = ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError, TypeError):
+        raise ConfigError(f"unknown time zone {tz!r} (an IANA name, e.g. Europe/Zagreb)") from None
+    cron = options["cron"]
+    if not isinstance(cron, str) or len(cron.split()) not in (5, 6):
+        raise ConfigError(
+            f"cron expression {cron!r}: expected 5 fields (minute hour day month weekday), "
+            "or 6 with seconds first"
+        )
+    times = Cron(cron, zone)
+    return times, times.expr, None, tz
+
+
+def _args(task: Task[Any, Any] | None, task_name: str, args: Mapping[str, Any]) -> str:
+    try:
+        text = _json.dumps_args(args)
+        if task is not None:
+            task.check_args(args)
+    except ArgumentError as exc:
+        raise ConfigError(f"schedule of task {task_name!r}: {exc}") from None
+    return text
+
+
+def _seconds(value: timedelta | float, what: str) -> float:
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if seconds <= 0:
+        raise ConfigError(f"{what}= must be positive, got {seconds} seconds")
+    return seconds
+
+
+def _check_name(kind: str, value: Any) -> None:
+    try:
+        _names.check(kind, value)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None

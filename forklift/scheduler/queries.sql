@@ -1,0 +1,131 @@
+-- The scheduler's queries. Each starts with `-- name: <name>` and a one-line
+-- description; {schema} is replaced by the quoted schema name when loaded. Fire times
+-- and `now` come from the scheduler's clock (a parameter, so tests can move it).
+
+-- name: schedule_sync_many
+-- Upsert the definitions this scheduler declares, in name order (no deadlock between
+-- replicas). A new schedule, or one whose definition hash changed, starts from `now`:
+-- the old definition's misses are not caught up. Returns each one's high-water mark
+-- and whether it was (re)defined by this statement.
+INSERT INTO {schema}.schedules AS s
+    (name, task, queue, cron, every_seconds, tz, catchup_seconds, overlap, definition_hash,
+     defined_at, fired_through, next_fire_at, seen_at)
+SELECT d.name, d.task, d.queue, d.cron, d.every_seconds, d.tz, d.catchup_seconds, d.overlap,
+       d.definition_hash, %(now)s::timestamptz, %(now)s::timestamptz, d.next_fire_at, now()
+FROM unnest(
+    %(name)s::text[], %(task)s::text[], %(queue)s::text[], %(cron)s::text[],
+    %(every_seconds)s::integer[], %(tz)s::text[], %(catchup_seconds)s::float8[],
+    %(overlap)s::boolean[], %(definition_hash)s::text[], %(next_fire_at)s::timestamptz[]
+) AS d(name, task, queue, cron, every_seconds, tz, catchup_seconds, overlap,
+       definition_hash, next_fire_at)
+ORDER BY d.name
+ON CONFLICT (name) DO UPDATE SET
+    task = EXCLUDED.task,
+    queue = EXCLUDED.queue,
+    cron = EXCLUDED.cron,
+    every_seconds = EXCLUDED.every_seconds,
+    tz = EXCLUDED.tz,
+    catchup_seconds = EXCLUDED.catchup_seconds,
+    overlap = EXCLUDED.overlap,
+    definition_hash = EXCLUDED.definition_hash,
+    defined_at = CASE WHEN s.definition_hash = EXCLUDED.definition_hash
+        THEN s.defined_at ELSE EXCLUDED.defined_at END,
+    fired_through = CASE WHEN s.definition_hash = EXCLUDED.definition_hash
+        THEN s.fired_through ELSE EXCLUDED.fired_through END,
+    next_fire_at = EXCLUDED.next_fire_at,
+    seen_at = now()
+RETURNING s.name, s.fired_through, s.defined_at = %(now)s::timestamptz;
+
+-- name: schedule_lock
+-- Lock one schedule for a round of firing; no row if another replica is firing it now.
+SELECT fired_through, definition_hash FROM {schema}.schedules
+WHERE name = %(name)s::text
+FOR UPDATE SKIP LOCKED;
+
+-- name: schedule_fire
+-- Enqueue the job of one fire time and note the fire in flight; nothing if the key is
+-- taken (another replica enqueued it). With `exclusive` (overlap=False), nothing while
+-- an earlier fire's job is in progress: running, due and waiting, or retrying. Returns
+-- (busy, the new job's id or NULL).
+WITH busy AS (
+    SELECT 1 FROM {schema}.schedule_fires f JOIN {schema}.jobs j ON j.id = f.job_id
+    WHERE %(exclusive)s::boolean AND f.schedule = %(name)s::text
+      AND f.fire_at < %(fire_at)s::timestamptz
+      AND (j.state = 'running' OR (j.state = 'ready'
+           AND (j.attempts > 0 OR j.available_at <= %(now)s::timestamptz)))
+    LIMIT 1
+), job AS (
+    INSERT INTO {schema}.jobs
+        (queue, task, args, idempotency_key, priority, max_attempts, timeout, available_at)
+    SELECT %(queue)s::text, %(task)s::text, %(args)s::jsonb, %(key)s::text,
+           %(priority)s::smallint, %(max_attempts)s::integer, %(timeout)s::float8,
+           %(fire_at)s::timestamptz
+    WHERE NOT EXISTS (SELECT 1 FROM busy)
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id
+), fire AS (
+    INSERT INTO {schema}.schedule_fires (schedule, fire_at, job_id)
+    SELECT %(name)s::text, %(fire_at)s::timestamptz, id FROM job
+    ON CONFLICT DO NOTHING
+    RETURNING job_id
+)
+SELECT EXISTS (SELECT 1 FROM busy), (SELECT id FROM job);
+
+-- name: schedule_advance
+-- Move a schedule's high-water mark forward, unless its definition changed meanwhile.
+UPDATE {schema}.schedules
+SET fired_through = greatest(fired_through, %(through)s::timestamptz)
+WHERE name = %(name)s::text AND definition_hash = %(definition_hash)s::text;
+
+-- name: schedule_settle
+-- For every schedule: move its last fire up to its latest fire now due, record how its
+-- finished jobs went (succeeded: last success; dead: last error), and forget the fires
+-- whose job is done (or gone). Returns (fires settled, schedules updated).
+WITH fires AS (
+    SELECT f.schedule, f.fire_at, f.job_id, j.state, j.completed_at, j.last_error
+    FROM {schema}.schedule_fires f LEFT JOIN {schema}.jobs j ON j.id = f.job_id
+    WHERE f.fire_at <= %(now)s::timestamptz
+    FOR UPDATE OF f SKIP LOCKED
+), done AS (
+    DELETE FROM {schema}.schedule_fires f USING fires
+    WHERE f.schedule = fires.schedule AND f.fire_at = fires.fire_at
+      AND (fires.state IS NULL OR fires.state IN ('succeeded', 'dead', 'cancelled'))
+    RETURNING f.schedule
+), summary AS (
+    SELECT schedule,
+           max(fire_at) AS last_fire_at,
+           (array_agg(job_id ORDER BY fire_at DESC))[1] AS last_job_id,
+           max(completed_at) FILTER (WHERE state = 'succeeded') AS last_success_at,
+           (array_agg(last_error ORDER BY completed_at DESC)
+               FILTER (WHERE state = 'dead'))[1] AS last_error,
+           max(completed_at) FILTER (WHERE state = 'dead') AS last_error_at
+    FROM fires
+    GROUP BY schedule
+), updated AS (
+    UPDATE {schema}.schedules AS s SET
+        last_fire_at = greatest(s.last_fire_at, u.last_fire_at),
+        last_job_id = CASE WHEN u.last_fire_at >= coalesce(s.last_fire_at, '-infinity')
+            THEN u.last_job_id ELSE s.last_job_id END,
+        last_success_at = greatest(s.last_success_at, u.last_success_at),
+        last_error = CASE WHEN u.last_error_at > coalesce(s.last_error_at, '-infinity')
+            THEN u.last_error ELSE s.last_error END,
+        last_error_at = greatest(s.last_error_at, u.last_error_at)
+    FROM summary AS u
+    WHERE s.name = u.schedule
+      AND (u.last_fire_at > coalesce(s.last_fire_at, '-infinity')
+           OR u.last_success_at > coalesce(s.last_success_at, '-infinity')
+           OR u.last_error_at > coalesce(s.last_error_at, '-infinity'))
+    RETURNING s.name
+)
+SELECT (SELECT count(*) FROM done), (SELECT count(*) FROM updated);
+
+-- name: schedule_list
+-- Every schedule any scheduler has declared, with its fires in flight and how long ago
+-- a scheduler declaring it last synced it (seconds).
+SELECT s.name, s.task, s.queue, s.cron, s.every_seconds, s.tz, s.catchup_seconds,
+       s.overlap, s.definition_hash, s.created_at, s.defined_at, s.next_fire_at,
+       s.last_fire_at, s.last_job_id, s.last_success_at, s.last_error, s.last_error_at,
+       (SELECT count(*) FROM {schema}.schedule_fires f WHERE f.schedule = s.name)::integer,
+       extract(epoch FROM now() - s.seen_at)::float8
+FROM {schema}.schedules AS s
+ORDER BY s.name;

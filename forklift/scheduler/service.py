@@ -1,0 +1,169 @@
+"""The scheduler: every supervisor runs one; together they fire each fire time once.
+
+No leader: each round every replica syncs its schedule definitions into the schedules
+table, then for each schedule with fire times due (or due within `ahead` seconds) it
+locks that schedule's row (SKIP LOCKED: a replica already on it is left to it),
+re-plans from the row's high-water mark, and enqueues each fire time's job under a key
+made of the schedule's name and the fire time. A replica that lost a race, or a round
+that is repeated after a crash, inserts nothing. Last, it settles finished fires into
+each schedule's last success and last error.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from forklift._events import emit
+from forklift._service import TestSignal
+from forklift.errors import ConfigError, DatabaseError
+from forklift.scheduler.plan import Plan, plan
+from forklift.scheduler.schedule import Schedule
+from forklift.scheduler.store import ScheduleSession, ScheduleStore, Synced
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """How often a round runs, and how far ahead of its fire time a job is enqueued."""
+
+    tick: float = 1.0
+    ahead: float = 3.0  # more than a tick, so a late round still enqueues in time
+    max_fires: int = 100  # per schedule per round (a long catch-up takes a few rounds)
+
+    def __post_init__(self) -> None:
+        if self.tick <= 0:
+            raise ConfigError("the scheduler's tick must be > 0 seconds")
+        if self.ahead < self.tick:
+            raise ConfigError("schedule_ahead must be at least the scheduler's tick")
+
+
+class Outcome(enum.StrEnum):
+    """What became of one fire time on this replica (forklift_cron_fires_total)."""
+
+    ENQUEUED = "enqueued"
+    DUPLICATE = "duplicate"  # another replica had enqueued it
+    SKIPPED_OVERLAP = "skipped_overlap"
+    SKIPPED_MISFIRE = "skipped_misfire"  # missed in downtime, dropped by the policy
+    FAILED = "failed"  # the database refused or was away
+
+
+@dataclass(frozen=True)
+class Fire:
+    schedule: str
+    at: datetime | None  # None for a count of misfires
+    outcome: Outcome
+    job_id: int | None = None
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class Round:
+    """What one round did: the fires it handled, and how many finished fires it settled."""
+
+    fires: tuple[Fire, ...] = ()
+    settled: int = 0
+
+    def outcomes(self, schedule: str) -> dict[Outcome, int]:
+        counts: dict[Outcome, int] = {}
+        for f in self.fires:
+            if f.schedule == schedule:
+                counts[f.outcome] = counts.get(f.outcome, 0) + f.count
+        return counts
+
+
+class Scheduler:
+    """One replica's scheduler; `run_once(now)` is a round (the supervisor's ops thread
+    calls it every tick, under the fork lock: it holds a connection while it runs)."""
+
+    def __init__(
+        self,
+        store: ScheduleStore,
+        schedules: Iterable[Schedule],
+        config: SchedulerConfig | None = None,
+    ) -> None:
+        self.store = store
+        self.config = config or SchedulerConfig()
+        self.schedules = tuple(schedules)
+        self.counts: dict[tuple[str, Outcome], int] = {}
+        self._lock = threading.Lock()
+        self.ran: TestSignal[Round] = TestSignal()  # each finished round, for tests
+
+    def use(self, schedules: Iterable[Schedule]) -> None:
+        """Fire these from the next round on (after a reload re-imported the app)."""
+        self.schedules = tuple(schedules)
+
+    def run_once(self, now: datetime | None = None) -> Round:
+        """One round at `now` (default: the wall clock); DatabaseError if it failed."""
+        schedules = self.schedules
+        if not schedules:
+            return Round()
+        now = now or datetime.now(UTC)
+        fires: list[Fire] = []
+        with self.store.session() as session:
+            synced = session.schedule_sync_many(schedules, now)
+            for schedule in schedules:
+                fires += self._fire(session, schedule, synced[schedule.name], now)
+            settled = session.schedule_settle(now)
+        result = Round(tuple(fires), settled)
+        self.ran.emit(result)
+        return result
+
+    def _fire(
+        self, session: ScheduleSession, schedule: Schedule, synced: Synced, now: datetime
+    ) -> list[Fire]:
+        if synced.redefined:
+            emit(log, "schedule.defined", schedule=schedule.name, definition=schedule.describe())
+        first = self._plan(schedule, synced.fired_through, now)
+        if not first.fires and not first.missed:
+            return []  # nothing due: no lock, no write
+        try:
+            with session.schedule_lock(schedule.name) as row:
+                if row is None or row.definition_hash != schedule.definition_hash:
+                    return []  # another replica is on it, or runs another definition
+                todo = self._plan(schedule, row.fired_through, now)
+                fires = [self._enqueue(session, schedule, at, now) for at in todo.fires]
+                session.schedule_advance(schedule, todo.through)
+        except DatabaseError as exc:
+            self._count([Fire(schedule.name, None, Outcome.FAILED)])
+            emit(log, "schedule.failed", logging.WARNING, schedule=schedule.name, error=exc)
+            raise
+        if todo.missed:
+            emit(log, "schedule.missed", logging.WARNING, schedule=schedule.name, n=todo.missed)
+            fires.append(Fire(schedule.name, None, Outcome.SKIPPED_MISFIRE, count=todo.missed))
+        self._count(fires)  # now: a later schedule's failure must not lose these
+        return fires
+
+    def _plan(self, schedule: Schedule, fired_through: datetime, now: datetime) -> Plan:
+        cfg = self.config
+        return plan(schedule.times, schedule.catchup, fired_through, now, cfg.ahead, cfg.max_fires)
+
+    @staticmethod
+    def _enqueue(session: ScheduleSession, schedule: Schedule, at: datetime, now: datetime) -> Fire:
+        busy, job_id = session.schedule_fire(schedule, at, now)
+        if busy:
+            emit(log, "schedule.skipped_overlap", schedule=schedule.name, fire=at.isoformat())
+            return Fire(schedule.name, at, Outcome.SKIPPED_OVERLAP)
+        if job_id is None:
+            return Fire(schedule.name, at, Outcome.DUPLICATE)
+        emit(
+            log, "schedule.enqueued", logging.DEBUG, schedule=schedule.name, job=job_id,
+            fire=at.isoformat(),
+        )  # fmt: skip
+        return Fire(schedule.name, at, Outcome.ENQUEUED, job_id)
+
+    def _count(self, fires: Iterable[Fire]) -> None:
+        with self._lock:
+            for f in fires:
+                key = (f.schedule, f.outcome)
+                self.counts[key] = self.counts.get(key, 0) + f.count
+
+    def counted(self) -> dict[tuple[str, Outcome], int]:
+        """The fires counted so far, by (schedule, outcome) (for /metrics)."""
+        with self._lock:
+            return dict(self.counts)

@@ -1,0 +1,146 @@
+"""The scheduler's store: the only caller of scheduler/queries.sql.
+
+It runs in the supervisor parent, which holds no connection across a fork: a round
+opens one short, bounded connection (`session()`) and closes it before returning.
+psycopg errors come out as DatabaseError.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, NamedTuple
+
+import psycopg
+
+from forklift import _db, _sql
+from forklift.scheduler.schedule import Schedule
+from forklift.store import short_connection
+
+
+class Synced(NamedTuple):
+    """A schedule's row after a sync: its high-water mark, and whether it was (re)defined."""
+
+    fired_through: datetime
+    redefined: bool
+
+
+class Locked(NamedTuple):
+    """A schedule's row locked for a round of firing."""
+
+    fired_through: datetime
+    definition_hash: str
+
+
+@dataclass(frozen=True)
+class ScheduleRow:
+    """A schedule as `forklift schedules` and the metrics see it."""
+
+    name: str
+    task: str
+    queue: str
+    cron: str | None
+    every_seconds: int | None
+    tz: str
+    catchup_seconds: float | None
+    overlap: bool
+    definition_hash: str
+    created_at: datetime
+    defined_at: datetime
+    next_fire_at: datetime | None
+    last_fire_at: datetime | None
+    last_job_id: int | None
+    last_success_at: datetime | None
+    last_error: str | None
+    last_error_at: datetime | None
+    in_flight: int
+    seen_ago: float  # seconds since a scheduler declaring it synced it
+
+
+class ScheduleStore:
+    def __init__(self, dsn: str, schema: str, timeouts: _db.Timeouts) -> None:
+        self.dsn = dsn
+        self.schema = schema
+        self.timeouts = timeouts
+        self.q = _sql.load("forklift.scheduler", "queries.sql", schema)
+
+    @contextmanager
+    def session(self, what: str = "scheduler round failed") -> Iterator[ScheduleSession]:
+        """One connection for one round, closed after it."""
+        with short_connection(self.dsn, self.timeouts, "forklift-scheduler", what) as conn:
+            yield ScheduleSession(conn, self.q)
+
+    def schedule_list(self) -> list[ScheduleRow]:
+        with self.session("reading the schedules failed") as s:
+            return s.schedule_list()
+
+
+class ScheduleSession:
+    """The scheduler's statements on one open connection (autocommit)."""
+
+    def __init__(self, conn: psycopg.Connection[Any], q: dict[str, str]) -> None:
+        self.conn = conn
+        self.q = q
+
+    def schedule_sync_many(self, schedules: Sequence[Schedule], now: datetime) -> dict[str, Synced]:
+        params: dict[str, Any] = {
+            "now": now,
+            "name": [s.name for s in schedules],
+            "task": [s.task for s in schedules],
+            "queue": [s.queue for s in schedules],
+            "cron": [s.cron for s in schedules],
+            "every_seconds": [s.every for s in schedules],
+            "tz": [s.tz for s in schedules],
+            "catchup_seconds": [s.catchup for s in schedules],
+            "overlap": [s.overlap for s in schedules],
+            "definition_hash": [s.definition_hash for s in schedules],
+            "next_fire_at": [s.times.after(now) for s in schedules],
+        }
+        rows = self.conn.execute(self.q["schedule_sync_many"], params).fetchall()
+        return {name: Synced(through, bool(redefined)) for name, through, redefined in rows}
+
+    @contextmanager
+    def schedule_lock(self, name: str) -> Iterator[Locked | None]:
+        """A transaction holding the schedule's row (None: another replica holds it)."""
+        with self.conn.transaction():
+            row = self.conn.execute(self.q["schedule_lock"], {"name": name}).fetchone()
+            yield None if row is None else Locked(*row)
+
+    def schedule_fire(
+        self, schedule: Schedule, fire_at: datetime, now: datetime
+    ) -> tuple[bool, int | None]:
+        """Enqueue `fire_at`'s job: (skipped for overlap, the new job's id or None)."""
+        params = {
+            "name": schedule.name,
+            "exclusive": not schedule.overlap,
+            "fire_at": fire_at,
+            "now": now,
+            "queue": schedule.queue,
+            "task": schedule.task,
+            "args": schedule.args,
+            "key": schedule.key(fire_at),
+            "priority": schedule.priority,
+            "max_attempts": schedule.max_attempts,
+            "timeout": schedule.timeout,
+        }
+        row = self.conn.execute(self.q["schedule_fire"], params).fetchone()
+        assert row is not None
+        return bool(row[0]), row[1]
+
+    def schedule_advance(self, schedule: Schedule, through: datetime) -> None:
+        params = {
+            "name": schedule.name,
+            "through": through,
+            "definition_hash": schedule.definition_hash,
+        }
+        self.conn.execute(self.q["schedule_advance"], params)
+
+    def schedule_settle(self, now: datetime) -> int:
+        """Record finished fires on their schedules; return how many were settled."""
+        row = self.conn.execute(self.q["schedule_settle"], {"now": now}).fetchone()
+        return int(row[0]) if row else 0
+
+    def schedule_list(self) -> list[ScheduleRow]:
+        return [ScheduleRow(*r) for r in self.conn.execute(self.q["schedule_list"])]

@@ -1,0 +1,98 @@
+"""app.singleton(): one holder across every caller, never blocking, always released."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import psycopg
+import pytest
+
+import forklift
+from forklift._locks import lock_key
+
+CALLERS = 5
+
+
+def lock_is_held(db: psycopg.Connection[Any], schema: str, name: str) -> bool:
+    key = lock_key(f"singleton:{schema}:{name}")
+    row = db.execute(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+        " AND ((classid::bigint << 32) | objid::bigint) = %s",
+        (key,),
+    ).fetchone()
+    return bool(row and row[0])
+
+
+@pytest.mark.parametrize("winner_raises", [False, True], ids=["returns", "raises"])
+def test_five_concurrent_callers_one_runs_four_skip_and_the_lock_is_free_after(
+    dsn: str, db: psycopg.Connection[Any], schema: str, winner_raises: bool
+) -> None:
+    app = forklift.App(dsn, schema=schema)
+    everyone_tried = threading.Barrier(CALLERS)  # the winner holds until all have tried
+    ran: list[int] = []
+    skipped: list[int] = []
+    raised: list[BaseException] = []
+    held_while_running: list[bool] = []
+
+    def caller(i: int) -> None:
+        try:
+            with app.singleton("rebuild-cache") as acquired:
+                if acquired:
+                    ran.append(i)
+                    everyone_tried.wait(timeout=20)
+                    held_while_running.append(lock_is_held(db, schema, "rebuild-cache"))
+                    if winner_raises:
+                        raise RuntimeError("the work failed")
+                else:
+                    skipped.append(i)
+                    everyone_tried.wait(timeout=20)
+        except RuntimeError as exc:
+            raised.append(exc)
+
+    threads = [threading.Thread(target=caller, args=(i,)) for i in range(CALLERS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert len(ran) == 1 and len(skipped) == CALLERS - 1
+    assert held_while_running == [True]
+    assert [str(e) for e in raised] == (["the work failed"] if winner_raises else [])
+    assert not lock_is_held(db, schema, "rebuild-cache")
+    with app.singleton("rebuild-cache") as again:
+        assert again
+
+
+def test_a_singleton_section_is_per_schema_and_per_name(dsn: str, schema: str) -> None:
+    app = forklift.App(dsn, schema=schema)
+    other = forklift.App(dsn, schema=f"{schema}_b")
+    with app.singleton("a") as first, app.singleton("b") as second, other.singleton("a") as third:
+        assert first and second and third
+        with app.singleton("a") as nested:
+            assert not nested
+
+
+def test_the_work_is_left_alone_when_it_raises_a_database_error(dsn: str, schema: str) -> None:
+    app = forklift.App(dsn, schema=schema)
+    with pytest.raises(psycopg.errors.UndefinedTable), app.singleton("x") as acquired:
+        assert acquired
+        with psycopg.connect(dsn) as conn:
+            conn.execute("SELECT * FROM no_such_table")
+
+
+def test_a_bad_name_is_refused(dsn: str, schema: str) -> None:
+    app = forklift.App(dsn, schema=schema)
+    with pytest.raises(forklift.ArgumentError, match="control character"):
+        app.singleton("a\nb")
+
+
+def test_another_holder_is_a_debug_line_not_a_warning(
+    dsn: str, schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = forklift.App(dsn, schema=schema)
+    caplog.set_level("DEBUG", logger="forklift")
+    with app.singleton("x"), app.singleton("x") as acquired:
+        assert not acquired
+    busy = [r for r in caplog.records if getattr(r, "event", "") == "singleton.busy"]
+    assert [r.levelname for r in busy] == ["DEBUG"]
+    assert not [r for r in caplog.records if r.levelno >= 30]
