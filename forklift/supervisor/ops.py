@@ -13,6 +13,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -163,19 +164,51 @@ class _Server(HTTPServer):
 
 def _handler_for(routes: dict[str, Route]) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        """GET and HEAD on the known paths; 404 on any other path, 405 for any other
+        method on a known one: nothing here changes anything, so nothing else is taken."""
+
         timeout = 5.0  # a slow client cannot hold the HTTP thread (nor fork_lock) long
 
         def do_GET(self) -> None:
-            route = routes.get(self.path.split("?", 1)[0])
+            self._answer(with_body=True)
+
+        def do_HEAD(self) -> None:
+            self._answer(with_body=False)
+
+        def __getattr__(self, name: str) -> Any:
+            # http.server looks up do_<METHOD> for each request (501 when missing): every
+            # other method, standard or made up, gets the same refusal.
+            if name.startswith("do_"):
+                return self._refuse
+            raise AttributeError(name)
+
+        def _route(self) -> Route | None:
+            return routes.get(self.path.split("?", 1)[0])
+
+        def _answer(self, *, with_body: bool) -> None:
+            route = self._route()
             if route is None:
-                status, ctype, body = 404, "text/plain", b"try /metrics, /healthz or /readyz\n"
+                self._send(404, "text/plain", b"try /metrics, /healthz or /readyz\n", with_body)
             else:
-                status, ctype, body = route()  # under fork_lock (see _Server)
+                self._send(*route(), with_body)  # under fork_lock (see _Server)
+
+        def _refuse(self) -> None:
+            if self._route() is None:
+                self._send(404, "text/plain", b"try /metrics, /healthz or /readyz\n", True)
+            else:
+                self._send(405, "text/plain", b"only GET and HEAD\n", True, allow="GET, HEAD")
+
+        def _send(
+            self, status: int, ctype: str, body: bytes, with_body: bool, allow: str = ""
+        ) -> None:
             self.send_response(status)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(body)))
+            if allow:
+                self.send_header("Allow", allow)
             self.end_headers()
-            self.wfile.write(body)
+            if with_body:
+                self.wfile.write(body)
 
         def log_message(self, format: str, *args: object) -> None:
             pass  # scrapes every few seconds would drown the log
