@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from forklift._events import emit
@@ -12,7 +13,7 @@ from forklift.errors import DatabaseError
 from forklift.metrics import Totals
 from forklift.supervisor.child import RunningJob
 from forklift.supervisor.states import JobsAction
-from forklift.supervisor.store import SupervisorStore
+from forklift.supervisor.store import ChargedJob, SupervisorStore
 
 log = logging.getLogger(__name__)
 
@@ -122,15 +123,24 @@ class Attribution:
             emit(log, "job.released", job=gone.id, owner=owner, reason=error)
 
     def _charge(self, owner: str, error: str) -> None:
-        for job in self.store.job_fail_orphaned(owner, error):
-            self.totals.job(job.queue, job.task, "crashed")
-            dead = job.state == "dead"
-            emit(
-                log,
-                "job.dead" if dead else "job.failed",
-                logging.ERROR if dead else logging.WARNING,
-                job=job.id,
-                attempt=job.attempts,
-                owner=owner,
-                error=error,
-            )
+        count_charged(self.totals, self.store.job_fail_orphaned(owner, error), error, owner)
+
+
+def count_charged(
+    totals: Totals, jobs: Iterable[ChargedJob], error: str, owner: str | None = None
+) -> None:
+    """Count and log jobs charged for a worker that died or vanished: each ready again
+    (job.failed) or out of attempts (job.dead)."""
+    for job in jobs:
+        totals.job(job.queue, job.task, "crashed")
+        dead = job.state == "dead"
+        fields: dict[str, object] = {"job": job.id, "attempt": job.attempts}
+        if owner is not None:
+            fields["owner"] = owner
+        emit(
+            log,
+            "job.dead" if dead else "job.failed",
+            logging.ERROR if dead else logging.WARNING,
+            error=error,
+            **fields,
+        )

@@ -14,6 +14,7 @@ from forklift._events import emit
 from forklift._service import TestSignal
 from forklift.errors import DatabaseError
 from forklift.metrics import Totals
+from forklift.supervisor.attribution import count_charged
 from forklift.supervisor.snapshot import SnapshotBoard
 from forklift.supervisor.store import SupervisorStore
 
@@ -56,15 +57,7 @@ class ProcessRegistry:
         pruned, charged = self.store.process_prune_stale(self.config.stale_after)
         for process_id in pruned:
             emit(log, "registry.pruned", logging.WARNING, process=process_id)
-        for job in charged:
-            self.totals.job(job.queue, job.task, "crashed")
-            emit(
-                log,
-                "job.dead" if job.state == "dead" else "job.failed",
-                logging.WARNING,
-                job=job.id,
-                error="WorkerLost: its host stopped heart-beating",
-            )
+        count_charged(self.totals, charged, "WorkerLost: its host stopped heart-beating")
         result = HeartbeatResult(len(rows), len(pruned), len(charged))
         self.beat.emit(result)
         return result

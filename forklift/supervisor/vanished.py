@@ -23,6 +23,7 @@ from forklift._events import emit
 from forklift._service import TestSignal
 from forklift.errors import DatabaseError
 from forklift.metrics import Totals
+from forklift.supervisor.attribution import count_charged
 from forklift.supervisor.store import SupervisorStore
 
 log = logging.getLogger(__name__)
@@ -76,17 +77,7 @@ class VanishedOwners:
         # Lost, not failed: like a job whose lease expired, each keeps its place in line
         # (its attempt counts: one that takes whole hosts down still ends dead).
         jobs = self.store.job_fail_orphaned(owner, error, retry=None, unlocked=True)
-        for job in jobs:
-            self.totals.job(job.queue, job.task, "crashed")
-            emit(
-                log,
-                "job.dead" if job.state == "dead" else "job.failed",
-                logging.WARNING,
-                job=job.id,
-                attempt=job.attempts,
-                owner=owner,
-                error=error,
-            )
+        count_charged(self.totals, jobs, error, owner)
         if jobs:
             emit(log, "registry.vanished", logging.WARNING, owner=owner, jobs=len(jobs))
         return len(jobs)
