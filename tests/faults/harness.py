@@ -118,9 +118,15 @@ class Workload:
     def succeeded(self) -> int:
         return int(self.scalar("SELECT count(*) FROM {s}.jobs WHERE state = 'succeeded'") or 0)
 
-    def unfinished(self) -> int | None:
-        """Jobs not yet succeeded or dead (None while the database is away)."""
-        left = self.scalar("SELECT count(*) FROM {s}.jobs WHERE state IN ('ready', 'running')")
+    def unfinished(self, task: str | None = None) -> int | None:
+        """Jobs (of `task`, or all) not yet succeeded or dead (None while the database is
+        away)."""
+        left = self.scalar(
+            "SELECT count(*) FROM {s}.jobs WHERE state IN ('ready', 'running')"
+            " AND (%s::text IS NULL OR task = %s::text)",
+            task,
+            task,
+        )
         return None if left is None else int(left)
 
     def wait_finished(self, timeout: float, check: Sequence[ForkliftProcess] = ()) -> None:

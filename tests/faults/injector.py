@@ -71,10 +71,13 @@ class Injector:
         """Seconds from `since` (monotonic, the fault's end) until one more job succeeded;
         None if none did within `timeout`."""
         before = self.workload.succeeded()
-        if self.workload.unfinished() == 0:
-            return 0.0  # the others finished everything meanwhile: nothing was held up
+
+        def resumed() -> bool:
+            # Or nothing is left to succeed (poisoned jobs only die): nothing held up.
+            return self.workload.succeeded() > before or self.workload.unfinished("work") == 0
+
         try:
-            wait_for(lambda: self.workload.succeeded() > before, timeout, 0.01)
+            wait_for(resumed, timeout, 0.01)
         except WaitTimedOut:
             return None
         return time.monotonic() - since
