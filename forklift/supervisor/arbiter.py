@@ -280,10 +280,8 @@ class Supervisor:
                 self.children.retire(child, RetireReason.SCALE_DOWN)
             return
         now = time.monotonic()
-        # A child being killed or retired still holds its slot: its replacement takes one
-        # past the target until it is reaped.
-        leaving = len(self.children) - len(live)
-        for slot in self.children.free_slots(target + leaving):
+        # A child being killed or retired leaves its slot to its replacement at once.
+        for slot in self.children.free_slots(target):
             if len(live) >= target:
                 break
             if self.restarts.due(slot, now):
