@@ -100,19 +100,24 @@ class Workload:
     # -- jobs ------------------------------------------------------------------------------
 
     def enqueue(self, n: int, *, spins: int = 20_000, pause: float = 0.0, tag: str = "") -> None:
+        # Attempts to spare: a fault costs the jobs it hits one each, and at concurrency
+        # above 1 a poisoned job kills the jobs beside it in its worker too.
         tag = tag or secrets.token_hex(3)
+        args = {"spins": spins, "pause": pause}
         self.app.enqueue_many(
             [
                 forklift.JobSpec(
-                    "work", {"key": f"{tag}-{i}", "spins": spins, "pause": pause}, f"{tag}-{i}"
+                    "work", {"key": f"{tag}-{i}", **args}, f"{tag}-{i}", max_attempts=12
                 )
                 for i in range(n)
             ]
         )
 
     def enqueue_poison(self, n: int) -> None:
+        """Jobs that kill their worker every time: dead after their 2 attempts."""
         keys = [f"poison-{secrets.token_hex(4)}" for _ in range(n)]
-        self.app.enqueue_many([forklift.JobSpec("poison", {"key": k}, k) for k in keys])
+        specs = [forklift.JobSpec("poison", {"key": k}, k, max_attempts=2) for k in keys]
+        self.app.enqueue_many(specs)
         self.poisoned.update(keys)
 
     def succeeded(self) -> int:
