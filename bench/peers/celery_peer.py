@@ -101,7 +101,8 @@ class Producer:
     async def uninstall(self) -> None:
         queue = app.conf.task_default_queue
         with app.connection_for_write() as connection:
-            connection.default_channel.client.delete(queue, f"_kombu.binding.{queue}")
+            bindings = (f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}")
+            connection.default_channel.client.delete(queue, *bindings)
 
     async def enqueue(self, task: str, kwargs: dict[str, Any]) -> None:
         app.tasks[task].apply_async(kwargs=kwargs)
