@@ -190,8 +190,8 @@ class Forklift(Contender):
 
 QUIET = ("--log-level", "WARNING")
 BEST_WHY = (
-    "README/--help: concurrency is for I/O-bound or tiny jobs; the fastest of a --sweep of "
-    "16/32/64/128 on this 2-core machine"
+    "--help: concurrency is for I/O-bound or tiny jobs; bench.throughput's documented best "
+    "on 2 cores; the fastest of a sweep of 16/32/64/128/256/512, with 256"
 )
 
 

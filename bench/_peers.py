@@ -64,6 +64,20 @@ class Peer(Contender):
 
     def analyze(self) -> None:
         """Fresh statistics after a fill (as autovacuum would have, in time)."""
+        if self.table:
+            self.db.execute(f"ANALYZE {self.table}")
+
+    def worker(self, *options: str) -> tuple[str, ...]:
+        """The arguments after `python -m` of one worker process, with `options`."""
+        raise NotImplementedError
+
+    def setting_for(self, purpose: str) -> Setting:
+        processes = 1 if purpose == "latency" else WORKERS
+        return self.make_setting(purpose, processes, *self.worker())
+
+    def sweep_setting(self, value: int) -> Setting:
+        knob = (self.knob, str(value))
+        return self.make_setting(" ".join(knob), WORKERS, *self.worker(*knob))
 
     def enqueue_bulk(self, n: int, batch: int, *, progress: bool = False) -> float:
         seconds = float(self.cli("enqueue", "noop", n, "--batch", batch)["seconds"])
@@ -114,6 +128,8 @@ class Peer(Contender):
         }
 
     best_why = ""
+    knob = ""  # the option of its main knob for tiny jobs
+    table = ""  # its job table
 
 
 class Pgqueuer(Peer):
@@ -122,24 +138,19 @@ class Pgqueuer(Peer):
     name = "pgqueuer"
     best_why = (
         "docs (guides/performance-tuning): 'Increase batch_size when jobs are short-lived'; "
-        "the fastest of a --sweep of 10/25/50/100"
+        "no number given; the fastest of a sweep of 10/50/100/200/500"
     )
 
-    def setting_for(self, purpose: str) -> Setting:
-        processes = 1 if purpose == "latency" else WORKERS
-        return self.make_setting(purpose, processes, "bench.peers", "pgqueuer", "work")
+    knob = "--batch-size"
+    table = "pgqueuer"
 
-    def sweep_setting(self, value: int) -> Setting:
-        args = ("bench.peers", "pgqueuer", "work", "--batch-size", str(value))
-        return self.make_setting(f"--batch-size {value}", WORKERS, *args)
+    def worker(self, *options: str) -> tuple[str, ...]:
+        return ("bench.peers", "pgqueuer", "work", *options)
 
     def succeeded(self) -> int:
         # A finished job's row leaves the queue table (its log rows are aggregated away
         # every 30 s), so done = enqueued - still there.
         return self.enqueued - int(self.scalar("SELECT count(*) FROM pgqueuer"))
-
-    def analyze(self) -> None:
-        self.db.execute("ANALYZE pgqueuer")
 
 
 class Procrastinate(Peer):
@@ -148,36 +159,29 @@ class Procrastinate(Peer):
     name = "procrastinate"
     best_why = (
         "its worker's --concurrency ('Number of parallel asynchronous jobs to process at "
-        "once'); the fastest of a --sweep of 1/10/25/50/100"
+        "once', default 1); the fastest of a sweep of 1/25/50/100/200/500"
     )
+    knob = "--concurrency"
+    table = "procrastinate_jobs"
     APP = ("procrastinate", "--log-level", "warning", "--app")
 
     def worker(self, *options: str) -> tuple[str, ...]:
         return (*self.APP, "bench.peers.procrastinate_peer.app", "worker", *options)
-
-    def setting_for(self, purpose: str) -> Setting:
-        processes = 1 if purpose == "latency" else WORKERS
-        return self.make_setting(purpose, processes, *self.worker())
-
-    def sweep_setting(self, value: int) -> Setting:
-        return self.make_setting(f"--concurrency {value}", WORKERS, *self.worker("-c", str(value)))
 
     def succeeded(self) -> int:
         return int(
             self.scalar("SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'")
         )
 
-    def analyze(self) -> None:
-        self.db.execute("ANALYZE procrastinate_jobs")
-
 
 class Celery(Peer):
     """Celery 5.7 on the local Redis: one `celery worker` with its prefork pool."""
 
     name = "celery"
+    knob = "--prefetch-multiplier"
     best_why = (
         "docs (userguide/optimizing, Prefetch Limits): with lots of short tasks 'you want "
-        "this number to be large', e.g. 64 or 128; the fastest of a --sweep of 4/16/64/128"
+        "this number to be large', 64 or 128; the fastest of a sweep of 4/16/64/128"
     )
 
     def __init__(self, dsn: str, python: Path, best: int, redis: str, queue: str) -> None:
@@ -193,7 +197,7 @@ class Celery(Peer):
             PYTHONWARNINGS="ignore:You're running the worker with superuser privileges",
         )
 
-    def worker(self, pool: int, *options: str) -> tuple[str, ...]:
+    def pool_worker(self, pool: int, *options: str) -> tuple[str, ...]:
         name = f"{self.queue}@%h"
         return ("celery", "-A", "bench.peers.celery_peer", "-q", "worker", "-P", "prefork",
                 "-c", str(pool), "-Q", self.queue, "-n", name, "--loglevel", "WARNING",
@@ -201,11 +205,11 @@ class Celery(Peer):
 
     def setting_for(self, purpose: str) -> Setting:
         pool = 1 if purpose == "latency" else WORKERS
-        return self.make_setting(purpose, 1, *self.worker(pool))
+        return self.make_setting(purpose, 1, *self.pool_worker(pool))
 
     def sweep_setting(self, value: int) -> Setting:
-        knob = ("--prefetch-multiplier", str(value))
-        return self.make_setting(" ".join(knob), 1, *self.worker(WORKERS, *knob))
+        knob = (self.knob, str(value))
+        return self.make_setting(" ".join(knob), 1, *self.pool_worker(WORKERS, *knob))
 
     def reset(self) -> None:
         super().reset()

@@ -24,9 +24,9 @@ from bench.cpu_app import spin
 WORKLOADS = ("enqueue", "drain", "limit", "latency", "cpu", "recovery", "backlog")
 EXTRA = ("sweep",)  # run only when asked for with --only
 SWEEPS = {
-    "forklift": (16, 32, 64, 128),
-    "pgqueuer": (10, 50, 100, 200),
-    "procrastinate": (1, 25, 50, 100, 200),
+    "forklift": (16, 32, 64, 128, 256, 512),
+    "pgqueuer": (10, 50, 100, 200, 500),
+    "procrastinate": (1, 25, 50, 100, 200, 500),
     "celery": (4, 16, 64, 128),
 }
 

@@ -33,7 +33,7 @@ Workloads (--only takes a comma-separated list of them):
   limit     PostgreSQL's own limit for forklift's statements (bench/pg_limit.py): its
             job_claim + job_complete_many from forklift/store/queries.sql on 2
             connections, no Python work; 1 job per round trip (the reference of the
-            "defaults" drain) and batches of forklift's best concurrency ("best").
+            "defaults" drain) and batches of forklift's best concurrency, 128 ("best").
   latency   500 jobs at 200/s to 1 idle worker process; latency = the handler's first
             act (time.time()) minus the producer's time.time() just before its enqueue
             call, one clock. Reference: the bare floor (bench/floor.py), INSERT + NOTIFY
@@ -53,21 +53,24 @@ Workloads (--only takes a comma-separated list of them):
   sweep     (only with --only) each contender's drain at a few values of its main knob,
             once per round: how the "best" values below were found.
 
-"Best configuration" for tiny jobs on 2 cores, as each project documents it:
+"Best configuration" for tiny jobs on 2 cores: the project's documented advice for short
+jobs, its knob set to the fastest value of a sweep (`--only sweep`; 10,000-20,000 no-ops
+on this machine while other test suites ran on it: worth re-running in a quiet window;
+the --best-* flags change the values):
 
-  forklift       forklift run --workers 2 --concurrency 64: --help and the README say
-                 concurrency is for I/O-bound or tiny jobs; 64 was the fastest of a
-                 sweep of 16/32/64/128 here (bench.throughput's --sweep found 128 with
-                 `forklift worker` processes).
-  pgqueuer       2 x `pgq run --batch-size 50`: its performance-tuning guide says to
-                 increase batch_size (default 10) for short-lived jobs; its docs name
-                 asyncpg its fastest driver. Its default is the other drain setting.
-  procrastinate  2 x `procrastinate worker --concurrency 25` with async tasks: its
-                 --concurrency is the number of asynchronous jobs run at once (default
-                 1); 25 was the fastest of a sweep of 1/10/25/50/100.
-  Celery         `celery worker -P prefork -c 2 --prefetch-multiplier 128`: its
-                 Optimizing guide says that with many short tasks the prefetch
-                 multiplier (default 4) should be large, "64 or 128"; no result backend.
+  forklift       forklift run --workers 2 --concurrency 128: `forklift run --help` says
+                 concurrency is for I/O-bound or tiny jobs, bench.throughput documents
+                 128 as the best of 32/64/128 on 2 cores; here 128 ~ 256 > 64 > 512.
+  pgqueuer       2 x `pgq run --batch-size 500`: its performance-tuning guide says to
+                 increase batch_size (default 10) when jobs are short-lived, with no
+                 number; 500 was the fastest of 10/50/100/200/500 (still rising). Its
+                 docs name asyncpg its fastest driver, which both settings use.
+  procrastinate  2 x `procrastinate worker --concurrency 200`, async tasks: --concurrency
+                 is "the number of parallel asynchronous jobs to process at once"
+                 (default 1); 200 was the fastest of 1/25/50/100/200/500.
+  Celery         `celery worker -P prefork -c 2 --prefetch-multiplier 128`: its Optimizing
+                 guide says that with many short tasks the prefetch multiplier (default
+                 4) should be large, "64 or 128"; 128 was the fastest of 4/16/64/128.
 
 Every contender runs at log level WARNING (procrastinate's default INFO logs a line per
 job). Progress goes to stderr, the tables to stdout; --json and --png write the results
@@ -108,9 +111,9 @@ from bench._workloads import EXTRA, WORKLOADS, Comparison, Plan
 RESULTS = REPO_ROOT / "bench" / "results"
 # The main knob of each contender's "best" drain setting, and its value (see --help).
 BEST = {
-    "forklift": ("--concurrency", 64),
-    "pgqueuer": ("--batch-size", 50),
-    "procrastinate": ("--concurrency", 25),
+    "forklift": ("--concurrency", 128),
+    "pgqueuer": ("--batch-size", 500),
+    "procrastinate": ("--concurrency", 200),
     "celery": ("--prefetch-multiplier", 128),
 }
 
