@@ -31,8 +31,9 @@ Workloads (--only takes a comma-separated list of them):
             contender's defaults, 2 processes) and "best" (its best documented setting
             for tiny jobs on 2 cores, below).
   limit     PostgreSQL's own limit for forklift's statements (bench/pg_limit.py): its
-            job_claim + job_complete_many from forklift/store/queries.sql on 2
-            connections, no Python work; 1 job per round trip (the reference of the
+            job_claim + job_complete_many from forklift/store/queries.sql looped on 4
+            connections (2 workers x a claim and a completion connection), in 4
+            processes, no Python work; 1 job per round trip (the reference of the
             "defaults" drain) and batches of forklift's best concurrency, 128 ("best").
   latency   500 jobs at 200/s to 1 idle worker process; latency = the handler's first
             act (time.time()) minus the producer's time.time() just before its enqueue
@@ -234,7 +235,7 @@ def measure(args: argparse.Namespace, python: Path) -> tuple[Comparison, list[st
         contenders = open_contenders(stack, args, dsn, python)
         floor = stack.enter_context(Floor(dsn).session()) if "latency" in args.only else None
         comparison = Comparison(plan, contenders, floor)
-        comparison.run(args.only, args.rounds)
+        comparison.run([w for w in WORKLOADS + EXTRA if w in args.only], args.rounds)
     return comparison, [c.name for c in contenders]
 
 

@@ -1,20 +1,23 @@
 """PostgreSQL's own limit for forklift's statements: its claim and completion, no Python work.
 
-`drain(dsn, schema, batch, connections)` empties the ready jobs of a forklift schema
-with forklift's own `job_claim` and `job_complete_many` (loaded from
-forklift/store/queries.sql through forklift._sql.load, exactly as the worker runs them):
-each of `connections` threads loops "claim up to `batch`, complete those" on its own
-autocommit connection until a claim comes back empty. batch 1 is one job per round trip
-(what a worker at --concurrency 1 does); a larger batch is what a worker with that many
-free slots claims at once, completed in one group commit. There is no handler, no
-thread hand-off, no lease renewal: what is left is the server's cost of the statements
-(and psycopg's), the ceiling forklift's drain rate is a share of.
+`drain(dsn, schema, batch, connections)` empties the ready jobs of a forklift schema with
+forklift's own `job_claim` and `job_complete_many` (loaded from forklift/store/queries.sql
+through forklift._sql.load, exactly as the worker runs them). Each of `connections`
+processes (spawned, so no GIL is shared) opens one autocommit connection, waits until all
+are connected, then loops "claim up to `batch`, complete those" until a claim comes back
+empty. batch 1 is one job per round trip (a worker at --concurrency 1); a larger batch is
+what a worker with that many free slots claims at once, completed in one group commit.
+bench.compare uses 4 connections: a forklift worker claims on one and completes on
+another, and it runs 2 workers. What is left is the server's cost of the statements (and
+psycopg's): no handler, no hand-off between threads, no lease renewal.
 """
 
 from __future__ import annotations
 
-import threading
+import multiprocessing
 import time
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Barrier
 from typing import Any
 
 import psycopg
@@ -22,36 +25,47 @@ import psycopg
 from forklift import _sql
 
 
-def _loop(dsn: str, queries: dict[str, str], batch: int, owner: str, errors: list[str]) -> None:
+def _loop(dsn: str, schema: str, batch: int, owner: str, go: Barrier, out: Queue[Any]) -> None:
+    """One connection's claim/complete loop; puts (started, ended, jobs, error) on `out`."""
+    queries = _sql.load("forklift.store", "queries.sql", schema)
+    claim = {"queues": ["default"], "owner": owner, "limit": batch, "lease": 30.0}
+    claim["expired"] = False
+    started = ended = 0.0
+    done, error = 0, ""
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
-            claim = {"queues": ["default"], "owner": owner, "limit": batch}
-            claim |= {"lease": 30.0, "expired": False}
+            go.wait(60)
+            started = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process
             while rows := conn.execute(queries["job_claim"], claim).fetchall():
-                done = {"ids": [r[0] for r in rows], "attempts": [r[6] for r in rows]}
-                conn.execute(queries["job_complete_many"], done | {"owner": owner}).fetchall()
+                ids = {"ids": [r[0] for r in rows], "attempts": [r[6] for r in rows]}
+                done += len(
+                    conn.execute(queries["job_complete_many"], ids | {"owner": owner}).fetchall()
+                )
+            ended = time.monotonic()
     except Exception as exc:  # reported by drain(), which raises
-        errors.append(f"{type(exc).__name__}: {exc}")
+        error = f"{type(exc).__name__}: {exc}"
+    out.put((started, ended, done, error))
 
 
-def drain(dsn: str, schema: str, batch: int, connections: int) -> float:
-    """Seconds `connections` claim/complete loops take to empty the schema's ready jobs."""
-    queries = _sql.load("forklift.store", "queries.sql", schema)
-    errors: list[str] = []
-    threads = [
-        threading.Thread(target=_loop, args=(dsn, queries, batch, f"pg-limit:{i}", errors))
+def drain(dsn: str, schema: str, batch: int, connections: int) -> tuple[float, int]:
+    """(seconds, jobs) for `connections` claim/complete loops to empty the schema's ready
+    jobs, from the moment all are connected until the last finds nothing left."""
+    ctx = multiprocessing.get_context("spawn")
+    go, out = ctx.Barrier(connections), ctx.Queue()
+    procs = [
+        ctx.Process(target=_loop, args=(dsn, schema, batch, f"pg-limit:{i}", go, out))
         for i in range(connections)
     ]
-    started = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    for p in procs:
+        p.start()
+    try:
+        results = [out.get(timeout=600) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+    errors = [r[3] for r in results if r[3]]
     if errors:
         raise RuntimeError("; ".join(errors))
-    return time.perf_counter() - started
-
-
-def completed(db: psycopg.Connection[Any], schema: str) -> int:
-    row = db.execute(f"SELECT count(*) FROM \"{schema}\".jobs WHERE state = 'succeeded'").fetchone()
-    return 0 if row is None else int(row[0])
+    return max(r[1] for r in results) - min(r[0] for r in results), sum(r[2] for r in results)
