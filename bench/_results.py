@@ -27,6 +27,9 @@ class Metric:
     higher_better: bool
     values: dict[str, list[float | None]] = field(default_factory=dict)
     reference: str | None = None  # the name of the reference among `values`, if any
+    # What a round without a value means: "never" (recovery: the job never ran again
+    # within the timeout) or "n/a" (e.g. a drain too fast for a 10-90% rate between polls).
+    missing: str = "n/a"
 
     def add(self, who: str, value: float | None) -> None:
         self.values.setdefault(who, []).append(value)
@@ -41,12 +44,12 @@ class Metric:
 
     def ratio(self, who: str) -> float | None:
         """forklift's median over `who`'s for a rate, the inverse for a time: > 1 is forklift
-        better. inf when only forklift has a value, None when forklift has none."""
+        better. inf when `who` never did it and forklift did; None when not comparable."""
         mine, theirs = self.median(FORKLIFT), self.median(who)
         if mine is None or who not in self.values:
             return None
         if theirs is None:
-            return math.inf
+            return math.inf if self.missing == "never" else None
         if mine == 0 or theirs == 0:
             return None
         return mine / theirs if self.higher_better else theirs / mine
@@ -58,13 +61,13 @@ class Metric:
             return "-"
         med = self.median(who)
         if med is None:
-            return f"never ({sum(v is None for v in rounds)}/{len(rounds)} rounds)"
+            return f"{self.missing} ({sum(v is None for v in rounds)}/{len(rounds)} rounds)"
         known = [v for v in rounds if v is not None]
         text = fmt(med, self.unit)
         if len(known) > 1:
             text += f" ({fmt(min(known), self.unit)}-{fmt(max(known), self.unit)})"
         if len(known) < len(rounds):
-            text += f", never in {len(rounds) - len(known)}"
+            text += f", {self.missing} in {len(rounds) - len(known)}"
         return text
 
 
@@ -79,7 +82,7 @@ def fmt_ratio(ratio: float | None) -> str:
     if ratio is None:
         return "-"
     if math.isinf(ratio):
-        return "only forklift recovers"
+        return "peer: never"
     return f"{ratio:.2f}x"
 
 
@@ -92,7 +95,11 @@ def print_values(metrics: Sequence[Metric], contenders: Sequence[str]) -> None:
         if refs:
             row.append(f"{m.reference}: {m.cell(m.reference)}" if m.reference else "-")
         rows.append(row)
-    print_grid("Medians over the rounds (min-max); 'never': not within the recovery timeout", rows)
+    print_grid(
+        "Medians over the rounds (min-max); 'never': not within the recovery timeout; 'n/a': "
+        "no value (a drain too quick for a 10-90% rate between two polls)",
+        rows,
+    )
 
 
 def print_ratios(metrics: Sequence[Metric], peers: Sequence[str]) -> None:
