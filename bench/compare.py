@@ -2,7 +2,7 @@
 
 Run it from the repository root with the project's interpreter:
 
-    .venv/bin/python -m bench.compare              # everything, 3 rounds (~15-25 min)
+    .venv/bin/python -m bench.compare              # everything, 3 rounds (~20 min)
     .venv/bin/python -m bench.compare --quick      # small sizes, 1 round: a smoke run
     .venv/bin/python -m bench.compare --only drain,latency --peers pgqueuer
 
@@ -50,7 +50,8 @@ Workloads (--only takes a comma-separated list of them):
             procrastinate process (they have no supervisor); Celery's main process
             replaces a killed pool process.
   backlog   the 10-90% drain rate of the first 10,000 jobs with 1,000,000 ready vs with
-            10,000 ready, best setting (forklift only; --backlog-peers for the peers).
+            10,000 ready, best setting (forklift only; --backlog-peers adds the peers,
+            minutes more: Celery publishes 1,000,000 messages one by one).
   sweep     (only with --only) each contender's drain at a few values of its main knob,
             once per round: how the "best" values below were found.
 
