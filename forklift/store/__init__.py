@@ -52,6 +52,7 @@ class JobStore:
             "idempotency_key": job.idempotency_key,
             "priority": job.priority,
             "max_attempts": job.max_attempts,
+            "max_crashes": job.max_crashes,
             "timeout": job.timeout,
             "run_at": job.run_at,
             "delay": job.delay,
@@ -106,9 +107,8 @@ class JobStore:
             with conn.cursor().copy(self.q["job_copy"]) as copy:
                 for i in plain:
                     j = jobs[i]
-                    copy.write_row(
-                        (ids[i], j.queue, j.task, j.args, j.priority, j.max_attempts, j.timeout)
-                    )
+                    row = (ids[i], j.queue, j.task, j.args, j.priority, j.max_attempts)
+                    copy.write_row((*row, j.max_crashes, j.timeout))
         if other:
             cols: dict[str, list[Any]] = {"id": [ids[i] for i in other]}
             for k in [
@@ -118,6 +118,7 @@ class JobStore:
                 "idempotency_key",
                 "priority",
                 "max_attempts",
+                "max_crashes",
                 "timeout",
             ]:
                 cols[k] = [getattr(jobs[i], k) for i in other]

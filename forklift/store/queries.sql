@@ -5,10 +5,12 @@
 -- name: job_insert
 -- Insert one job; with an idempotency key already taken, insert nothing.
 INSERT INTO {schema}.jobs
-    (queue, task, args, idempotency_key, priority, max_attempts, timeout, available_at)
+    (queue, task, args, idempotency_key, priority, max_attempts, max_crashes, timeout,
+     available_at)
 VALUES (
     %(queue)s::text, %(task)s::text, %(args)s::jsonb, %(idempotency_key)s::text,
-    %(priority)s::smallint, %(max_attempts)s::integer, %(timeout)s::float8,
+    %(priority)s::smallint, %(max_attempts)s::integer, %(max_crashes)s::integer,
+    %(timeout)s::float8,
     coalesce(%(run_at)s::timestamptz, now()) + make_interval(secs => %(delay)s::float8)
 )
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
@@ -17,15 +19,18 @@ RETURNING id;
 -- name: job_insert_many
 -- Insert many jobs (reserved ids, or NULL to draw one); taken keys insert nothing.
 INSERT INTO {schema}.jobs
-    (id, queue, task, args, idempotency_key, priority, max_attempts, timeout, available_at)
+    (id, queue, task, args, idempotency_key, priority, max_attempts, max_crashes, timeout,
+     available_at)
 SELECT coalesce(id, nextval('{schema}.jobs_id_seq'::regclass)),
-       queue, task, args, idempotency_key, priority, max_attempts, timeout,
+       queue, task, args, idempotency_key, priority, max_attempts, max_crashes, timeout,
        coalesce(run_at, now()) + make_interval(secs => delay)
 FROM unnest(
     %(id)s::bigint[], %(queue)s::text[], %(task)s::text[], %(args)s::jsonb[],
     %(idempotency_key)s::text[], %(priority)s::smallint[], %(max_attempts)s::integer[],
-    %(timeout)s::float8[], %(run_at)s::timestamptz[], %(delay)s::float8[]
-) AS j(id, queue, task, args, idempotency_key, priority, max_attempts, timeout, run_at, delay)
+    %(max_crashes)s::integer[], %(timeout)s::float8[], %(run_at)s::timestamptz[],
+    %(delay)s::float8[]
+) AS j(id, queue, task, args, idempotency_key, priority, max_attempts, max_crashes, timeout,
+       run_at, delay)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, idempotency_key;
 
@@ -42,7 +47,7 @@ FROM generate_series(1, %(n)s::integer);
 -- name: job_copy
 -- Bulk-load jobs that are due now and carry no idempotency key, with reserved ids.
 COPY {schema}.jobs
-    (id, queue, task, args, priority, max_attempts, timeout)
+    (id, queue, task, args, priority, max_attempts, max_crashes, timeout)
 FROM STDIN;
 
 -- name: job_claim
