@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import forklift
 from forklift import _db, _logging
-from forklift.cli import demo, flags, observe, processes, produce, schedules
+from forklift.cli import demo, flags, jobs, observe, processes, produce, queues, schedules
 from forklift.cli.errors import HANDLED, Exit, report
 from forklift.errors import ForkliftError
 
@@ -23,7 +23,7 @@ Every flag also reads a FORKLIFT_* environment variable, named in its help.
 Exit codes: 0 ok, 1 error, 2 usage, 3 the app does not import, 130 interrupted.
 """
 
-COMMAND_GROUPS = (produce, processes, observe, schedules, demo)
+COMMAND_GROUPS = (produce, processes, observe, jobs, queues, schedules, demo)
 
 
 def build_parser() -> argparse.ArgumentParser:

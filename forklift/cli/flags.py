@@ -67,6 +67,27 @@ def add_database(p: argparse.ArgumentParser) -> None:
     )
 
 
+def operator_command(
+    actions: argparse._SubParsersAction[argparse.ArgumentParser],
+    common: list[argparse.ArgumentParser],
+    name: str,
+    summary: str,
+    description: str,
+) -> argparse.ArgumentParser:
+    """An operator command: its --help text as written (examples, the --json shape),
+    --json, --dsn and --schema."""
+    p = actions.add_parser(
+        name,
+        parents=common,
+        help=summary,
+        description=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output (shape above)")
+    add_database(p)
+    return p
+
+
 def add_logging(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--log-format",

@@ -54,7 +54,7 @@ FROM STDIN;
 -- Claim up to `limit` due jobs of the given queues for `owner`, in priority order, plus
 -- (when `expired` is true) running jobs whose lease expired, their attempt recorded as
 -- lost. One statement. The expiry scan is gated: workers ask for it now and then, not
--- on every claim, since it walks every running row.
+-- on every claim, since it walks every running row. Paused queues are skipped.
 WITH ready AS (
     SELECT c.id, c.priority, c.available_at
     FROM unnest(%(queues)s::text[]) AS q(name),
@@ -66,10 +66,12 @@ WITH ready AS (
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
     ) AS c
+    WHERE q.name NOT IN (SELECT p.queue FROM {schema}.paused_queues AS p)
 ), expired AS (
     SELECT j.id, j.priority, j.lease_until AS available_at
     FROM {schema}.jobs j
     WHERE %(expired)s::boolean AND j.state = 'running' AND j.lease_until < now()
+      AND j.queue NOT IN (SELECT p.queue FROM {schema}.paused_queues AS p)
       AND j.attempts < j.max_attempts AND j.queue = ANY(%(queues)s::text[])
     ORDER BY j.lease_until
     LIMIT %(limit)s
@@ -98,9 +100,11 @@ RETURNING j.id, j.queue, j.task, j.args, j.idempotency_key, j.priority, j.attemp
           greatest(0, extract(epoch FROM now() - j.available_at))::float8;
 
 -- name: job_next_available
--- Seconds until the earliest ready job of the given queues is due (database clock).
+-- Seconds until the earliest ready job of the given queues, paused ones left out, is due
+-- (database clock).
 SELECT greatest(0, extract(epoch FROM available_at - now()))::float8 FROM {schema}.jobs
 WHERE state = 'ready' AND queue = ANY(%(queues)s::text[])
+  AND queue NOT IN (SELECT p.queue FROM {schema}.paused_queues AS p)
 ORDER BY available_at
 LIMIT 1;
 
