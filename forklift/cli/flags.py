@@ -213,6 +213,15 @@ def add_policing(p: argparse.ArgumentParser) -> None:
     )
     flag(
         p,
+        "--cancel-grace",
+        duration,
+        5.0,
+        "how long a cancelled job's handler may run on (ctx.cancelled is set) before its "
+        "worker is killed and replaced",
+        shown="5s",
+    )
+    flag(
+        p,
         "--metrics-addr",
         str,
         "127.0.0.1:9090",
@@ -259,6 +268,7 @@ def supervisor_config(args: argparse.Namespace) -> SupervisorConfig:
         autoscale_idle=args.autoscale_idle,
         child_timeout=args.child_timeout,
         kill_grace=args.kill_grace,
+        cancel_grace=args.cancel_grace,
         metrics_addr=None if args.metrics_addr in ("", "off") else args.metrics_addr,
         scheduler=SchedulerConfig(ahead=args.schedule_ahead),
     )

@@ -208,3 +208,15 @@ WHERE id IN (
 -- name: channel_listen
 -- Hear of ready jobs: every notification on the channel names a queue.
 LISTEN "{channel}";
+
+-- name: control_listen
+-- Hear operators' orders (`cancel <job id> <attempt>`), on a channel of their own.
+LISTEN "{control_channel}";
+
+-- name: job_cancelled_among
+-- Which of these (id, attempt) leases an operator took by cancelling the job: how the
+-- lease renewer tells a cancel whose notification it missed from a lease lost.
+SELECT j.id FROM {schema}.jobs AS j
+JOIN unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS h(id, attempt)
+  ON j.id = h.id AND j.attempts = h.attempt
+WHERE j.state = 'cancelled';
