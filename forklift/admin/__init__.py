@@ -12,11 +12,11 @@ from typing import Any
 import psycopg
 
 from forklift import _db, _names, _sql
+from forklift.admin._connect import Connector
 from forklift.admin.jobs import JobAdmin, operator
 from forklift.errors import ArgumentError, SchemaMissing
-from forklift.store import short_connection
 
-__all__ = ["AdminStore", "JobAdmin", "PausedQueue", "ProcessRow", "QueueStats"]
+__all__ = ["AdminStore", "Connector", "JobAdmin", "PausedQueue", "ProcessRow", "QueueStats"]
 
 
 @dataclass(frozen=True)
@@ -61,14 +61,21 @@ class ProcessRow:
 class AdminStore:
     """Short, bounded connections; safe to call from the supervisor's ops thread."""
 
-    def __init__(self, dsn: str, schema: str, timeouts: _db.Timeouts | None = None) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        schema: str,
+        timeouts: _db.Timeouts | None = None,
+        connector: Connector | None = None,
+    ) -> None:
         self.dsn = dsn
         self.schema = schema
         self.timeouts = timeouts or _db.Timeouts(connect=2.0, statement=2.0, lock=1.0)
+        self.connector = connector or Connector(dsn, self.timeouts)
         self.q = _sql.load("forklift.admin", "queries.sql", schema)
 
     def _conn(self, what: str) -> AbstractContextManager[psycopg.Connection[Any]]:
-        return short_connection(self.dsn, self.timeouts, "forklift-admin", what)
+        return self.connector.conn(what)
 
     def queue_stats(
         self, *, throughput: bool = True, include: Sequence[str] = ()

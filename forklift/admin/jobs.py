@@ -1,5 +1,6 @@
 """The operator's job store: the only caller of admin/jobs.sql (list, show, retry, cancel,
-purge, and what `forklift top` reads of jobs), over short bounded connections."""
+purge, and what `forklift top` reads of jobs), over short bounded connections (or a
+Connector's session)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 import psycopg
 
 from forklift import _db, _sql
+from forklift.admin._connect import Connector
 from forklift.admin.rows import (
     Acted,
     DeadJob,
@@ -23,7 +25,6 @@ from forklift.admin.rows import (
     RunningJob,
 )
 from forklift.errors import JobNotFound
-from forklift.store import short_connection
 
 # How many jobs one `jobs list` looks through at most for its queue, task and error
 # filters (newest first, of its state if it names one): the cost of a page is bounded
@@ -44,14 +45,21 @@ def operator() -> str:
 class JobAdmin:
     """Short, bounded connections, one per call; psycopg errors come out as DatabaseError."""
 
-    def __init__(self, dsn: str, schema: str, timeouts: _db.Timeouts | None = None) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        schema: str,
+        timeouts: _db.Timeouts | None = None,
+        connector: Connector | None = None,
+    ) -> None:
         self.dsn = dsn
         self.schema = schema
         self.timeouts = timeouts or _db.Timeouts(connect=2.0, statement=5.0, lock=2.0)
+        self.connector = connector or Connector(dsn, self.timeouts)
         self.q = _sql.load("forklift.admin", "jobs.sql", schema)
 
     def _conn(self, what: str) -> AbstractContextManager[psycopg.Connection[Any]]:
-        return short_connection(self.dsn, self.timeouts, "forklift-admin", what)
+        return self.connector.conn(what)
 
     def job_list(
         self, where: JobFilter, *, limit: int, before: int | None, window: int = LIST_WINDOW

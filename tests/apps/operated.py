@@ -43,7 +43,7 @@ def crash(ctx: forklift.JobContext) -> None:
 
 
 @app.task(name="flaky", max_attempts=2, backoff=forklift.Backoff(base=0.05, jitter=0.0))
-def flaky(ctx: forklift.JobContext, *, unless: str) -> None:
-    """Fail until the file `unless` exists, then succeed."""
+def flaky(ctx: forklift.JobContext, *, unless: str, dsn: str = "") -> None:
+    """Fail until the file `unless` exists, then succeed (`dsn`: a secret to show safely)."""
     if not Path(unless).exists():
         raise RuntimeError(f"{unless} is not there yet")
