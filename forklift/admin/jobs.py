@@ -7,10 +7,6 @@ from __future__ import annotations
 import getpass
 import socket
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager
-from typing import Any
-
-import psycopg
 
 from forklift import _db, _sql
 from forklift.admin._connect import Connector
@@ -31,6 +27,8 @@ from forklift.errors import JobNotFound
 # whatever the table holds, and a page that comes out short says where to go on.
 LIST_WINDOW = 50_000
 BATCH = 500  # jobs per statement of a bulk retry or a purge: short transactions
+# A purge batch or a bulk retry may take a few seconds on a big table; still bounded.
+TIMEOUTS = _db.Timeouts(connect=2.0, statement=5.0, lock=2.0)
 
 
 def operator() -> str:
@@ -43,23 +41,13 @@ def operator() -> str:
 
 
 class JobAdmin:
-    """Short, bounded connections, one per call; psycopg errors come out as DatabaseError."""
+    """Short, bounded connections, one per call (or the `connector`'s session, shared with
+    other stores); psycopg errors come out as DatabaseError."""
 
-    def __init__(
-        self,
-        dsn: str,
-        schema: str,
-        timeouts: _db.Timeouts | None = None,
-        connector: Connector | None = None,
-    ) -> None:
-        self.dsn = dsn
+    def __init__(self, dsn: str, schema: str, connector: Connector | None = None) -> None:
         self.schema = schema
-        self.timeouts = timeouts or _db.Timeouts(connect=2.0, statement=5.0, lock=2.0)
-        self.connector = connector or Connector(dsn, self.timeouts)
+        self.connector = connector or Connector(dsn, TIMEOUTS)
         self.q = _sql.load("forklift.admin", "jobs.sql", schema)
-
-    def _conn(self, what: str) -> AbstractContextManager[psycopg.Connection[Any]]:
-        return self.connector.conn(what)
 
     def job_list(
         self, where: JobFilter, *, limit: int, before: int | None, window: int = LIST_WINDOW
@@ -74,7 +62,7 @@ class JobAdmin:
             "window": window,
             "limit": limit,
         }
-        with self._conn("listing jobs failed") as conn:
+        with self.connector.conn("listing jobs failed") as conn:
             jobs = [JobRow(*r) for r in conn.execute(self.q["job_list"], params)]
             if len(jobs) == limit:
                 return JobPage(jobs, jobs[-1].id)
@@ -86,7 +74,7 @@ class JobAdmin:
 
     def job_get(self, job_id: int) -> JobDetail:
         """Everything about one job; JobNotFound if there is none."""
-        with self._conn("reading the job failed") as conn:
+        with self.connector.conn("reading the job failed") as conn:
             r = conn.execute(self.q["job_get"], {"id": job_id}).fetchone()
         if r is None:
             raise JobNotFound(f"no job {job_id} in schema {self.schema}")
@@ -99,7 +87,7 @@ class JobAdmin:
         there is no such job).
         """
         found: dict[int, Acted] = {}
-        with self._conn("retrying jobs failed") as conn:
+        with self.connector.conn("retrying jobs failed") as conn:
             for batch in _batches(sorted(set(ids))):
                 params = {"ids": batch, "by": operator()}
                 for id_, was, attempts, crashes, done in conn.execute(
@@ -113,7 +101,7 @@ class JobAdmin:
         after = 0
         while True:
             params = {"after": after, "queue": queue, "task": task, "limit": BATCH}
-            with self._conn("finding dead jobs failed") as conn:
+            with self.connector.conn("finding dead jobs failed") as conn:
                 batch = [r[0] for r in conn.execute(self.q["job_dead_ids"], params)]
             if not batch:
                 return
@@ -126,7 +114,7 @@ class JobAdmin:
         One Acted per id asked for, in id order (`owner`: who was running it).
         """
         found: dict[int, Acted] = {}
-        with self._conn("cancelling jobs failed") as conn:
+        with self.connector.conn("cancelling jobs failed") as conn:
             for batch in _batches(sorted(set(ids))):
                 params = {"ids": batch, "by": operator()}
                 for id_, was, owner, done in conn.execute(self.q["job_cancel_many"], params):
@@ -136,7 +124,7 @@ class JobAdmin:
     def job_purge(self, state: str, older_than: float, *, dry_run: bool) -> Purged:
         """Delete jobs of a finished state completed more than `older_than` seconds ago,
         a short transaction per batch (or, in a dry run, count them)."""
-        with self._conn("purging jobs failed") as conn:
+        with self.connector.conn("purging jobs failed") as conn:
             row = conn.execute(self.q["job_purge_cutoff"], {"older": older_than}).fetchone()
             assert row is not None
             params = {"state": state, "cutoff": row[0], "limit": BATCH, "cap": 1_000_000}
@@ -151,11 +139,11 @@ class JobAdmin:
         return Purged(state, row[0], total, batches)
 
     def job_running_list(self) -> list[RunningJob]:
-        with self._conn("reading running jobs failed") as conn:
+        with self.connector.conn("reading running jobs failed") as conn:
             return [RunningJob(*r) for r in conn.execute(self.q["job_running_list"])]
 
     def job_dead_recent(self, limit: int) -> list[DeadJob]:
-        with self._conn("reading dead jobs failed") as conn:
+        with self.connector.conn("reading dead jobs failed") as conn:
             return [DeadJob(*r) for r in conn.execute(self.q["job_dead_recent"], {"limit": limit})]
 
 

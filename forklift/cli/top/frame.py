@@ -66,7 +66,7 @@ class TopReader:
         timeouts = _db.Timeouts(connect=2.0, statement=2.0, lock=1.0)
         self.connector = Connector(dsn, timeouts)
         self.admin = AdminStore(dsn, schema, timeouts, self.connector)
-        self.jobs = JobAdmin(dsn, schema, timeouts, self.connector)
+        self.jobs = JobAdmin(dsn, schema, self.connector)
         self.where = f"{_db.describe(dsn)} schema {schema}"
         self.last = Frame(datetime.now(UTC), self.where)
 
