@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime
 from typing import Any
 
 from forklift import _db
@@ -87,6 +88,14 @@ def _masked(value: Any) -> Any:
     return value
 
 
+def _at(stamp: Any, now: datetime) -> str:
+    """An error history entry's time (ISO text, as jsonb keeps it) as people read it."""
+    try:
+        return output.when(datetime.fromisoformat(str(stamp)), now)
+    except ValueError:
+        return str(stamp)
+
+
 def print_detail(detail: JobDetail) -> None:
     """`forklift jobs show` for people: the job, then its whole error history."""
     job, now = detail.job, detail.now
@@ -110,8 +119,8 @@ def print_detail(detail: JobDetail) -> None:
     ]
     for entry in map(history_entry, detail.errors):
         lines.append(
-            f"  attempt {entry.get('attempt')} at {entry.get('at')} "
-            f"on worker {entry.get('worker') or '-'}"
+            f"  attempt {entry['attempt']} at {_at(entry['at'], now)} "
+            f"on worker {entry['worker'] or '-'}"
         )
         lines.append(f"    {entry.get('error')}")
         traceback = entry.get("traceback")
