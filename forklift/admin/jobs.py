@@ -60,12 +60,12 @@ class JobAdmin:
             "error": where.pattern,
             "before": before,
             "window": window,
-            "limit": limit,
+            "limit": limit + 1,  # one more than shown: is there a next page?
         }
         with self.connector.conn("listing jobs failed") as conn:
             jobs = [JobRow(*r) for r in conn.execute(self.q["job_list"], params)]
-            if len(jobs) == limit:
-                return JobPage(jobs, jobs[-1].id)
+            if len(jobs) > limit:
+                return JobPage(jobs[:limit], jobs[limit - 1].id)
             row = conn.execute(self.q["job_list_window"], params).fetchone()
         assert row is not None
         scanned, oldest = row

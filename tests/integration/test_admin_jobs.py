@@ -77,6 +77,8 @@ def test_pages_run_newest_first_and_say_where_the_next_one_starts(
     assert [j.id for j in page.jobs] == ids[::-1][:3] and page.next_before == ids[4]
     page = admin.job_list(JobFilter(queue="default"), limit=10, before=page.next_before)
     assert [j.id for j in page.jobs] == ids[3::-1] and page.next_before is None
+    page = admin.job_list(JobFilter(queue="other"), limit=2, before=None)  # exactly full
+    assert [j.id for j in page.jobs] == ids[:4:-1] and page.next_before is None
     # A window smaller than the table: a short page says where older matches may be.
     page = admin.job_list(JobFilter(queue="default"), limit=10, before=None, window=3)
     assert [j.id for j in page.jobs] == [ids[4]] and page.next_before == ids[4]
