@@ -80,14 +80,16 @@ def _title(text: str, shown: int, total: int, width: int) -> Text:
 
 def _rows(frame: Frame, height: int) -> tuple[int, int, int]:
     """How many queue, worker and failure lines fit: failures get up to 3, queues up to
-    half of what is left, workers the rest (each at least one when it has any)."""
+    half of what is left, workers the rest (each at least one when it has any); room
+    that one section leaves goes to queues, then failures."""
     room = max(3, height - FIXED_LINES)
     failures = min(len(frame.failures), 3, max(1, room // 5))
     queues = min(len(frame.queues), max(1, (room - failures) // 2))
     workers = min(len(frame.workers), max(1, room - failures - queues))
-    spare = room - failures - queues - workers
-    queues = min(len(frame.queues), queues + spare)  # what workers did not need
-    return queues, workers, failures
+    spare = max(0, room - failures - queues - workers)
+    more_queues = min(spare, len(frame.queues) - queues)
+    spare -= more_queues
+    return queues + more_queues, workers, failures + min(spare, len(frame.failures) - failures)
 
 
 def render(frame: Frame, trends: Trends, width: int, height: int) -> Group:
