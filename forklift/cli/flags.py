@@ -75,7 +75,8 @@ def operator_command(
     description: str,
 ) -> argparse.ArgumentParser:
     """An operator command: its --help text as written (examples, the --json shape),
-    --json, --dsn and --schema."""
+    --json, --dsn and --schema. `actions` is the subparsers it joins: the top level's
+    (`queues`) or a group's (`jobs list`)."""
     p = actions.add_parser(
         name,
         parents=common,

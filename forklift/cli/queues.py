@@ -9,7 +9,7 @@ from forklift.admin import AdminStore, PausedQueue, QueueStats
 from forklift.cli import output
 from forklift.cli.apps import app_for
 from forklift.cli.errors import UsageError
-from forklift.cli.flags import add_database
+from forklift.cli.flags import operator_command
 
 DESCRIPTION = """\
 Without an action: per queue, whether it is paused, its ready (due now), scheduled (due
@@ -112,16 +112,10 @@ def register(
     sub: argparse._SubParsersAction[argparse.ArgumentParser],
     common: list[argparse.ArgumentParser],
 ) -> None:
-    p = sub.add_parser(
-        "queues",
-        parents=common,
-        help="per-queue counts; pause or resume a queue's claims everywhere",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        usage="%(prog)s [-h] [--json] [pause QUEUE | resume QUEUE] [options]",
-    )
+    p = operator_command(
+        sub, common, "queues", "per-queue counts; pause or resume a queue's claims everywhere",
+        DESCRIPTION,
+    )  # fmt: skip
     p.add_argument("action", nargs="?", choices=("pause", "resume"), help="pause or resume QUEUE")
     p.add_argument("queue", nargs="?", metavar="QUEUE", help="the queue to pause or resume")
-    p.add_argument("--json", action="store_true", help="machine-readable output (shape above)")
-    add_database(p)
     p.set_defaults(func=cmd_queues)

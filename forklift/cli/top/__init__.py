@@ -15,7 +15,7 @@ from rich.live import Live
 
 from forklift.cli import output
 from forklift.cli.apps import app_for
-from forklift.cli.flags import add_database
+from forklift.cli.flags import operator_command
 from forklift.cli.top.frame import Frame, TopReader, Trends, frame_json
 from forklift.cli.top.terminal import Keys
 from forklift.cli.top.view import render
@@ -36,7 +36,7 @@ examples:
   forklift top --once     one frame on stdout, then exit (no terminal needed)
   forklift top --json | jq '.workers[] | select(.jobs != []) | .id'
 
---json prints one frame and exits: an object with at (ISO 8601 UTC), error (null),
+--json prints one frame (and exits): an object with at (ISO 8601 UTC), error (null),
 supervisors, queues (objects with queue, paused, ready, scheduled, running, dead,
 oldest_ready_age_seconds, succeeded_last_minute, dead_last_minute), workers (objects with
 id, host, pid, registered, rss_bytes, jobs: objects with id, task, queue, attempt,
@@ -86,14 +86,9 @@ def register(
     sub: argparse._SubParsersAction[argparse.ArgumentParser],
     common: list[argparse.ArgumentParser],
 ) -> None:
-    p = sub.add_parser(
-        "top",
-        parents=common,
-        help="a live terminal view across replicas: queues, workers, recent failures",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = operator_command(
+        sub, common, "top", "a live terminal view across replicas: queues, workers, failures",
+        DESCRIPTION,
+    )  # fmt: skip
     p.add_argument("--once", action="store_true", help="print one frame and exit")
-    p.add_argument("--json", action="store_true", help="print one frame as JSON and exit")
-    add_database(p)
     p.set_defaults(func=cmd_top)
