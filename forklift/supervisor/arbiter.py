@@ -144,6 +144,7 @@ class Supervisor:
             now = time.monotonic()
             self.attribution.retry_pending(now)
             self.police.enforce_timeouts(now)
+            self.police.enforce_cancels(now)
             self.police.enforce_memory(now)
             self.police.kill_unresponsive(now)
             self.police.escalate_kills(now)

@@ -70,7 +70,9 @@ class Attribution:
         False if the database is away: the job is then charged on the child's death.
         """
         try:
-            hits = self.store.job_fail_orphaned(owner, f"TimeoutError: {reason}", ids=[job.job_id])
+            hits = self.store.job_fail_orphaned(
+                owner, f"TimeoutError: {reason}", ids=[job.job_id], crash=False
+            )
         except DatabaseError as exc:
             emit(log, "job.timeout_record_failed", logging.ERROR, job=job.job_id, error=exc)
             return False
@@ -115,7 +117,7 @@ class Attribution:
             dead = job.state == "dead"
             emit(
                 log,
-                "job.dead" if dead else "job.failed",
+                "job.quarantined" if job.quarantined else "job.dead" if dead else "job.failed",
                 logging.ERROR if dead else logging.WARNING,
                 job=job.id,
                 attempt=job.attempts,

@@ -58,9 +58,10 @@ class ProcessRegistry:
             emit(log, "registry.pruned", logging.WARNING, process=process_id)
         for job in charged:
             self.totals.job(job.queue, job.task, "crashed")
+            dead = job.state == "dead"
             emit(
                 log,
-                "job.dead" if job.state == "dead" else "job.failed",
+                "job.quarantined" if job.quarantined else "job.dead" if dead else "job.failed",
                 logging.WARNING,
                 job=job.id,
                 error="WorkerLost: its host stopped heart-beating",

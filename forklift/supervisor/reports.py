@@ -4,6 +4,7 @@ The child writes through `Reporter`, one writer at a time (it holds a lock):
 
     heartbeat <rss_bytes>
     started <job_id> <timeout_seconds|-> <task>
+    cancelled <job_id>          (an operator cancelled it; its handler still runs)
     ended <job_id>
     metrics <json of Tally.take()>
 
@@ -32,6 +33,11 @@ class JobStarted:
 
 
 @dataclass(frozen=True)
+class JobCancelled:
+    job_id: int
+
+
+@dataclass(frozen=True)
 class JobEnded:
     job_id: int
 
@@ -41,7 +47,7 @@ class MetricDeltas:
     deltas: dict[str, Any]
 
 
-Report = Heartbeat | JobStarted | JobEnded | MetricDeltas
+Report = Heartbeat | JobStarted | JobCancelled | JobEnded | MetricDeltas
 
 
 class Reporter:
@@ -56,6 +62,9 @@ class Reporter:
 
     def start(self, job_id: int, timeout: float | None, task: str) -> None:
         self._write(f"started {job_id} {'-' if timeout is None else timeout} {task[:200]}\n")
+
+    def cancelled(self, job_id: int) -> None:
+        self._write(f"cancelled {job_id}\n")
 
     def end(self, job_id: int) -> None:
         self._write(f"ended {job_id}\n")
@@ -82,6 +91,8 @@ def parse_report(line: str) -> Report | None:
         if kind == "started":
             job_id, timeout, task = [*rest.split(" ", 2), "", ""][:3]
             return JobStarted(int(job_id), None if timeout == "-" else float(timeout), task)
+        if kind == "cancelled":
+            return JobCancelled(int(rest))
         if kind == "ended":
             return JobEnded(int(rest))
         if kind == "metrics":

@@ -30,6 +30,7 @@ class ChargedJob(NamedTuple):
     attempts: int
     queue: str
     task: str
+    quarantined: bool = False  # dead for crashing its worker max_crashes times
 
 
 class ReleasedJob(NamedTuple):
@@ -71,11 +72,13 @@ class SupervisorStore:
         *,
         ids: Sequence[int] | None = None,
         retry: Backoff = ORPHAN_RETRY,
+        crash: bool = True,
     ) -> list[ChargedJob]:
         """Charge a process death to the jobs `owner` held (all, or just `ids`).
 
         One transaction: lock the owner's running jobs, then charge each with the retry
-        delay its attempt count earns.
+        delay its attempt count earns. With `crash` (the death was the job's doing, not
+        a timeout's) each is charged a crash too, and quarantined at its max_crashes.
         """
         wanted = {"owner": owner, "ids": list(ids) if ids is not None else None}
         with self._conn("recording a worker's death failed") as c, c.transaction():
@@ -87,6 +90,7 @@ class SupervisorStore:
                 "error": error,
                 "ids": [job_id for job_id, _ in held],
                 "delays": [retry.delay(attempts) for _, attempts in held],
+                "crash": crash,
             }
             return [ChargedJob(*r) for r in c.execute(self.q["job_fail_orphaned"], params)]
 

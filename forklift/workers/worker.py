@@ -58,12 +58,14 @@ class Worker:
         on_job_start: Callable[[ClaimedJob], None] | None = None,
         on_job_end: Callable[[ClaimedJob, str], None] | None = None,
         tally: Tally | None = None,
+        on_job_cancel: Callable[[ClaimedJob], None] | None = None,
     ) -> None:
         self.app = app
         self.config = config or WorkerConfig()
         self.owner = owner or ""
         self.on_job_start = on_job_start
         self.on_job_end = on_job_end
+        self.on_job_cancel = on_job_cancel  # an operator cancelled a job whose handler runs
         self.tally = tally
         self.booted: TestSignal[None] = TestSignal()  # its services exist from then on
         self._stopping = False
@@ -128,6 +130,7 @@ class Worker:
             self.events,
             self._wakeup,
             self.tally,
+            self.on_job_cancel,
         )
         for i in range(cfg.concurrency):
             name = f"forklift-exec-{i}"
@@ -248,6 +251,11 @@ class Worker:
         if self._stopping:
             # Claimed just before the stop and not started: no new work once stopping.
             self.recorder.release([ctx], "not started before the stop")
+            return
+        if ctx.cancel_requested:  # an operator cancelled it before its handler began
+            with ctx.outcome_lock:
+                ctx.finished = True
+            self.events.lease_lost(ctx, "never started")
             return
         ctx.started = True
         if self.on_job_start is not None:

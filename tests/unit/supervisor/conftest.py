@@ -39,6 +39,7 @@ class FakeStore(SupervisorStore):
         *,
         ids: Sequence[int] | None = None,
         retry: Backoff = ORPHAN_RETRY,
+        crash: bool = True,
     ) -> list[ChargedJob]:
         self._call("job_fail_orphaned", owner, error, ids)
         return self.charged

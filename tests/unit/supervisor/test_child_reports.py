@@ -10,6 +10,7 @@ from forklift.metrics import Tally, Totals
 from forklift.supervisor.child import Child, RunningJob
 from forklift.supervisor.reports import (
     Heartbeat,
+    JobCancelled,
     JobEnded,
     JobStarted,
     MetricDeltas,
@@ -64,6 +65,18 @@ def test_start_and_end_track_jobs_busy_and_idle_since(child: Child, pipe: tuple[
     Reporter(write_fd).end(8)
     assert child.read(13.0)
     assert child.jobs == {} and not child.busy and child.idle_since == 13.0
+
+
+def test_a_cancel_is_timed_from_when_it_was_first_heard(
+    child: Child, pipe: tuple[int, int]
+) -> None:
+    Reporter(pipe[1]).start(7, None, "render")
+    Reporter(pipe[1]).cancelled(7)
+    Reporter(pipe[1]).cancelled(9)  # not running here (ended already): ignored
+    assert child.read(10.0)
+    Reporter(pipe[1]).cancelled(7)
+    assert child.read(11.0)
+    assert child.jobs == {7: RunningJob(7, "render", 10.0, None, cancelled=10.0)}
 
 
 def test_a_long_task_name_is_cut_to_200_characters(child: Child, pipe: tuple[int, int]) -> None:
@@ -159,6 +172,7 @@ def test_a_job_without_a_timeout_is_never_overdue() -> None:
         ("started 7 1.5 render", JobStarted(7, 1.5, "render")),
         ("started 8 - send email", JobStarted(8, None, "send email")),
         ("ended 7", JobEnded(7)),
+        ("cancelled 7", JobCancelled(7)),
         ('metrics {"renewals":2}', MetricDeltas({"renewals": 2})),
     ],
 )
@@ -168,7 +182,17 @@ def test_parse_report(line: str, report: Report) -> None:
 
 @pytest.mark.parametrize(
     "line",
-    ["", "nonsense", "heartbeat x", "started x - t", "started 1 soon t", "ended", "metrics {"],
+    [
+        "",
+        "nonsense",
+        "heartbeat x",
+        "started x - t",
+        "started 1 soon t",
+        "ended",
+        "metrics {",
+        "cancelled",
+        "cancelled x",
+    ],
 )
 def test_a_line_that_is_no_report_parses_to_none(line: str) -> None:
     assert parse_report(line) is None

@@ -53,6 +53,10 @@ TABLE: dict[str, Row] = {
         ChildFacts(killing=TIMEOUT, timeout_charged=True),
         CLEAN, False, RELEASE, TIMEOUT, CRASH, WARNING,
     ),
+    "cancel kill: the cancelled job is not its own, bystanders released, no crash": (
+        ChildFacts(killing=KillReason.CANCEL, held_jobs=True),
+        SIGKILLED, False, RELEASE, KillReason.CANCEL, NOT_COUNTED, WARNING,
+    ),
     "memory kill: its jobs fail": (
         ChildFacts(killing=MEMORY, held_jobs=True),
         SIGKILLED, False, FAIL, MEMORY, CRASH, WARNING,
