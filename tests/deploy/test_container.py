@@ -137,7 +137,7 @@ def test_as_pid_1_on_a_read_only_root_the_supervisor_reaps_orphans(
         )
         assert _namespace_pid(init) == 1
         app = forklift.App(dsn, schema=schema)
-        jobs = [app.enqueue("orphan", {"linger": 1.0}) for _ in range(3)]
+        jobs = [app.enqueue("orphan", {"linger": 30.0}) for _ in range(3)]
         app.close()
         for job_id in jobs:
             wait_state(db, schema, job_id, "succeeded", timeout=20)
