@@ -4,7 +4,6 @@ Ctrl-C too, and the terminal is restored either way."""
 from __future__ import annotations
 
 import shlex
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,17 +15,15 @@ import pytest
 
 import forklift
 from forklift.testing import wait_for
-
-TMUX = shutil.which("tmux")
-pytestmark = pytest.mark.skipif(TMUX is None, reason="needs tmux (apt-get install tmux)")
+from tests.tools import tool
 
 
 class Terminal:
     """A shell in an 80x24 tmux pane on a private tmux server."""
 
     def __init__(self, name: str, env: dict[str, str]) -> None:
-        assert TMUX is not None
-        self.base = [TMUX, "-L", name, "-f", "/dev/null"]
+        tmux = tool("tmux", install="apt-get install tmux; scripts/setup does")
+        self.base = [tmux, "-L", name, "-f", "/dev/null"]
         keep = ("FORKLIFT_DATABASE_URL", "FORKLIFT_SCHEMA", "PYTHONPATH", "PATH")
         shell = ["env", *(f"{k}={env[k]}" for k in keep if k in env), "TERM=xterm-256color"]
         shell += ["bash", "--norc", "--noprofile"]

@@ -25,7 +25,8 @@ import pytest
 import forklift
 from forklift.testing import child_pids, process_title, wait_for
 from tests.acceptance.conftest import wait_state
-from tests.deploy.support import DEPLOY, metrics_port, parse_run, routes, run_config, running, tool
+from tests.deploy.support import DEPLOY, metrics_port, parse_run, routes, run_config, running
+from tests.tools import tool
 
 DOCKERFILE = DEPLOY / "Dockerfile"
 

@@ -16,7 +16,8 @@ import yaml
 
 from forklift.metrics import OUTCOMES
 from forklift.supervisor.states import KillReason
-from tests.deploy.support import DEPLOY, promql_metrics, tool
+from tests.deploy.support import DEPLOY, promql_metrics
+from tests.tools import tool
 
 PROMETHEUS = DEPLOY / "prometheus"
 # Metrics an alert was written against before forklift exported them (none now:
