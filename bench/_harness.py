@@ -27,6 +27,7 @@ import os
 import secrets
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -35,8 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any, Self
+from urllib.parse import quote, urlencode
 
 import psycopg
+from psycopg import conninfo, sql
 
 import forklift
 from forklift import testing
@@ -273,6 +276,51 @@ class ForkliftProcess(testing.ForkliftProcess):
     def terminate(self) -> None:
         """SIGTERM it if it is still running, without waiting (stop() waits)."""
         self.signal(signal.SIGTERM)
+
+
+class Command(ForkliftProcess):
+    """Any command (`argv`, the program first) handled as a ForkliftProcess: its own
+    session, its output in a file in `logdir`, run from the repo root; a peer's worker."""
+
+    def __init__(self, argv: Sequence[str], env: dict[str, str], logdir: Path) -> None:
+        # Not super().__init__: that one starts `python -m forklift`; the rest is the same.
+        self.args = list(argv)
+        self.log_path = logdir / f"{Path(argv[0]).name}-{time.monotonic_ns()}.log"
+        with self.log_path.open("wb") as log:
+            self.popen = subprocess.Popen(
+                list(argv),
+                env=env,
+                cwd=REPO_ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.pid = self.popen.pid
+        self._output = None
+
+
+def database_url(dsn: str, dbname: str) -> str:
+    """`dsn` (a URL or key=value) with database `dbname`, as a URL that libpq, psycopg and
+    asyncpg all read: postgresql:///dbname?host=...&port=...&user=..."""
+    params = {k: str(v) for k, v in conninfo.conninfo_to_dict(dsn).items() if k != "dbname"}
+    return f"postgresql:///{quote(dbname)}?{urlencode(params)}"
+
+
+@contextlib.contextmanager
+def fresh_database(dsn: str, prefix: str) -> Iterator[str]:
+    """A new database `<prefix>_<random>` on the server of `dsn`; yields its DSN and drops
+    it at the end (also on error, Ctrl-C or SIGTERM), whoever is still connected to it."""
+    name = f"{prefix}_{secrets.token_hex(4)}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield database_url(dsn, name)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+        say(f"dropped database {name}")
 
 
 # -- the bench ---------------------------------------------------------------------------

@@ -8,8 +8,8 @@ from importlib import resources
 
 from forklift.errors import ConfigError
 
-# 58 characters at most: the notification channel, "<schema>_jobs", must fit the 63
-# bytes of a PostgreSQL identifier.
+# 58 characters at most: the notification channels, "<schema>_jobs" and "<schema>_ctl",
+# must fit the 63 bytes of a PostgreSQL identifier.
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,57}$")
 _HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
@@ -29,15 +29,26 @@ def channel_name(schema: str) -> str:
     return f"{check_schema_name(schema)}_jobs"
 
 
+def control_channel_name(schema: str) -> str:
+    """The channel on which workers of `schema` hear operators' orders (`cancel <id> <attempt>`).
+
+    Apart from the job channel, whose every payload is a queue name: a worker that only
+    wakes on its queues never mistakes an order for one.
+    """
+    return f"{check_schema_name(schema)}_ctl"
+
+
 def render(text: str, schema: str) -> str:
     """Fill the placeholders of a query or migration.
 
-    `{schema}` becomes the quoted schema name; `{channel}` the notification channel, a
-    plain lower-case identifier, so it serves both `LISTEN {channel}` and
-    `pg_notify('{channel}', ...)`.
+    `{schema}` becomes the quoted schema name; `{channel}` the notification channel and
+    `{control_channel}` the operators' one, plain lower-case identifiers, so each serves
+    both `LISTEN {channel}` and `pg_notify('{channel}', ...)`.
     """
-    return text.replace("{schema}", f'"{check_schema_name(schema)}"').replace(
-        "{channel}", channel_name(schema)
+    return (
+        text.replace("{schema}", f'"{check_schema_name(schema)}"')
+        .replace("{channel}", channel_name(schema))
+        .replace("{control_channel}", control_channel_name(schema))
     )
 
 

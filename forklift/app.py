@@ -85,6 +85,7 @@ class App:
         queue: str = "default",
         priority: int = 0,
         max_attempts: int = 5,
+        max_crashes: int = 2,
         timeout: float | None = None,
         backoff: Backoff | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
@@ -98,10 +99,15 @@ class App:
         queue: str = "default",
         priority: int = 0,
         max_attempts: int = 5,
+        max_crashes: int = 2,
         timeout: float | None = None,
         backoff: Backoff | None = None,
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
-        """Register a handler `fn(ctx, **kwargs)` as a task (bare or with options)."""
+        """Register a handler `fn(ctx, **kwargs)` as a task (bare or with options).
+
+        `max_crashes`: how many of its runs may kill their worker process (segfault, OOM
+        kill, os._exit) before the job is quarantined, dead, whatever attempts are left.
+        """
 
         def register(f: Callable[P, R]) -> Task[P, R]:
             # The function's name, the same wherever it is imported from (a script run
@@ -128,6 +134,7 @@ class App:
                 max_attempts=max_attempts,
                 timeout=timeout,
                 backoff=backoff or Backoff(),
+                max_crashes=max_crashes,
             )
             self.tasks[task_name] = t
             return t
@@ -242,6 +249,7 @@ class App:
             idempotency_key,
             run_at,
             _seconds(delay),
+            task.max_crashes,
         )
 
     def enqueue(

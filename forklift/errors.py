@@ -31,6 +31,10 @@ class ArgumentError(ForkliftError, ValueError):
     """Job arguments cannot be stored as JSON in PostgreSQL."""
 
 
+class JobNotFound(ForkliftError, LookupError):
+    """No job has that id."""
+
+
 class UnknownTaskError(ForkliftError, LookupError):
     """No task is registered under that name."""
 

@@ -52,7 +52,7 @@ WAIT_BUCKETS = (
     3600.0,
 )
 
-OUTCOMES = ("succeeded", "failed", "dead", "released", "lease_lost", "crashed")
+OUTCOMES = ("succeeded", "failed", "dead", "released", "lease_lost", "cancelled", "crashed")
 
 
 def _count(value: Any) -> int:

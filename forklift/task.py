@@ -45,9 +45,12 @@ class Task(Generic[P, R]):
         max_attempts: int,
         timeout: float | None,
         backoff: Backoff,
+        max_crashes: int = 2,
     ) -> None:
         if max_attempts < 1:
             raise ConfigError(f"task {name!r}: max_attempts must be >= 1")
+        if max_crashes < 1:
+            raise ConfigError(f"task {name!r}: max_crashes must be >= 1")
         if timeout is not None and timeout <= 0:
             raise ConfigError(f"task {name!r}: timeout must be > 0 seconds")
         check_priority(priority)
@@ -57,6 +60,8 @@ class Task(Generic[P, R]):
         self.queue = queue
         self.priority = priority
         self.max_attempts = max_attempts
+        # Runs that may kill their worker process before the job is quarantined (dead).
+        self.max_crashes = max_crashes
         self.timeout = timeout
         self.backoff = backoff
         self.signature = inspect.signature(fn)

@@ -1,17 +1,22 @@
-"""The operator's store: queue statistics and the process list (status, ps, gauges)."""
+"""The operator's stores: queue statistics, paused queues and the process list (status,
+ps, queues, gauges) here; jobs (list, show, retry, cancel, purge) in `jobs.py`."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import psycopg
 
-from forklift import _db, _sql
-from forklift.errors import SchemaMissing
-from forklift.store import short_connection
+from forklift import _db, _names, _sql
+from forklift.admin._connect import Connector
+from forklift.admin.jobs import JobAdmin, operator
+from forklift.errors import ArgumentError, SchemaMissing
+
+__all__ = ["AdminStore", "Connector", "JobAdmin", "PausedQueue", "ProcessRow", "QueueStats"]
 
 
 @dataclass(frozen=True)
@@ -28,6 +33,15 @@ class QueueStats:
     dead_last_minute: int = 0
     succeeded_last_hour: int = 0
     dead_last_hour: int = 0
+    paused: bool = False  # no worker claims from it (forklift queues pause)
+
+
+@dataclass(frozen=True)
+class PausedQueue:
+    queue: str
+    paused_at: datetime
+    paused_for: float  # seconds
+    paused_by: str
 
 
 @dataclass(frozen=True)
@@ -47,14 +61,21 @@ class ProcessRow:
 class AdminStore:
     """Short, bounded connections; safe to call from the supervisor's ops thread."""
 
-    def __init__(self, dsn: str, schema: str, timeouts: _db.Timeouts | None = None) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        schema: str,
+        timeouts: _db.Timeouts | None = None,
+        connector: Connector | None = None,
+    ) -> None:
         self.dsn = dsn
         self.schema = schema
         self.timeouts = timeouts or _db.Timeouts(connect=2.0, statement=2.0, lock=1.0)
+        self.connector = connector or Connector(dsn, self.timeouts)
         self.q = _sql.load("forklift.admin", "queries.sql", schema)
 
     def _conn(self, what: str) -> AbstractContextManager[psycopg.Connection[Any]]:
-        return short_connection(self.dsn, self.timeouts, "forklift-admin", what)
+        return self.connector.conn(what)
 
     def queue_stats(
         self, *, throughput: bool = True, include: Sequence[str] = ()
@@ -62,18 +83,37 @@ class AdminStore:
         """Per-queue counts, sorted by queue; queues in `include` appear even when empty.
 
         `throughput` adds what finished in the last minute and hour (a scan of that hour's
-        finished jobs, so the metrics endpoint leaves it out).
+        finished jobs, so the metrics endpoint leaves it out). Paused queues appear too.
         """
         with self._conn("reading queue statistics failed") as conn:
             rows = conn.execute(self.q["queue_depth"]).fetchall()
             finished = conn.execute(self.q["queue_throughput"]).fetchall() if throughput else []
-            done = {r[0]: tuple(int(n) for n in r[1:]) for r in finished}
+            done = {r[0]: (int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in finished}
+            paused = {r[0] for r in conn.execute(self.q["queue_paused_list"])}
         depth = {r[0]: (int(r[1]), int(r[2]), int(r[3]), int(r[4]), r[5]) for r in rows}
-        names = sorted(set(depth) | set(done) | set(include))
+        names = sorted(set(depth) | set(done) | set(include) | paused)
         return [
-            QueueStats(q, *depth.get(q, (0, 0, 0, 0, None)), *done.get(q, (0, 0, 0, 0)))
+            QueueStats(
+                q, *depth.get(q, (0, 0, 0, 0, None)), *done.get(q, (0, 0, 0, 0)), paused=q in paused
+            )
             for q in names
         ]
+
+    def queue_paused_list(self) -> list[PausedQueue]:
+        with self._conn("reading paused queues failed") as conn:
+            return [PausedQueue(*r) for r in conn.execute(self.q["queue_paused_list"])]
+
+    def queue_pause(self, queue: str) -> bool:
+        """Pause `queue` everywhere; False if it was paused already."""
+        params = {"queue": _checked_queue(queue), "by": operator()}
+        with self._conn("pausing the queue failed") as conn:
+            return conn.execute(self.q["queue_pause"], params).fetchone() is not None
+
+    def queue_resume(self, queue: str) -> bool:
+        """Resume `queue` and wake its workers; False if it was not paused."""
+        params = {"queue": _checked_queue(queue)}
+        with self._conn("resuming the queue failed") as conn:
+            return conn.execute(self.q["queue_resume"], params).fetchone() is not None
 
     def process_list(self) -> list[ProcessRow]:
         with self._conn("reading the process registry failed") as conn:
@@ -90,3 +130,10 @@ class AdminStore:
                 f'schema "{self.schema}" (forklift\'s tables) not found in '
                 f"{_db.describe(self.dsn)}: run forklift migrate"
             )
+
+
+def _checked_queue(queue: str) -> str:
+    try:
+        return _names.check("queue", queue)
+    except ValueError as exc:
+        raise ArgumentError(str(exc)) from None

@@ -1,4 +1,4 @@
--- Operator queries (status, ps, metrics gauges). Each starts with `-- name: <name>` and
+-- Operator queries (status, ps, queues, metrics gauges). Each starts with `-- name: <name>` and
 -- a one-line description; {schema} is replaced by the quoted schema name when loaded.
 
 -- name: queue_depth
@@ -35,6 +35,28 @@ SELECT id, kind, host, pid, supervisor_id, queues, current_job, rss_bytes,
        extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age
 FROM {schema}.processes
 ORDER BY host, coalesce(supervisor_id, id), kind = 'supervisor' DESC, pid;
+
+-- name: queue_paused_list
+-- Every paused queue: since when (and seconds ago), and by whom.
+SELECT queue, paused_at, extract(epoch FROM now() - paused_at)::float8, paused_by
+FROM {schema}.paused_queues
+ORDER BY queue;
+
+-- name: queue_pause
+-- Pause a queue (no worker claims from it until it is resumed); returns nothing if it
+-- was paused already.
+INSERT INTO {schema}.paused_queues (queue, paused_by)
+VALUES (%(queue)s::text, %(by)s::text)
+ON CONFLICT (queue) DO NOTHING
+RETURNING queue;
+
+-- name: queue_resume
+-- Resume a paused queue and wake the workers that serve it; returns nothing if it was
+-- not paused.
+WITH resumed AS (
+    DELETE FROM {schema}.paused_queues WHERE queue = %(queue)s::text RETURNING queue
+)
+SELECT queue, pg_notify('{channel}', queue) IS NULL FROM resumed;
 
 -- name: ping
 -- Is the database there, with forklift's tables in it? (NULL: not migrated)

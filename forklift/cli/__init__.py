@@ -8,12 +8,13 @@ variable and default in one place, which is all the framework this CLI needs.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
 import forklift
 from forklift import _db, _logging
-from forklift.cli import demo, flags, observe, processes, produce, schedules
+from forklift.cli import demo, flags, jobs, observe, processes, produce, queues, schedules, top
 from forklift.cli.errors import HANDLED, Exit, report
 from forklift.errors import ForkliftError
 
@@ -23,7 +24,7 @@ Every flag also reads a FORKLIFT_* environment variable, named in its help.
 Exit codes: 0 ok, 1 error, 2 usage, 3 the app does not import, 130 interrupted.
 """
 
-COMMAND_GROUPS = (produce, processes, observe, schedules, demo)
+COMMAND_GROUPS = (produce, processes, observe, jobs, queues, top, schedules, demo)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,6 +62,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("forklift: interrupted", file=sys.stderr)
         return Exit.INTERRUPTED
+    except BrokenPipeError:  # `forklift ... | head`: the reader is gone, which is no error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return Exit.OK
 
 
 if __name__ == "__main__":

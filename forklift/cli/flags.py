@@ -67,6 +67,28 @@ def add_database(p: argparse.ArgumentParser) -> None:
     )
 
 
+def operator_command(
+    actions: argparse._SubParsersAction[argparse.ArgumentParser],
+    common: list[argparse.ArgumentParser],
+    name: str,
+    summary: str,
+    description: str,
+) -> argparse.ArgumentParser:
+    """An operator command: its --help text as written (examples, the --json shape),
+    --json, --dsn and --schema. `actions` is the subparsers it joins: the top level's
+    (`queues`) or a group's (`jobs list`)."""
+    p = actions.add_parser(
+        name,
+        parents=common,
+        help=summary,
+        description=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output (shape above)")
+    add_database(p)
+    return p
+
+
 def add_logging(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--log-format",
@@ -192,6 +214,15 @@ def add_policing(p: argparse.ArgumentParser) -> None:
     )
     flag(
         p,
+        "--cancel-grace",
+        duration,
+        5.0,
+        "how long a cancelled job's handler may run on (ctx.cancelled is set) before its "
+        "worker is killed and replaced",
+        shown="5s",
+    )
+    flag(
+        p,
         "--metrics-addr",
         str,
         "127.0.0.1:9090",
@@ -238,6 +269,7 @@ def supervisor_config(args: argparse.Namespace) -> SupervisorConfig:
         autoscale_idle=args.autoscale_idle,
         child_timeout=args.child_timeout,
         kill_grace=args.kill_grace,
+        cancel_grace=args.cancel_grace,
         metrics_addr=None if args.metrics_addr in ("", "off") else args.metrics_addr,
         scheduler=SchedulerConfig(ahead=args.schedule_ahead),
     )

@@ -17,12 +17,13 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps([vars(s) for s in stats], indent=2))
         return 0
     header = (
-        "queue", "ready", "scheduled", "running", "dead", "oldest ready",
+        "queue", "paused", "ready", "scheduled", "running", "dead", "oldest ready",
         "done 1m", "dead 1m", "done 1h", "dead 1h",
     )  # fmt: skip
     rows = [
         (
             s.queue,
+            "yes" if s.paused else "-",
             s.ready,
             s.scheduled,
             s.running,
@@ -41,9 +42,12 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_ps(args: argparse.Namespace) -> int:
     app = app_for(args)
-    procs = AdminStore(app.dsn, app.schema).process_list()
+    admin = AdminStore(app.dsn, app.schema)
+    procs = admin.process_list()
+    paused = {q.queue for q in admin.queue_paused_list()}
     if args.json:
-        print(json.dumps([vars(p) for p in procs], indent=2))
+        shown = [{**vars(p), "paused_queues": [q for q in p.queues if q in paused]} for p in procs]
+        print(json.dumps(shown, indent=2))
         return 0
     header = ("host", "pid", "kind", "queues", "job", "uptime", "rss", "seen")
     rows = [
@@ -51,7 +55,7 @@ def cmd_ps(args: argparse.Namespace) -> int:
             p.host,
             p.pid,
             p.kind if p.kind == "supervisor" else "  worker",
-            ",".join(p.queues),
+            ",".join(f"{q}(paused)" if q in paused else q for q in p.queues),
             p.current_job or "-",
             output.age(p.uptime),
             f"{p.rss_bytes / 2**20:.0f} MiB" if p.rss_bytes else "-",
@@ -68,7 +72,9 @@ def register(
     common: list[argparse.ArgumentParser],
 ) -> None:
     p = sub.add_parser(
-        "status", parents=common, help="queues: ready, scheduled, running, dead, oldest age"
+        "status",
+        parents=common,
+        help="queues: paused, ready, scheduled, running, dead, oldest age",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     flags.add_database(p)

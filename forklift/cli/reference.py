@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,10 +27,21 @@ class Flag:
     commands: list[str] = field(default_factory=list)
 
 
+def commands(
+    parser: argparse.ArgumentParser, prefix: str = ""
+) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    """Every command that runs, by its full name (`jobs list`), with its parser."""
+    sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    if sub is None:
+        yield prefix.strip(), parser
+        return
+    for name, p in sub.choices.items():
+        yield from commands(p, f"{prefix}{name} ")
+
+
 def _flags(parser: argparse.ArgumentParser) -> list[Flag]:
     found: dict[tuple[str, str, str, str], Flag] = {}
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    for command, p in sub.choices.items():
+    for command, p in commands(parser):
         for action in p._actions:
             if not action.option_strings or action.help in (None, argparse.SUPPRESS):
                 continue
@@ -48,8 +59,7 @@ def _flags(parser: argparse.ArgumentParser) -> list[Flag]:
 
 def table(parser: argparse.ArgumentParser) -> str:
     """The markdown table of every flag of every command."""
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    every = set(sub.choices)
+    every = {command for command, _ in commands(parser)}
     lines = [
         "| flag | environment | default | commands | what it does |",
         "| --- | --- | --- | --- | --- |",
@@ -57,8 +67,8 @@ def table(parser: argparse.ArgumentParser) -> str:
     for f in _flags(parser):
         env = ", ".join(f"`{e.strip()}`" for e in f.env.split(",")) if f.env else ""
         default = f"`{f.default}`" if f.default else ""
-        commands = "every command" if set(f.commands) == every else ", ".join(f.commands)
-        lines.append(f"| `{f.name}` | {env} | {default} | {commands} | {f.help} |")
+        where = "every command" if set(f.commands) == every else ", ".join(f.commands)
+        lines.append(f"| `{f.name}` | {env} | {default} | {where} | {f.help} |")
     return "\n".join(lines)
 
 

@@ -41,10 +41,6 @@ has not finished), declared (a running supervisor declares it), synced_seconds_a
 """
 
 
-def _utc(t: datetime | None) -> str | None:
-    return None if t is None else t.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
 def _zone(name: str) -> ZoneInfo:
     try:
         return ZoneInfo(name)
@@ -65,14 +61,14 @@ def as_json(row: ScheduleRow) -> dict[str, Any]:
         "catchup_seconds": row.catchup_seconds,
         "overlap": row.overlap,
         "definition_hash": row.definition_hash,
-        "defined_at": _utc(row.defined_at),
+        "defined_at": output.utc(row.defined_at),
         "next_fire": None if local is None else local.isoformat(),
-        "next_fire_utc": _utc(row.next_fire_at),
-        "last_fire_utc": _utc(row.last_fire_at),
+        "next_fire_utc": output.utc(row.next_fire_at),
+        "last_fire_utc": output.utc(row.last_fire_at),
         "last_job_id": row.last_job_id,
-        "last_success_utc": _utc(row.last_success_at),
+        "last_success_utc": output.utc(row.last_success_at),
         "last_error": row.last_error,
-        "last_error_utc": _utc(row.last_error_at),
+        "last_error_utc": output.utc(row.last_error_at),
         "in_flight": row.in_flight,
         "declared": row.seen_ago <= DECLARED_WITHIN,
         "synced_seconds_ago": round(row.seen_ago, 3),

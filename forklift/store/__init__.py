@@ -51,6 +51,7 @@ class JobStore:
             "idempotency_key": job.idempotency_key,
             "priority": job.priority,
             "max_attempts": job.max_attempts,
+            "max_crashes": job.max_crashes,
             "timeout": job.timeout,
             "run_at": job.run_at,
             "delay": job.delay,
@@ -105,9 +106,8 @@ class JobStore:
             with conn.cursor().copy(self.q["job_copy"]) as copy:
                 for i in plain:
                     j = jobs[i]
-                    copy.write_row(
-                        (ids[i], j.queue, j.task, j.args, j.priority, j.max_attempts, j.timeout)
-                    )
+                    row = (ids[i], j.queue, j.task, j.args, j.priority, j.max_attempts)
+                    copy.write_row((*row, j.max_crashes, j.timeout))
         if other:
             cols: dict[str, list[Any]] = {"id": [ids[i] for i in other]}
             for k in [
@@ -117,6 +117,7 @@ class JobStore:
                 "idempotency_key",
                 "priority",
                 "max_attempts",
+                "max_crashes",
                 "timeout",
             ]:
                 cols[k] = [getattr(jobs[i], k) for i in other]
@@ -241,13 +242,23 @@ class JobStore:
         with translated("release failed", self.where), self.pool.connection() as conn:
             return {r[0] for r in conn.execute(self.q["job_release_many"], params)}
 
+    def job_cancelled_among(self, held: Sequence[tuple[int, int]]) -> set[int]:
+        """Which (id, attempt) jobs were cancelled by an operator (their lease taken)."""
+        params = {"ids": [h[0] for h in held], "attempts": [h[1] for h in held]}
+        with translated("cancel lookup failed", self.where), self.pool.connection() as conn:
+            return {r[0] for r in conn.execute(self.q["job_cancelled_among"], params)}
+
     @contextmanager
     def channel_listen(self, dsn: str, timeouts: _db.Timeouts) -> Iterator[Notifications]:
-        """A dedicated connection LISTENing for ready jobs, closed after the block.
+        """A dedicated connection LISTENing for ready jobs and operators' orders, closed
+        after the block.
 
         Never a pooled one: a connection in LISTEN state serves nothing else.
         """
         with short_connection(dsn, timeouts, "forklift-listener", "listen failed") as conn:
+            # The job channel last: pg_stat_activity shows it as the connection's query,
+            # which is what tests and benchmarks wait on.
+            conn.execute(self.q["control_listen"])
             conn.execute(self.q["channel_listen"])
             yield Notifications(conn)
 

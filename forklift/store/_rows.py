@@ -21,6 +21,7 @@ class NewJob:
     idempotency_key: str | None = None
     run_at: datetime | None = None
     delay: float = 0.0
+    max_crashes: int = 2  # worker deaths it may cause before it is quarantined (dead)
 
     @property
     def due_now(self) -> bool:

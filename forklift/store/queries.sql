@@ -5,10 +5,12 @@
 -- name: job_insert
 -- Insert one job; with an idempotency key already taken, insert nothing.
 INSERT INTO {schema}.jobs
-    (queue, task, args, idempotency_key, priority, max_attempts, timeout, available_at)
+    (queue, task, args, idempotency_key, priority, max_attempts, max_crashes, timeout,
+     available_at)
 VALUES (
     %(queue)s::text, %(task)s::text, %(args)s::jsonb, %(idempotency_key)s::text,
-    %(priority)s::smallint, %(max_attempts)s::integer, %(timeout)s::float8,
+    %(priority)s::smallint, %(max_attempts)s::integer, %(max_crashes)s::integer,
+    %(timeout)s::float8,
     coalesce(%(run_at)s::timestamptz, now()) + make_interval(secs => %(delay)s::float8)
 )
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
@@ -17,15 +19,18 @@ RETURNING id;
 -- name: job_insert_many
 -- Insert many jobs (reserved ids, or NULL to draw one); taken keys insert nothing.
 INSERT INTO {schema}.jobs
-    (id, queue, task, args, idempotency_key, priority, max_attempts, timeout, available_at)
+    (id, queue, task, args, idempotency_key, priority, max_attempts, max_crashes, timeout,
+     available_at)
 SELECT coalesce(id, nextval('{schema}.jobs_id_seq'::regclass)),
-       queue, task, args, idempotency_key, priority, max_attempts, timeout,
+       queue, task, args, idempotency_key, priority, max_attempts, max_crashes, timeout,
        coalesce(run_at, now()) + make_interval(secs => delay)
 FROM unnest(
     %(id)s::bigint[], %(queue)s::text[], %(task)s::text[], %(args)s::jsonb[],
     %(idempotency_key)s::text[], %(priority)s::smallint[], %(max_attempts)s::integer[],
-    %(timeout)s::float8[], %(run_at)s::timestamptz[], %(delay)s::float8[]
-) AS j(id, queue, task, args, idempotency_key, priority, max_attempts, timeout, run_at, delay)
+    %(max_crashes)s::integer[], %(timeout)s::float8[], %(run_at)s::timestamptz[],
+    %(delay)s::float8[]
+) AS j(id, queue, task, args, idempotency_key, priority, max_attempts, max_crashes, timeout,
+       run_at, delay)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, idempotency_key;
 
@@ -42,14 +47,14 @@ FROM generate_series(1, %(n)s::integer);
 -- name: job_copy
 -- Bulk-load jobs that are due now and carry no idempotency key, with reserved ids.
 COPY {schema}.jobs
-    (id, queue, task, args, priority, max_attempts, timeout)
+    (id, queue, task, args, priority, max_attempts, max_crashes, timeout)
 FROM STDIN;
 
 -- name: job_claim
 -- Claim up to `limit` due jobs of the given queues for `owner`, in priority order, plus
 -- (when `expired` is true) running jobs whose lease expired, their attempt recorded as
 -- lost. One statement. The expiry scan is gated: workers ask for it now and then, not
--- on every claim, since it walks every running row.
+-- on every claim, since it walks every running row. Paused queues are skipped.
 WITH ready AS (
     SELECT c.id, c.priority, c.available_at
     FROM unnest(%(queues)s::text[]) AS q(name),
@@ -61,11 +66,13 @@ WITH ready AS (
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
     ) AS c
+    WHERE q.name NOT IN (SELECT p.queue FROM {schema}.paused_queues AS p)
 ), expired AS (
     -- A lost job keeps its place in line: its original due time, not its lease's end.
     SELECT j.id, j.priority, j.available_at
     FROM {schema}.jobs j
     WHERE %(expired)s::boolean AND j.state = 'running' AND j.lease_until < now()
+      AND j.queue NOT IN (SELECT p.queue FROM {schema}.paused_queues AS p)
       AND j.attempts < j.max_attempts AND j.queue = ANY(%(queues)s::text[])
     ORDER BY j.priority DESC, j.available_at, j.id
     LIMIT %(limit)s
@@ -94,9 +101,11 @@ RETURNING j.id, j.queue, j.task, j.args, j.idempotency_key, j.priority, j.attemp
           greatest(0, extract(epoch FROM now() - j.available_at))::float8;
 
 -- name: job_next_available
--- Seconds until the earliest ready job of the given queues is due (database clock).
+-- Seconds until the earliest ready job of the given queues, paused ones left out, is due
+-- (database clock).
 SELECT greatest(0, extract(epoch FROM available_at - now()))::float8 FROM {schema}.jobs
 WHERE state = 'ready' AND queue = ANY(%(queues)s::text[])
+  AND queue NOT IN (SELECT p.queue FROM {schema}.paused_queues AS p)
 ORDER BY available_at
 LIMIT 1;
 
@@ -205,3 +214,15 @@ WHERE id IN (
 -- name: channel_listen
 -- Hear of ready jobs: every notification on the channel names a queue.
 LISTEN "{channel}";
+
+-- name: control_listen
+-- Hear operators' orders (`cancel <job id> <attempt>`), on a channel of their own.
+LISTEN "{control_channel}";
+
+-- name: job_cancelled_among
+-- Which of these (id, attempt) leases an operator took by cancelling the job: how the
+-- lease renewer tells a cancel whose notification it missed from a lease lost.
+SELECT j.id FROM {schema}.jobs AS j
+JOIN unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS h(id, attempt)
+  ON j.id = h.id AND j.attempts = h.attempt
+WHERE j.state = 'cancelled';

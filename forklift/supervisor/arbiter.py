@@ -148,6 +148,7 @@ class Supervisor:
             self.restarts.review(now, self.children)
             self.attribution.retry_pending(now)
             self.police.enforce_timeouts(now)
+            self.police.enforce_cancels(now)
             self.police.enforce_memory(now)
             self.police.kill_unresponsive(now)
             self.police.escalate_kills(now)

@@ -72,7 +72,9 @@ class Attribution:
         False if the database is away: the job is then charged on the child's death.
         """
         try:
-            hits = self.store.job_fail_orphaned(owner, f"TimeoutError: {reason}", ids=[job.job_id])
+            hits = self.store.job_fail_orphaned(
+                owner, f"TimeoutError: {reason}", ids=[job.job_id], crash=False
+            )
         except DatabaseError as exc:
             emit(log, "job.timeout_record_failed", logging.ERROR, job=job.job_id, error=exc)
             return False
@@ -137,10 +139,5 @@ def count_charged(
         fields: dict[str, object] = {"job": job.id, "attempt": job.attempts}
         if owner is not None:
             fields["owner"] = owner
-        emit(
-            log,
-            "job.dead" if dead else "job.failed",
-            logging.ERROR if dead else logging.WARNING,
-            error=error,
-            **fields,
-        )
+        event = "job.quarantined" if job.quarantined else "job.dead" if dead else "job.failed"
+        emit(log, event, logging.ERROR if dead else logging.WARNING, **fields, error=error)

@@ -68,6 +68,7 @@ def _run(app: App, config: SupervisorConfig, spec: ChildSpec) -> int:
         on_job_end=hooks.ended,
         on_booted=report.booted,
         tally=tally,
+        on_job_cancel=hooks.cancelled,
     )
     _handle_signals(worker)
     soft_limit = int(config.max_memory_per_child * 2**20) if config.max_memory_per_child else None
@@ -103,7 +104,7 @@ def _handle_signals(worker: Worker) -> None:
 
 
 class JobHooks:
-    """The worker's job start and end, told to the parent and shown in the title."""
+    """The worker's job start, cancel and end, told to the parent and shown in the title."""
 
     def __init__(self, app: App, report: Reporter, title: ChildTitle) -> None:
         self.app = app
@@ -113,6 +114,9 @@ class JobHooks:
     def started(self, job: ClaimedJob) -> None:
         self.report.start(job.id, task_timeout(self.app, job), job.task)
         self.title.started(job.id, job.task)
+
+    def cancelled(self, job: ClaimedJob) -> None:
+        self.report.cancelled(job.id)
 
     def ended(self, job: ClaimedJob, outcome: str) -> None:
         self.report.end(job.id)

@@ -14,6 +14,7 @@ from forklift.supervisor.exits import ChildFacts
 from forklift.supervisor.reports import (
     Booted,
     Heartbeat,
+    JobCancelled,
     JobEnded,
     JobStarted,
     MetricDeltas,
@@ -42,6 +43,7 @@ class RunningJob:
     task: str
     started: float
     timeout: float | None
+    cancelled: float | None = None  # when the child said an operator cancelled it
 
     def overdue(self, now: float) -> bool:
         return self.timeout is not None and now - self.started > self.timeout
@@ -128,6 +130,8 @@ class Child:
             case JobStarted(job_id, timeout, task):
                 self.jobs[job_id] = RunningJob(job_id, task, now, timeout)
                 self.idle_since = None
+            case JobCancelled(job_id) if job_id in self.jobs:
+                self.jobs[job_id].cancelled = self.jobs[job_id].cancelled or now
             case JobEnded(job_id):
                 self.jobs.pop(job_id, None)
                 if not self.jobs:

@@ -34,6 +34,8 @@ class SupervisorConfig:
     child_timeout: float = 30.0
     # SIGTERM before SIGKILL when the supervisor kills a child (timeout, memory, hang).
     kill_grace: float = 3.0
+    # How long a cancelled job's handler may run on before its child is killed.
+    cancel_grace: float = 5.0
     metrics_addr: str | None = None
     # The cron scheduler every supervisor runs (one job per fire time across replicas).
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
@@ -49,6 +51,8 @@ class SupervisorConfig:
             raise ConfigError("child_timeout must be >= 1 second (children report every 0.5 s)")
         if self.kill_grace < 0:
             raise ConfigError("kill_grace must be >= 0")
+        if self.cancel_grace < 0:
+            raise ConfigError("cancel_grace must be >= 0")
         if self.autoscale_idle <= 0:
             raise ConfigError("autoscale_idle must be > 0")
         if self.autoscale is not None:

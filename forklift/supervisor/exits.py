@@ -84,8 +84,8 @@ def decide(child: ChildFacts, exit: ExitStatus, *, stopping: bool) -> Verdict:
     )
     if child.booted:
         counts = RestartCount.BOOTED
-    elif quiet or child.retiring or stopping:
-        counts = RestartCount.NONE
+    elif quiet or child.retiring or stopping or child.killing is KillReason.CANCEL:
+        counts = RestartCount.NONE  # an operator's cancel is no sign of a crash loop
     else:
         counts = RestartCount.BOOT_CRASH
     if quiet:
@@ -106,8 +106,11 @@ def decide(child: ChildFacts, exit: ExitStatus, *, stopping: bool) -> Verdict:
 def _jobs_action(child: ChildFacts, exit: ExitStatus) -> JobsAction | None:
     if child.killing is not None:
         # Killed for a timeout: the overdue job was charged before the kill, the others
-        # were bystanders. Killed for anything else: the kill is the jobs' failure.
-        return JobsAction.RELEASE if child.timeout_charged else JobsAction.FAIL
+        # were bystanders. Killed for a cancel: the cancelled job is not its any more,
+        # the others were bystanders. Killed for anything else: the kill is the jobs'
+        # failure.
+        bystanders = child.timeout_charged or child.killing is KillReason.CANCEL
+        return JobsAction.RELEASE if bystanders else JobsAction.FAIL
     if child.retiring is RetireReason.SHUTDOWN and not exit.clean:
         return JobsAction.RELEASE  # killed at the shutdown deadline
     if not exit.clean or child.held_jobs:

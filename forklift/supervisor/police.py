@@ -1,6 +1,6 @@
-"""The policing steps of the loop: kill a child whose job overran its timeout, whose memory
-ran far past the limit, or that went silent; escalate a kill; SIGKILL what outlives the
-shutdown deadline."""
+"""The policing steps of the loop: kill a child whose job overran its timeout, whose
+cancelled job's handler outran the cancel grace, whose memory ran far past the limit, or
+that went silent; escalate a kill; SIGKILL what outlives the shutdown deadline."""
 
 from __future__ import annotations
 
@@ -60,6 +60,18 @@ class Police:
                 if self.attribution.charge_timeout(child.owner, job, cause):
                     child.timed_out.append(job.job_id)
                 self.kill(child, KillReason.TIMEOUT, cause, now)
+
+    def enforce_cancels(self, now: float) -> None:
+        """A cancelled job's handler still running `cancel_grace` after the child heard of
+        the cancel: SIGKILL the child (the job is cancelled in the database already, so
+        its effect transaction dies with the process; the replacement starts as usual)."""
+        grace = self.config.cancel_grace
+        for child in self.children:
+            for job in list(child.jobs.values()):
+                if job.cancelled is None or now - job.cancelled < grace:
+                    continue
+                cause = f"job {job.task}#{job.job_id} was cancelled and ran on past {grace:g} s"
+                self.kill(child, KillReason.CANCEL, cause, now, at_once=True)
 
     def enforce_memory(self, now: float) -> None:
         """Kill a child far past the memory limit before the kernel's OOM killer does."""

@@ -143,6 +143,9 @@ class LiveCollector(Collector):
         oldest = GaugeMetricFamily(
             "forklift_oldest_ready_age_seconds", "Age of the oldest due job.", labels=["queue"]
         )
+        paused = GaugeMetricFamily(
+            "forklift_queue_paused", "1 while the queue is paused (no claims).", labels=["queue"]
+        )
         for s in stats:
             for state, n in (
                 ("ready", s.ready),
@@ -152,5 +155,7 @@ class LiveCollector(Collector):
             ):
                 depth.add_metric([s.queue, state], n)
             oldest.add_metric([s.queue], s.oldest_ready_age or 0.0)
+            paused.add_metric([s.queue], 1 if s.paused else 0)
         yield depth
         yield oldest
+        yield paused

@@ -25,32 +25,41 @@ SELECT DISTINCT j.lease_owner FROM {schema}.jobs AS j WHERE j.state = 'running';
 -- name: job_fail_orphaned
 -- Record a dead (or killed) worker process on the jobs it held: ready again after the
 -- given per-job delay (a NULL delay: at once, in its old place in line), or dead when
--- attempts are exhausted. Fenced by the dead owner.
+-- attempts are exhausted. With `crash` (its run killed or wedged the worker; a timeout
+-- is no crash) the job is charged a crash too, and at max_crashes it is quarantined:
+-- dead, whatever attempts are left, and its error says why. Fenced by the dead owner.
 -- Wakes idle workers, so they sleep until the retry is due rather than their poll
 -- interval.
 WITH due AS (
-    SELECT d.id, d.delay FROM unnest(%(ids)s::bigint[], %(delays)s::float8[]) AS d(id, delay)
+    SELECT d.id, d.delay, q.quarantined, q.quarantined OR j.attempts >= j.max_attempts AS dead,
+           CASE WHEN q.quarantined
+               THEN format('Quarantined: crashed its worker %%s times (max_crashes %%s); last: %%s',
+                           j.crashes + 1, j.max_crashes, %(error)s::text)
+               ELSE %(error)s::text END AS error
+    FROM unnest(%(ids)s::bigint[], %(delays)s::float8[]) AS d(id, delay)
+    JOIN {schema}.jobs AS j ON j.id = d.id,
+    LATERAL (SELECT %(crash)s::boolean AND j.crashes + 1 >= j.max_crashes AS quarantined) AS q
 ), charged AS (
     UPDATE {schema}.jobs AS j SET
-        state = CASE WHEN j.attempts >= j.max_attempts
-            THEN 'dead' ELSE 'ready' END::{schema}.job_state,
-        available_at = CASE WHEN j.attempts >= j.max_attempts THEN j.available_at
+        state = CASE WHEN due.dead THEN 'dead' ELSE 'ready' END::{schema}.job_state,
+        available_at = CASE WHEN due.dead THEN j.available_at
             ELSE coalesce(now() + make_interval(secs => due.delay), j.available_at) END,
-        completed_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+        completed_at = CASE WHEN due.dead THEN now() END,
+        crashes = j.crashes + CASE WHEN %(crash)s::boolean THEN 1 ELSE 0 END,
         lease_owner = NULL,
         lease_until = NULL,
-        last_error = %(error)s::text,
+        last_error = due.error,
         errors = j.errors || jsonb_build_object(
-            'attempt', j.attempts, 'at', now(), 'worker', j.lease_owner,
-            'error', %(error)s::text)
+            'attempt', j.attempts, 'at', now(), 'worker', j.lease_owner, 'error', due.error)
     FROM due
     WHERE j.id = due.id AND j.state = 'running' AND j.lease_owner = %(owner)s::text
-    RETURNING j.id, j.state::text AS state, j.attempts, j.queue, j.task
+    RETURNING j.id, j.state::text AS state, j.attempts, j.queue, j.task, due.quarantined
 ), woken AS (
     SELECT count(pg_notify('{channel}', q.queue)) AS n
     FROM (SELECT DISTINCT queue FROM charged WHERE state = 'ready') AS q
 )
-SELECT charged.id, charged.state, charged.attempts, charged.queue, charged.task
+SELECT charged.id, charged.state, charged.attempts, charged.queue, charged.task,
+       charged.quarantined
 FROM charged, woken;
 
 -- name: job_release_owner
@@ -76,10 +85,12 @@ WHERE a.application_name = %(name)s::text AND a.datname = current_database()
   AND a.pid <> pg_backend_pid() AND pg_has_role(a.usesysid, 'MEMBER');
 
 -- name: job_backlog
--- Ready jobs due now in the given queues (capped: autoscaling needs "how many", not all).
+-- Ready jobs due now in the given queues, paused ones left out (capped: autoscaling
+-- needs "how many", not all).
 SELECT count(*) FROM (
     SELECT 1 FROM {schema}.jobs
     WHERE state = 'ready' AND queue = ANY(%(queues)s::text[]) AND available_at <= now()
+      AND queue NOT IN (SELECT p.queue FROM {schema}.paused_queues AS p)
     LIMIT %(cap)s
 ) AS due;
 
@@ -108,31 +119,42 @@ WHERE (supervisor_id = %(supervisor_id)s::text AND id <> ALL(%(keep)s::text[]))
 
 -- name: process_prune_stale
 -- Forget processes that stopped heart-beating (a host that vanished) and charge the
--- jobs their workers held, instead of waiting for the leases to expire.
+-- jobs their workers held, a crash each (quarantined at max_crashes, as above), instead
+-- of waiting for the leases to expire.
 WITH stale AS (
     DELETE FROM {schema}.processes
     WHERE heartbeat_at < now() - make_interval(secs => %(stale)s::float8)
     RETURNING id, kind, host
+), lost AS (
+    SELECT j.id, s.id AS owner, q.quarantined, q.quarantined OR j.attempts >= j.max_attempts AS dead,
+           CASE WHEN q.quarantined
+               THEN format('Quarantined: crashed its worker %%s times (max_crashes %%s); last: ',
+                           j.crashes + 1, j.max_crashes)
+               ELSE '' END || 'WorkerLost: worker on host ' || s.host || ' stopped heart-beating'
+           AS error
+    FROM stale AS s
+    JOIN {schema}.jobs AS j ON j.lease_owner = s.id AND j.state = 'running',
+    LATERAL (SELECT j.crashes + 1 >= j.max_crashes AS quarantined) AS q
+    WHERE s.kind = 'worker'
 ), charged AS (
     UPDATE {schema}.jobs AS j SET
-        state = CASE WHEN j.attempts >= j.max_attempts
-            THEN 'dead' ELSE 'ready' END::{schema}.job_state,
-        available_at = CASE WHEN j.attempts >= j.max_attempts THEN j.available_at
-            ELSE now() END,
-        completed_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+        state = CASE WHEN lost.dead THEN 'dead' ELSE 'ready' END::{schema}.job_state,
+        available_at = CASE WHEN lost.dead THEN j.available_at ELSE now() END,
+        completed_at = CASE WHEN lost.dead THEN now() END,
+        crashes = j.crashes + 1,
         lease_owner = NULL,
         lease_until = NULL,
-        last_error = 'WorkerLost: worker on host ' || s.host || ' stopped heart-beating',
+        last_error = lost.error,
         errors = j.errors || jsonb_build_object(
-            'attempt', j.attempts, 'at', now(), 'worker', j.lease_owner,
-            'error', 'WorkerLost: worker on host ' || s.host || ' stopped heart-beating')
-    FROM stale AS s
-    WHERE s.kind = 'worker' AND j.state = 'running' AND j.lease_owner = s.id
-    RETURNING j.id, j.state::text AS state, j.attempts, j.queue, j.task
+            'attempt', j.attempts, 'at', now(), 'worker', j.lease_owner, 'error', lost.error)
+    FROM lost
+    WHERE j.id = lost.id AND j.state = 'running' AND j.lease_owner = lost.owner
+    RETURNING j.id, j.state::text AS state, j.attempts, j.queue, j.task, lost.quarantined
 ), woken AS (
     SELECT count(pg_notify('{channel}', q.queue)) AS n
     FROM (SELECT DISTINCT queue FROM charged WHERE state = 'ready') AS q
 )
-SELECT 'process' AS what, id, kind, NULL::integer, NULL::text, NULL::text FROM stale
+SELECT 'process' AS what, id, kind, NULL::integer, NULL::text, NULL::text, NULL::boolean
+FROM stale
 UNION ALL
-SELECT 'job', id::text, state, attempts, queue, task FROM charged, woken;
+SELECT 'job', id::text, state, attempts, queue, task, quarantined FROM charged, woken;

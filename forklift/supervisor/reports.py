@@ -7,6 +7,7 @@ nothing inside a report (a task name from anywhere) can end it early or forge an
     {"k": "heartbeat", "rss": <bytes>}
     {"k": "booted"}                 its worker loop runs: a death from now on is no boot crash
     {"k": "started", "job": <id>, "timeout": <seconds or null>, "task": <name>}
+    {"k": "cancelled", "job": <id>}   an operator cancelled it; its handler still runs
     {"k": "ended", "job": <id>}
     {"k": "metrics", "deltas": <Tally.take()>}
 
@@ -49,6 +50,11 @@ class JobStarted:
 
 
 @dataclass(frozen=True)
+class JobCancelled:
+    job_id: int
+
+
+@dataclass(frozen=True)
 class JobEnded:
     job_id: int
 
@@ -58,7 +64,7 @@ class MetricDeltas:
     deltas: dict[str, Any]
 
 
-Report = Heartbeat | Booted | JobStarted | JobEnded | MetricDeltas
+Report = Heartbeat | Booted | JobStarted | JobCancelled | JobEnded | MetricDeltas
 
 
 def encode(report: Report) -> bytes:
@@ -70,6 +76,8 @@ def encode(report: Report) -> bytes:
             obj = {"k": "booted"}
         case JobStarted(job_id, timeout, task):
             obj = {"k": "started", "job": job_id, "timeout": timeout, "task": task}
+        case JobCancelled(job_id):
+            obj = {"k": "cancelled", "job": job_id}
         case JobEnded(job_id):
             obj = {"k": "ended", "job": job_id}
         case MetricDeltas(deltas):
@@ -93,6 +101,9 @@ class Reporter:
 
     def start(self, job_id: int, timeout: float | None, task: str) -> None:
         self.send(JobStarted(job_id, timeout, task[:200]))
+
+    def cancelled(self, job_id: int) -> None:
+        self.send(JobCancelled(job_id))
 
     def end(self, job_id: int) -> None:
         self.send(JobEnded(job_id))
@@ -142,6 +153,11 @@ def _ended(obj: dict[str, Any]) -> Report | None:
     return None if job_id is None else JobEnded(job_id)
 
 
+def _cancelled(obj: dict[str, Any]) -> Report | None:
+    job_id = _count(obj.get("job"))
+    return None if job_id is None else JobCancelled(job_id)
+
+
 def _metrics(obj: dict[str, Any]) -> Report | None:
     deltas = obj.get("deltas")
     return MetricDeltas(deltas) if isinstance(deltas, dict) else None
@@ -151,6 +167,7 @@ _PARSERS: dict[str, Callable[[dict[str, Any]], Report | None]] = {
     "heartbeat": _heartbeat,
     "booted": lambda obj: Booted(),
     "started": _started,
+    "cancelled": _cancelled,
     "ended": _ended,
     "metrics": _metrics,
 }

@@ -29,6 +29,7 @@ class KillReason(StrEnum):
     TIMEOUT = "timeout"
     MEMORY = "memory"
     UNRESPONSIVE = "unresponsive"
+    CANCEL = "cancel"  # its job was cancelled and the handler outran --cancel-grace
 
 
 class JobsAction(StrEnum):

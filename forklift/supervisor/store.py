@@ -30,6 +30,7 @@ class ChargedJob(NamedTuple):
     attempts: int
     queue: str
     task: str
+    quarantined: bool = False  # dead for crashing its worker max_crashes times
 
 
 class ReleasedJob(NamedTuple):
@@ -72,6 +73,7 @@ class SupervisorStore:
         *,
         ids: Sequence[int] | None = None,
         retry: Backoff | None = ORPHAN_RETRY,
+        crash: bool = True,
         unlocked: bool = False,
     ) -> list[ChargedJob]:
         """Charge a process death to the jobs `owner` held (all, or just `ids`); with
@@ -79,7 +81,9 @@ class SupervisorStore:
 
         One transaction: lock the owner's running jobs, then charge each with the retry
         delay its attempt count earns (`retry` None: ready at once, in its old place in
-        line, as a job whose lease expired is).
+        line, as a job whose lease expired is). With `crash` (the death was the job's
+        doing, not a timeout's) each is charged a crash too, and quarantined at its
+        max_crashes.
         """
         wanted = {
             "owner": owner,
@@ -96,6 +100,7 @@ class SupervisorStore:
                 "error": error,
                 "ids": [job_id for job_id, _ in held],
                 "delays": [retry.delay(a) if retry else None for _, a in held],
+                "crash": crash,
             }
             return [ChargedJob(*r) for r in c.execute(self.q["job_fail_orphaned"], params)]
 

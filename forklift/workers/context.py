@@ -46,6 +46,7 @@ class JobContext:
         self.started = False  # its handler was called (on_job_start told)
         self.slot_freed = False
         self.finished = False
+        self.cancel_requested = False  # an operator cancelled it (forklift jobs cancel)
         self.outcome_lock = threading.Lock()
         self._store = store
         self._effect: Effect | None = None

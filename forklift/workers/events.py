@@ -25,6 +25,7 @@ class Outcome(enum.StrEnum):
     DEAD = "dead"  # no attempts left, or given up on
     RELEASED = "released"  # given back unfinished (stopping): the attempt does not count
     LEASE_LOST = "lease_lost"  # another worker owns it now; our outcome was refused
+    CANCELLED = "cancelled"  # an operator cancelled it while it ran; our outcome was refused
     ERROR = "error"  # a bug in the worker; the lease expires and another attempt runs
 
 
@@ -78,6 +79,11 @@ class JobEvents:
             self.end(ctx, Outcome.FAILED)
 
     def lease_lost(self, ctx: JobContext, effect: str) -> None:
+        """Our outcome was refused: the job is someone else's, or an operator's cancel."""
+        if ctx.cancel_requested:
+            self.emit("job.cancelled", ctx, logging.WARNING, effect=effect)
+            self.end(ctx, Outcome.CANCELLED)
+            return
         self.emit("job.lease_lost", ctx, logging.WARNING, effect=effect)
         self.end(ctx, Outcome.LEASE_LOST)
 

@@ -1,13 +1,14 @@
-"""LISTEN/NOTIFY: a notification for one of our queues wakes the claim loop (a hint)."""
+"""LISTEN/NOTIFY: a notification for one of our queues wakes the claim loop (a hint); an
+operator's order on the control channel goes to `on_control` (a cancel)."""
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from forklift import _db
+from forklift import _db, _sql
 from forklift._events import emit
 from forklift._service import TestSignal
 from forklift.backoff import Backoff, Streak
@@ -44,6 +45,7 @@ class Listener:
         wakeup: Wakeup,
         closing: threading.Event,
         config: ListenerConfig | None = None,
+        on_control: Callable[[str], object] | None = None,
     ) -> None:
         self.store = store
         self.dsn = dsn
@@ -52,6 +54,8 @@ class Listener:
         self.wakeup = wakeup
         self.closing = closing
         self.config = config or ListenerConfig()
+        self.control = _sql.control_channel_name(store.schema)
+        self.on_control = on_control
         self.listening: TestSignal[None] = TestSignal()  # each time LISTEN has run
         self.woken: TestSignal[str] = TestSignal()  # the queue of each wake-up
         self._reconnect = Streak(self.config.reconnect)
@@ -79,8 +83,11 @@ class Listener:
         Returns how many wake-ups it gave.
         """
         woken = 0
-        for queue in notes.wait(self.config.tick):
-            if queue in self.queues:
+        for channel, queue in notes.wait(self.config.tick):
+            if channel == self.control:
+                if self.on_control is not None:
+                    self.on_control(queue)
+            elif queue in self.queues:
                 self.wakeup.set()
                 self.woken.emit(queue)
                 woken += 1

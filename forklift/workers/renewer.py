@@ -10,6 +10,8 @@ from typing import NamedTuple
 from forklift._service import TestSignal, run_every
 from forklift.metrics import Tally
 from forklift.store import JobStore
+from forklift.workers.cancels import Cancels
+from forklift.workers.context import JobContext
 from forklift.workers.events import JobEvents
 from forklift.workers.holdings import Holdings
 
@@ -49,6 +51,7 @@ class LeaseRenewer:
         tally: Tally | None,
         closing: threading.Event,
         config: RenewerConfig | None = None,
+        cancels: Cancels | None = None,
     ) -> None:
         self.store = store
         self.owner = owner
@@ -57,6 +60,7 @@ class LeaseRenewer:
         self.tally = tally
         self.closing = closing
         self.config = config or RenewerConfig()
+        self.cancels = cancels
         self.renewed: TestSignal[Renewed] = TestSignal()
 
     def run(self) -> None:
@@ -67,7 +71,8 @@ class LeaseRenewer:
         """Renew every held lease in one statement; mark the ones found gone as lost.
 
         A lost job's handler is told to stop (ctx.cancelled); its outcome, when it
-        returns, will be refused by the fence.
+        returns, will be refused by the fence. A lease an operator's cancel took is no
+        loss: it is heard as the cancel (its notification may have been missed).
         """
         with self.holdings.statement_lock:
             held = [c for c in self.holdings.snapshot() if not c.finished]
@@ -79,7 +84,7 @@ class LeaseRenewer:
             )
         if self.tally is not None:
             self.tally.renewed(len(kept))
-        lost = 0
+        lost: list[JobContext] = []
         for ctx in held:
             if ctx.job_id in kept:
                 continue
@@ -87,8 +92,13 @@ class LeaseRenewer:
                 if ctx.finished:
                     continue
                 ctx.cancel()
-            lost += 1
-            self.events.emit("job.lease_lost", ctx, logging.WARNING, effect="handler told to stop")
-        result = Renewed(len(kept), lost)
+            lost.append(ctx)
+        cancelled = self.cancels.among_lost(lost) if lost and self.cancels else set()
+        for ctx in lost:
+            if ctx.job_id not in cancelled and not ctx.cancel_requested:
+                self.events.emit(
+                    "job.lease_lost", ctx, logging.WARNING, effect="handler told to stop"
+                )
+        result = Renewed(len(kept), len(lost))
         self.renewed.emit(result)
         return result

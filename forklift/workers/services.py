@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from forklift import _db
 from forklift._ids import application_name
 from forklift.metrics import Tally
-from forklift.store import JobStore
+from forklift.store import ClaimedJob, JobStore
+from forklift.workers.cancels import Cancels
 from forklift.workers.completer import Completer, CompleterConfig
 from forklift.workers.config import WorkerConfig
 from forklift.workers.events import JobEvents
@@ -20,9 +22,9 @@ from forklift.workers.wakeup import Wakeup
 
 
 class Services:
-    """The lease renewer, the completer, the listener (if it listens), the liveness lock
-    and maintenance of one worker, each configured from the WorkerConfig and given its
-    collaborators.
+    """The lease renewer, the completer, the listener (if it listens), the liveness lock,
+    maintenance and the cancels of one worker, each configured from the WorkerConfig and
+    given its collaborators.
 
     `start()` runs the renewer, the completer, the listener and the liveness lock on
     threads of their own; maintenance runs in the claim loop. `stop()` ends them: the
@@ -40,10 +42,19 @@ class Services:
         events: JobEvents,
         wakeup: Wakeup,
         tally: Tally | None,
+        on_cancel: Callable[[ClaimedJob], None] | None = None,
     ) -> None:
         self.closing = threading.Event()
+        self.cancels = Cancels(store, holdings, events, on_cancel)
         self.renewer = LeaseRenewer(
-            store, owner, holdings, events, tally, self.closing, RenewerConfig(config.lease)
+            store,
+            owner,
+            holdings,
+            events,
+            tally,
+            self.closing,
+            RenewerConfig(config.lease),
+            self.cancels,
         )
         self.completer = Completer(
             store,
@@ -54,7 +65,15 @@ class Services:
             CompleterConfig(give_up_after=config.lease),
         )
         self.listener = (
-            Listener(store, dsn, timeouts, config.queues, wakeup, self.closing)
+            Listener(
+                store,
+                dsn,
+                timeouts,
+                config.queues,
+                wakeup,
+                self.closing,
+                on_control=self.cancels.notice,
+            )
             if config.listen
             else None
         )

@@ -83,6 +83,7 @@ class Worker:
         on_job_end: Callable[[ClaimedJob, str], None] | None = None,
         on_booted: Callable[[], None] | None = None,
         tally: Tally | None = None,
+        on_job_cancel: Callable[[ClaimedJob], None] | None = None,
     ) -> None:
         self.app = app
         self.config = config or WorkerConfig()
@@ -90,6 +91,7 @@ class Worker:
         self.on_job_start = on_job_start
         self.on_job_end = on_job_end
         self.on_booted = on_booted  # told once its services run, just before the first claim
+        self.on_job_cancel = on_job_cancel  # an operator cancelled a job whose handler runs
         self.tally = tally
         self.booted: TestSignal[None] = TestSignal()  # its services exist from then on
         self._stopping = False
@@ -154,6 +156,7 @@ class Worker:
             self.events,
             self._wakeup,
             self.tally,
+            self.on_job_cancel,
         )
         for i in range(cfg.concurrency):
             name = f"forklift-exec-{i}"
@@ -280,6 +283,11 @@ class Worker:
         if self._stopping:
             # Claimed just before the stop and not started: no new work once stopping.
             self.recorder.release([ctx], "not started before the stop")
+            return
+        if ctx.cancel_requested:  # an operator cancelled it before its handler began
+            with ctx.outcome_lock:
+                ctx.finished = True
+            self.events.lease_lost(ctx, "never started")
             return
         ctx.started = True
         if self.on_job_start is not None:

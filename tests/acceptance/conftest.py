@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -102,3 +104,21 @@ def get(url: str) -> tuple[int, str]:
             return resp.status, resp.read().decode()
     except urllib.error.HTTPError as err:
         return err.code, err.read().decode()
+
+
+def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """One `forklift ARGS...` command run to its end, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "forklift", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def cli_json(env: dict[str, str], *args: str, code: int = 0) -> Any:
+    """`forklift ARGS... --json`, its exit code checked, its output parsed."""
+    result = cli(env, *args, "--json")
+    assert result.returncode == code, result.stderr + result.stdout
+    return json.loads(result.stdout)

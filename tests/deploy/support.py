@@ -8,14 +8,11 @@ import argparse
 import contextlib
 import os
 import re
-import shutil
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import forklift
@@ -143,16 +140,3 @@ def running(
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
-
-
-def tool(name: str, *, install: str) -> str:
-    """The path of a command-line tool, from the venv first; skip if it is not installed."""
-    found = shutil.which(
-        name,
-        path=os.pathsep.join(
-            [str(Path(sys.executable).parent), *(os.environ.get("PATH", "").split(os.pathsep))]
-        ),
-    )
-    if found is None:
-        pytest.skip(f"{name} is not installed ({install})")
-    return found

@@ -25,7 +25,8 @@ import pytest
 import forklift
 from forklift.testing import child_pids, process_title, wait_for
 from tests.acceptance.conftest import wait_state
-from tests.deploy.support import DEPLOY, metrics_port, parse_run, routes, run_config, running, tool
+from tests.deploy.support import DEPLOY, metrics_port, parse_run, routes, run_config, running
+from tests.tools import tool
 
 DOCKERFILE = DEPLOY / "Dockerfile"
 
@@ -137,7 +138,7 @@ def test_as_pid_1_on_a_read_only_root_the_supervisor_reaps_orphans(
         )
         assert _namespace_pid(init) == 1
         app = forklift.App(dsn, schema=schema)
-        jobs = [app.enqueue("orphan", {"linger": 1.0}) for _ in range(3)]
+        jobs = [app.enqueue("orphan", {"linger": 30.0}) for _ in range(3)]
         app.close()
         for job_id in jobs:
             wait_state(db, schema, job_id, "succeeded", timeout=20)

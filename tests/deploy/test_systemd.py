@@ -19,8 +19,9 @@ import forklift
 from forklift.cli.errors import Exit
 from forklift.testing import wait_for
 from tests.acceptance.conftest import get, scalar, wait_state
-from tests.deploy.support import DEPLOY, ROOT, run_config, running, tool
+from tests.deploy.support import DEPLOY, ROOT, run_config, running
 from tests.deploy.systemd_unit import BINARY, NotifySocket, Unit, systemd_environment
+from tests.tools import tool
 
 UNIT = Unit.read(DEPLOY / "forklift.service")
 

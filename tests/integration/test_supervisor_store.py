@@ -171,3 +171,72 @@ def test_a_worker_takes_its_liveness_lock_back_when_its_session_ends(
     lock.run()  # sees the stop, lets go
     assert _locks.held_by_anyone(db, [name]) == set() and not lock.held.is_set()
     assert store.owners_unlocked() == []
+
+
+def crashes_and_error(db: psycopg.Connection[Any], schema: str, job_id: int) -> tuple[Any, ...]:
+    row = db.execute(
+        f"SELECT state, crashes, last_error, errors->-1->>'error' FROM {schema}.jobs WHERE id = %s",
+        (job_id,),
+    ).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def test_a_crash_is_counted_and_the_last_one_allowed_quarantines_the_job(
+    db: psycopg.Connection[Any], schema: str, producer: forklift.App, store: SupervisorStore
+) -> None:
+    job_id = leased(db, schema, producer, attempts=1, max_attempts=10)
+    [first] = store.job_fail_orphaned(DEAD, "WorkerDied: worker process exited with code 3")
+    assert (first.state, first.quarantined) == ("ready", False)
+    assert crashes_and_error(db, schema, job_id)[:2] == ("ready", 1)
+    db.execute(
+        f"UPDATE {schema}.jobs SET state = 'running', attempts = 2, lease_owner = %s,"
+        " lease_until = now() + interval '1 hour' WHERE id = %s",
+        (DEAD, job_id),
+    )
+    [second] = store.job_fail_orphaned(DEAD, "WorkerDied: worker process exited with code 3")
+    assert (second.state, second.quarantined) == ("dead", True)
+    state, crashes, last_error, history = crashes_and_error(db, schema, job_id)
+    assert (state, crashes) == ("dead", 2)
+    assert (
+        last_error
+        == history
+        == (
+            "Quarantined: crashed its worker 2 times (max_crashes 2); "
+            "last: WorkerDied: worker process exited with code 3"
+        )
+    )
+
+
+def test_a_timeout_is_not_a_crash(
+    db: psycopg.Connection[Any], schema: str, producer: forklift.App, store: SupervisorStore
+) -> None:
+    job_id = leased(db, schema, producer, attempts=1)
+    db.execute(f"UPDATE {schema}.jobs SET crashes = 1 WHERE id = %s", (job_id,))
+    [charged] = store.job_fail_orphaned(DEAD, "TimeoutError: too slow", ids=[job_id], crash=False)
+    assert (charged.state, charged.quarantined) == ("ready", False)
+    assert crashes_and_error(db, schema, job_id)[:3] == ("ready", 1, "TimeoutError: too slow")
+
+
+def test_a_vanished_hosts_jobs_are_charged_a_crash_each(
+    db: psycopg.Connection[Any], schema: str, producer: forklift.App, store: SupervisorStore
+) -> None:
+    fresh = leased(db, schema, producer, attempts=1)
+    poison = leased(db, schema, producer, attempts=1)
+    db.execute(f"UPDATE {schema}.jobs SET crashes = 1 WHERE id = %s", (poison,))
+    db.execute(
+        f"INSERT INTO {schema}.processes (id, kind, host, pid, heartbeat_at)"
+        " VALUES (%s, 'worker', 'lost-host', 1, now() - interval '1 hour')",
+        (DEAD,),
+    )
+    pruned, charged = store.process_prune_stale(20.0)
+    assert pruned == [DEAD]
+    by_id = {j.id: (j.state, j.quarantined) for j in charged}
+    assert by_id == {fresh: ("ready", False), poison: ("dead", True)}
+    assert crashes_and_error(db, schema, fresh)[:3] == (
+        "ready", 1, "WorkerLost: worker on host lost-host stopped heart-beating",
+    )  # fmt: skip
+    assert crashes_and_error(db, schema, poison)[2] == (
+        "Quarantined: crashed its worker 2 times (max_crashes 2); "
+        "last: WorkerLost: worker on host lost-host stopped heart-beating"
+    )

@@ -115,8 +115,8 @@ def test_store_queries_load_for_the_schema() -> None:
     for name, sql in queries.items():
         assert sql, name
         assert "{schema}" not in sql, name
-        if name not in schemaless:
-            assert '"forklift".' in sql or "forklift_jobs" in sql, name  # schema or channel
+        if name not in schemaless:  # the schema, or one of its channels
+            assert '"forklift".' in sql or "forklift_jobs" in sql or "forklift_ctl" in sql, name
         assert not re.search(r"(?m)^--", sql), name
         assert not sql.rstrip().endswith(";"), name
 
@@ -133,7 +133,8 @@ def test_load_is_per_schema() -> None:
     b = _sql.load("forklift.store", "queries.sql", "t_two")
     assert a.keys() == b.keys()
     for name in a:
-        assert a[name].replace('"t_one"', '"t_two"').replace("t_one_jobs", "t_two_jobs") == b[name]
+        renamed = a[name].replace('"t_one"', '"t_two"').replace("t_one_jobs", "t_two_jobs")
+        assert renamed.replace("t_one_ctl", "t_two_ctl") == b[name]
         assert '"t_two"' not in a[name]
 
 
@@ -142,3 +143,10 @@ def test_render_fills_the_channel_for_listen_and_notify() -> None:
         "LISTEN t_x_jobs; SELECT pg_notify('t_x_jobs', 'q')"
     )
     assert len(_sql.channel_name("a" * 58)) == 63
+
+
+def test_render_fills_the_control_channel_apart_from_the_job_channel() -> None:
+    assert _sql.render("LISTEN {control_channel}; LISTEN {channel}", "t_x") == (
+        "LISTEN t_x_ctl; LISTEN t_x_jobs"
+    )
+    assert len(_sql.control_channel_name("a" * 58)) == 62

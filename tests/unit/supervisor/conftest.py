@@ -40,6 +40,7 @@ class FakeStore(SupervisorStore):
         *,
         ids: Sequence[int] | None = None,
         retry: Backoff | None = ORPHAN_RETRY,
+        crash: bool = True,
         unlocked: bool = False,
     ) -> list[ChargedJob]:
         self._call("job_fail_orphaned", owner, error, ids)

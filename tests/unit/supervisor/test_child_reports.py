@@ -10,6 +10,7 @@ from forklift.metrics import Tally, Totals
 from forklift.supervisor.child import Child, RunningJob
 from forklift.supervisor.reports import (
     Heartbeat,
+    JobCancelled,
     JobEnded,
     JobStarted,
     MetricDeltas,
@@ -65,6 +66,18 @@ def test_start_and_end_track_jobs_busy_and_idle_since(child: Child, pipe: tuple[
     Reporter(write_fd).end(8)
     assert child.read(13.0)
     assert child.jobs == {} and not child.busy and child.idle_since == 13.0
+
+
+def test_a_cancel_is_timed_from_when_it_was_first_heard(
+    child: Child, pipe: tuple[int, int]
+) -> None:
+    Reporter(pipe[1]).start(7, None, "render")
+    Reporter(pipe[1]).cancelled(7)
+    Reporter(pipe[1]).cancelled(9)  # not running here (ended already): ignored
+    assert child.read(10.0)
+    Reporter(pipe[1]).cancelled(7)
+    assert child.read(11.0)
+    assert child.jobs == {7: RunningJob(7, "render", 10.0, None, cancelled=10.0)}
 
 
 def test_a_long_task_name_is_cut_to_200_characters(child: Child, pipe: tuple[int, int]) -> None:
@@ -166,6 +179,7 @@ def test_a_job_without_a_timeout_is_never_overdue() -> None:
         (b'{"k":"started","job":8,"timeout":2,"task":"a b"}', JobStarted(8, 2.0, "a b")),
         (b'{"k":"started","job":8,"timeout":null,"task":"a b"}', JobStarted(8, None, "a b")),
         (b'{"k":"ended","job":7}', JobEnded(7)),
+        (b'{"k":"cancelled","job":7}', JobCancelled(7)),
         (b'{"k":"metrics","deltas":{"renewals":2}}', MetricDeltas({"renewals": 2})),
     ],
 )
@@ -188,6 +202,8 @@ def test_parse_line(line: bytes, report: Report) -> None:
         b'{"k":"started","job":1.5,"timeout":null,"task":"t"}',
         b'{"k":"started","job":1,"timeout":null,"task":5}',
         b'{"k":"ended"}',
+        b'{"k":"cancelled"}',
+        b'{"k":"cancelled","job":"x"}',
         b'{"k":"metrics","deltas":[1,2]}',
         b'{"k":"reboot"}',
         b'{"k":["heartbeat"]}',

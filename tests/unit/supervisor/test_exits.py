@@ -57,6 +57,10 @@ TABLE: dict[str, Row] = {
         ChildFacts(killing=TIMEOUT, timeout_charged=True, booted=True),
         CLEAN, False, RELEASE, TIMEOUT, BOOTED, WARNING,
     ),
+    "cancel kill: the cancelled job is not its own, bystanders released, no crash": (
+        ChildFacts(killing=KillReason.CANCEL, held_jobs=True),
+        SIGKILLED, False, RELEASE, KillReason.CANCEL, NOT_COUNTED, WARNING,
+    ),
     "memory kill: its jobs fail": (
         ChildFacts(killing=MEMORY, held_jobs=True, booted=True),
         SIGKILLED, False, FAIL, MEMORY, BOOTED, WARNING,

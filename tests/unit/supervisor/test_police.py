@@ -53,6 +53,23 @@ def test_a_timeout_the_database_missed_still_kills(
     assert child.killing is not None and signals.sent == [(41, TERM)]
 
 
+def test_a_cancelled_job_past_the_cancel_grace_has_its_child_killed_at_once(
+    children: Children, signals: Signals, store: FakeStore
+) -> None:
+    job = RunningJob(7, "render", started=100.0, timeout=None, cancelled=101.0)
+    child = make_child(children, 41, jobs={7: job})
+    other = make_child(children, 42, jobs={8: RunningJob(8, "render", 100.0, None)})
+    cop = police(children, store, cancel_grace=2.0)
+    cop.enforce_cancels(now=102.9)
+    assert signals.sent == []
+    cop.enforce_cancels(now=103.0)
+    cause = "job render#7 was cancelled and ran on past 2 s"
+    assert child.killing == Kill(KillReason.CANCEL, cause) and other.killing is None
+    assert signals.sent == [(41, KILL)] and store.calls == []  # cancelled already: no charge
+    cop.enforce_cancels(now=104.0)
+    assert len(signals.sent) == 1
+
+
 def test_memory_past_the_hard_limit_kills_at_once(
     children: Children, signals: Signals, store: FakeStore
 ) -> None:

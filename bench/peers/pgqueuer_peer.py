@@ -1,0 +1,122 @@
+"""pgqueuer's app and producer for bench.compare (the peers venv only).
+
+Workers: `python -m bench.peers pgqueuer work [--batch-size N]`, which is
+`pgq run bench.peers.pgqueuer_peer:create_pgqueuer [--batch-size N]` through
+`pgqueuer.run`, the programmatic form of `pgq run` (same supervisor, same uvloop): the
+`pgq run` command of pgqueuer 1.6.0 fails at start with this typer (its --log-level
+parser hands a str where an enum is expected). The factory is the one pgqueuer's CLI docs
+show: one asyncpg connection per process, the driver its docs measure fastest.
+Entrypoints must be async in pgqueuer 1.6; the CPU task runs `spin` through
+asyncio.to_thread, as the error message of pgqueuer's executor recommends for blocking
+work. The producer: `Queries.enqueue` with lists, its batch insert (one
+statement), or with scalars for one job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import asyncpg
+import pgqueuer
+from pgqueuer import PgQueuer
+from pgqueuer.adapters.cli.cli import asyncio_run
+from pgqueuer.core import logconfig
+from pgqueuer.models import Job
+from pgqueuer.queries import Queries
+
+from bench.peers import _work
+
+
+def kwargs_of(job: Job) -> Any:
+    return json.loads(job.payload) if job.payload else {}
+
+
+def register(pgq: PgQueuer) -> None:
+    @pgq.entrypoint("noop")
+    async def noop(job: Job) -> None:
+        pass
+
+    @pgq.entrypoint("stamp")
+    async def stamp(job: Job) -> None:
+        kw = kwargs_of(job)
+        _work.started(kw["key"], kw["t"])
+
+    @pgq.entrypoint("burn")
+    async def burn(job: Job) -> None:
+        await asyncio.to_thread(_work.spin, kwargs_of(job)["iterations"])
+
+    @pgq.entrypoint("nap")
+    async def nap(job: Job) -> None:
+        _work.started("nap")
+        await asyncio.sleep(kwargs_of(job)["seconds"])
+
+
+@contextlib.asynccontextmanager
+async def create_pgqueuer() -> AsyncIterator[PgQueuer]:
+    """The factory `pgq run` calls in each worker process."""
+    connection = await asyncpg.connect(dsn=os.environ["BENCH_DSN"])
+    pgq = PgQueuer.from_asyncpg_connection(connection)
+    register(pgq)
+    try:
+        yield pgq
+    finally:
+        await connection.close()
+
+
+class Producer:
+    def __init__(self) -> None:
+        self.connection: asyncpg.Connection | None = None
+        self.queries: Queries | None = None
+
+    async def open(self) -> None:
+        self.connection = await asyncpg.connect(dsn=os.environ["BENCH_DSN"])
+        self.queries = Queries.from_asyncpg_connection(self.connection)
+
+    async def close(self) -> None:
+        if self.connection is not None:
+            await self.connection.close()
+
+    async def install(self) -> None:
+        assert self.queries is not None
+        await self.queries.install()
+
+    async def reset(self) -> None:
+        assert self.connection is not None
+        await self.connection.execute(
+            "TRUNCATE pgqueuer, pgqueuer_log, pgqueuer_statistics RESTART IDENTITY"
+        )
+
+    async def uninstall(self) -> None:
+        pass  # its tables go with the run's database
+
+    async def enqueue(self, task: str, kwargs: dict[str, Any]) -> None:
+        assert self.queries is not None
+        await self.queries.enqueue(task, json.dumps(kwargs).encode())
+
+    async def enqueue_many(self, task: str, kwargs: list[dict[str, Any]]) -> None:
+        assert self.queries is not None
+        payloads: list[bytes | None] = [json.dumps(k).encode() for k in kwargs]
+        await self.queries.enqueue([task] * len(kwargs), payloads, [0] * len(kwargs))
+
+
+def work(argv: list[str]) -> None:
+    """A worker process, as `pgq run` starts it (its options, its event loop)."""
+    p = argparse.ArgumentParser(prog="python -m bench.peers pgqueuer work")
+    p.add_argument("--batch-size", type=int, default=10)
+    p.add_argument("--heartbeat-timeout", type=float, default=30.0)
+    args = p.parse_args(argv)
+    logconfig.setup_fancy_logger(logconfig.LogLevel.WARNING)
+    asyncio_run(
+        pgqueuer.run(
+            create_pgqueuer,
+            batch_size=args.batch_size,
+            heartbeat_timeout=timedelta(seconds=args.heartbeat_timeout),
+        )
+    )

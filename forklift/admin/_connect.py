@@ -1,0 +1,43 @@
+"""How the operator's stores reach the database: a short bounded connection per call, or,
+inside `session()`, one connection held for the block (a `forklift top` refresh)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+
+from forklift import _db
+from forklift.store import Conn, short_connection, translated
+
+
+class Connector:
+    """Connections for one or more operator stores; a session is per thread."""
+
+    def __init__(self, dsn: str, timeouts: _db.Timeouts) -> None:
+        self.dsn = dsn
+        self.timeouts = timeouts
+        self._local = threading.local()
+
+    def conn(self, what: str) -> AbstractContextManager[Conn]:
+        """A connection for one call; errors become DatabaseError saying `what` failed."""
+        held: Conn | None = getattr(self._local, "held", None)
+        if held is not None:
+            return _reused(held, what, _db.describe(self.dsn))
+        return short_connection(self.dsn, self.timeouts, "forklift-admin", what)
+
+    @contextmanager
+    def session(self, what: str) -> Iterator[None]:
+        """Every call of this thread inside the block shares one connection."""
+        with short_connection(self.dsn, self.timeouts, "forklift-admin", what) as conn:
+            self._local.held = conn
+            try:
+                yield
+            finally:
+                self._local.held = None
+
+
+@contextmanager
+def _reused(conn: Conn, what: str, where: str) -> Iterator[Conn]:
+    with translated(what, where):
+        yield conn

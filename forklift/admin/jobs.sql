@@ -1,0 +1,155 @@
+-- The operator's job queries (forklift jobs list|show|retry|cancel|purge, top). Each
+-- starts with `-- name: <name>` and a one-line description; {schema} becomes the quoted
+-- schema name, {channel} the channel idle workers wake on and {control_channel} the one
+-- on which workers hear orders. A NULL filter parameter means "any".
+
+-- name: job_list
+-- A page of jobs, newest first: a window of at most `window` jobs (of `state`, older
+-- than `before`) is scanned in id order, through the primary key or the dead/cancelled
+-- index, and filtered by queue, task and error text; never more than the window is read.
+SELECT w.id, w.queue, w.task, w.state::text, w.priority, w.attempts, w.max_attempts,
+       w.crashes, w.max_crashes, w.created_at, w.available_at, w.started_at,
+       w.completed_at, w.lease_owner, w.last_error,
+       extract(epoch FROM now() - w.created_at)::float8
+FROM (
+    SELECT j.* FROM {schema}.jobs AS j
+    WHERE (%(state)s::{schema}.job_state IS NULL OR j.state = %(state)s::{schema}.job_state)
+      AND (%(before)s::bigint IS NULL OR j.id < %(before)s::bigint)
+    ORDER BY j.id DESC
+    LIMIT %(window)s
+) AS w
+WHERE (%(queue)s::text IS NULL OR w.queue = %(queue)s::text)
+  AND (%(task)s::text IS NULL OR w.task = %(task)s::text)
+  AND (%(error)s::text IS NULL OR w.last_error ILIKE %(error)s::text)
+ORDER BY w.id DESC
+LIMIT %(limit)s;
+
+-- name: job_list_window
+-- How many jobs the window of a job_list holds, and the oldest id in it (where a next
+-- page would start when this one came out short).
+SELECT count(*), min(w.id) FROM (
+    SELECT j.id FROM {schema}.jobs AS j
+    WHERE (%(state)s::{schema}.job_state IS NULL OR j.state = %(state)s::{schema}.job_state)
+      AND (%(before)s::bigint IS NULL OR j.id < %(before)s::bigint)
+    ORDER BY j.id DESC
+    LIMIT %(window)s
+) AS w;
+
+-- name: job_get
+-- One job, everything about it, with the database's clock for the ages.
+SELECT j.id, j.queue, j.task, j.state::text, j.priority, j.attempts, j.max_attempts,
+       j.crashes, j.max_crashes, j.created_at, j.available_at, j.started_at,
+       j.completed_at, j.lease_owner, j.last_error,
+       extract(epoch FROM now() - j.created_at)::float8,
+       j.args::text, j.idempotency_key, j.timeout, j.lease_until, j.errors, now()
+FROM {schema}.jobs AS j
+WHERE j.id = %(id)s::bigint;
+
+-- name: job_retry_many
+-- Dead or cancelled jobs back to ready now, attempts and crashes reset to 0 (a fresh
+-- budget), the retry noted in the error history; wakes their queues' workers. Returns
+-- every job found with its state, attempts and crashes before, and whether it was retried.
+WITH old AS (
+    SELECT j.id, j.state, j.attempts, j.crashes FROM {schema}.jobs AS j
+    WHERE j.id = ANY(%(ids)s::bigint[])
+    ORDER BY j.id
+    FOR UPDATE
+), retried AS (
+    UPDATE {schema}.jobs AS j SET
+        state = 'ready', available_at = now(), completed_at = NULL, attempts = 0, crashes = 0,
+        errors = j.errors || jsonb_build_object(
+            'attempt', j.attempts, 'at', now(), 'worker', NULL,
+            'error', format('Retried by %%s: attempts %%s and crashes %%s reset to 0',
+                            %(by)s::text, j.attempts, j.crashes))
+    FROM old
+    WHERE j.id = old.id AND old.state IN ('dead', 'cancelled')
+    RETURNING j.id, j.queue
+), woken AS (
+    SELECT count(pg_notify('{channel}', q.queue)) AS n
+    FROM (SELECT DISTINCT queue FROM retried) AS q
+)
+SELECT old.id, old.state::text, old.attempts, old.crashes, old.id IN (SELECT id FROM retried)
+FROM old, woken
+ORDER BY old.id;
+
+-- name: job_dead_ids
+-- A batch of dead jobs' ids (of a queue, of a task), in id order after `after`, through
+-- the dead/cancelled index.
+SELECT j.id FROM {schema}.jobs AS j
+WHERE j.state = 'dead' AND j.id > %(after)s::bigint
+  AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+  AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
+ORDER BY j.id
+LIMIT %(limit)s;
+
+-- name: job_cancel_many
+-- Cancel ready and running jobs at once, noted in the error history. A running job's
+-- lease is taken from its worker, so the owner fence refuses whatever that worker would
+-- record next (completion, failure, release: its effect rolls back); the worker is told
+-- on the control channel. Returns every job found with its state and owner before, and
+-- whether it was cancelled.
+WITH old AS (
+    SELECT j.id, j.state, j.attempts, j.lease_owner FROM {schema}.jobs AS j
+    WHERE j.id = ANY(%(ids)s::bigint[])
+    ORDER BY j.id
+    FOR UPDATE
+), cancelled AS (
+    UPDATE {schema}.jobs AS j SET
+        state = 'cancelled', completed_at = now(), lease_owner = NULL, lease_until = NULL,
+        last_error = 'Cancelled by ' || %(by)s::text,
+        errors = j.errors || jsonb_build_object(
+            'attempt', j.attempts, 'at', now(), 'worker', old.lease_owner,
+            'error', 'Cancelled by ' || %(by)s::text
+                || CASE WHEN old.state = 'running' THEN ' while it ran' ELSE '' END)
+    FROM old
+    WHERE j.id = old.id AND old.state IN ('ready', 'running')
+    RETURNING j.id
+), told AS (
+    SELECT count(pg_notify('{control_channel}', 'cancel ' || old.id || ' ' || old.attempts)) AS n
+    FROM old
+    WHERE old.state = 'running' AND old.id IN (SELECT id FROM cancelled)
+)
+SELECT old.id, old.state::text, old.lease_owner, old.id IN (SELECT id FROM cancelled)
+FROM old, told
+ORDER BY old.id;
+
+-- name: job_purge_cutoff
+-- The time before which finished jobs are old enough to purge (the database's clock).
+SELECT now() - make_interval(secs => %(older)s::float8);
+
+-- name: job_purge_count
+-- How many jobs of a finished state completed before the cutoff (counted up to `cap`).
+SELECT count(*) FROM (
+    SELECT 1 FROM {schema}.jobs AS j
+    WHERE j.state = %(state)s::{schema}.job_state AND j.completed_at < %(cutoff)s
+    LIMIT %(cap)s
+) AS old;
+
+-- name: job_purge_batch
+-- Delete up to `limit` jobs of a finished state completed before the cutoff, oldest
+-- first through the finished-jobs index (so a batch never rescans the rows earlier
+-- batches deleted); rows another transaction holds are skipped, never waited for.
+DELETE FROM {schema}.jobs
+WHERE id IN (
+    SELECT j.id FROM {schema}.jobs AS j
+    WHERE j.state = %(state)s::{schema}.job_state AND j.completed_at < %(cutoff)s
+    ORDER BY j.completed_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+);
+
+-- name: job_running_list
+-- Every running job: who runs it and for how long (through the running-jobs index).
+SELECT j.id, j.queue, j.task, j.lease_owner, j.attempts,
+       extract(epoch FROM now() - j.started_at)::float8
+FROM {schema}.jobs AS j
+WHERE j.state = 'running'
+ORDER BY j.started_at, j.id;
+
+-- name: job_dead_recent
+-- The newest dead jobs: id, queue, task, seconds since they died, their last error.
+SELECT j.id, j.queue, j.task, extract(epoch FROM now() - j.completed_at)::float8, j.last_error
+FROM {schema}.jobs AS j
+WHERE j.state = 'dead'
+ORDER BY j.id DESC
+LIMIT %(limit)s;

@@ -1,0 +1,115 @@
+"""The rows the operator's job store gives: jobs as listed and shown, and what an action did."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """Which jobs `forklift jobs list` looks for; None matches any."""
+
+    state: str | None = None
+    queue: str | None = None
+    task: str | None = None
+    error: str | None = None  # a piece of the last error, any case
+
+    @property
+    def pattern(self) -> str | None:
+        """`error` as an ILIKE pattern that matches it anywhere, taken literally."""
+        if self.error is None:
+            return None
+        escaped = self.error.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        return f"%{escaped}%"
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """One job, as `forklift jobs list` shows it."""
+
+    id: int
+    queue: str
+    task: str
+    state: str
+    priority: int
+    attempts: int
+    max_attempts: int
+    crashes: int
+    max_crashes: int
+    created_at: datetime
+    available_at: datetime
+    started_at: datetime | None
+    completed_at: datetime | None
+    lease_owner: str | None
+    last_error: str | None
+    age: float  # seconds since it was enqueued (database clock)
+
+
+@dataclass(frozen=True)
+class JobPage:
+    """A page of jobs, newest first; `next_before` is where the next page starts (the
+    id to pass as --before), None when nothing older is left to look at."""
+
+    jobs: list[JobRow]
+    next_before: int | None
+
+
+@dataclass(frozen=True)
+class JobDetail:
+    """One job, everything `forklift jobs show` tells of it."""
+
+    job: JobRow
+    args: str  # the arguments as JSON text, as stored
+    idempotency_key: str | None
+    timeout: float | None
+    lease_until: datetime | None
+    errors: list[dict[str, Any]]  # attempt, at, worker, error (and traceback), oldest first
+    now: datetime  # the database's clock when it was read
+
+
+@dataclass(frozen=True)
+class Acted:
+    """What an operator's action did to one job it named."""
+
+    id: int
+    done: bool  # retried / cancelled
+    was: str | None  # its state before; None: there is no such job
+    attempts: int = 0  # before a retry reset them
+    crashes: int = 0
+    owner: str | None = None  # the worker that ran it, when a running job was cancelled
+
+
+@dataclass(frozen=True)
+class Purged:
+    """What a purge did (or, in a dry run, would do)."""
+
+    state: str
+    cutoff: datetime
+    jobs: int
+    batches: int = 0
+    capped: bool = False  # a dry run stopped counting at its cap
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    """A job some worker is running, for `forklift top`."""
+
+    id: int
+    queue: str
+    task: str
+    owner: str
+    attempt: int
+    running_for: float
+
+
+@dataclass(frozen=True)
+class DeadJob:
+    """A job that went dead, for `forklift top`'s recent failures."""
+
+    id: int
+    queue: str
+    task: str
+    ago: float
+    error: str | None

@@ -1,0 +1,200 @@
+"""`forklift jobs retry|cancel|purge`: the operator's actions on jobs, one line per job."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from forklift._config import duration
+from forklift.admin import JobAdmin
+from forklift.admin.jobs import BATCH
+from forklift.admin.rows import Acted
+from forklift.cli import output
+from forklift.cli.apps import app_for
+from forklift.cli.errors import Exit, UsageError
+from forklift.cli.flags import operator_command
+
+RETRY_DESCRIPTION = """\
+Put dead or cancelled jobs back to ready, due now. Their attempts and crashes are RESET
+to 0: a retried job gets its whole max_attempts and max_crashes budget again (its error
+history keeps every earlier attempt, and notes the retry). One line per job; exit 1 if
+any job named was not retried (not found, or not dead or cancelled).
+
+examples:
+  forklift jobs retry 1042 1043
+  forklift jobs retry --all-dead --queue emails --task send_receipt
+
+--json prints a list with one object per job: id, result (retried, not_found,
+not_retryable), was (its state before, or null), attempts_before, crashes_before.
+"""
+
+CANCEL_DESCRIPTION = """\
+Cancel jobs. A ready job is cancelled at once and never runs. A running job is
+cancelled at once too, wherever it runs: its lease is taken from its worker, so nothing
+that worker records for it commits (its effect transaction rolls back); the worker hears
+it (NOTIFY, or its next lease renewal) and sets ctx.cancelled; a handler that has not
+returned within `forklift run`'s --cancel-grace has its worker process killed and
+replaced. A cancelled job is never retried unless you `jobs retry` it. One line per job;
+exit 1 if any job named was not cancelled (not found, or finished already).
+
+examples:
+  forklift jobs cancel 1042
+  forklift jobs cancel $(forklift jobs list --state ready --task resize --json | jq '.jobs[].id')
+
+--json prints a list with one object per job: id, result (cancelled, not_found,
+not_cancellable), was (its state before, or null), worker (who was running it, or null).
+"""
+
+PURGE_DESCRIPTION = f"""\
+Delete finished jobs (succeeded, dead or cancelled) that completed more than
+--older-than ago, in batches of {BATCH}, each its own short transaction that skips rows
+another one holds: workers claiming jobs are never blocked. Retention pruning (`run
+--retain-finished`, `--retain-dead`) does the same on its own; this is for doing it now.
+
+examples:
+  forklift jobs purge --state dead --older-than 7d --dry-run
+  forklift jobs purge --state succeeded --older-than 1h
+
+--json prints one object: state, older_than_seconds, cutoff (ISO 8601 UTC), dry_run,
+jobs (deleted, or in a dry run found), batches, at_least (a dry run stopped counting).
+"""
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    if bool(args.ids) == args.all_dead:
+        raise UsageError("name job ids, or --all-dead (not both)")
+    if (args.queue or args.task) and not args.all_dead:
+        raise UsageError("--queue and --task select jobs for --all-dead only")
+    app = app_for(args)
+    admin = JobAdmin(app.dsn, app.schema)
+    if args.all_dead:
+        acted = [
+            a
+            for ids in admin.job_dead_ids(args.queue, args.task)
+            for a in admin.job_retry_many(ids)
+        ]
+    else:
+        acted = admin.job_retry_many(args.ids)
+    if args.json:
+        output.print_json([_retried(a) for a in acted])
+    elif args.all_dead and not acted:
+        print("no dead jobs")
+    else:
+        for a in acted:
+            print(_retry_line(a))
+    return Exit.OK if all(a.done for a in acted) else Exit.ERROR
+
+
+def _retried(a: Acted) -> dict[str, Any]:
+    result = "retried" if a.done else "not_found" if a.was is None else "not_retryable"
+    return {
+        "id": a.id, "result": result, "was": a.was,
+        "attempts_before": a.attempts, "crashes_before": a.crashes,
+    }  # fmt: skip
+
+
+def _retry_line(a: Acted) -> str:
+    if a.was is None:
+        return f"job {a.id}: not retried: no such job"
+    if not a.done:
+        return f"job {a.id}: not retried: it is {a.was} (only dead and cancelled jobs are)"
+    return (
+        f"job {a.id}: retried (was {a.was}): ready now, attempts {a.attempts} -> 0, "
+        f"crashes {a.crashes} -> 0"
+    )
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    app = app_for(args)
+    acted = JobAdmin(app.dsn, app.schema).job_cancel_many(args.ids)
+    if args.json:
+        output.print_json([_cancelled(a) for a in acted])
+    else:
+        for a in acted:
+            print(_cancel_line(a))
+    return Exit.OK if all(a.done for a in acted) else Exit.ERROR
+
+
+def _cancelled(a: Acted) -> dict[str, Any]:
+    result = "cancelled" if a.done else "not_found" if a.was is None else "not_cancellable"
+    return {"id": a.id, "result": result, "was": a.was, "worker": a.owner}
+
+
+def _cancel_line(a: Acted) -> str:
+    if a.was is None:
+        return f"job {a.id}: not cancelled: no such job"
+    if not a.done:
+        return f"job {a.id}: not cancelled: it is {a.was} (only ready and running jobs are)"
+    if a.was != "running":
+        return f"job {a.id}: cancelled (was {a.was})"
+    return (
+        f"job {a.id}: cancelled (was running on {a.owner}): its worker is told to stop, "
+        "and killed if its handler has not returned within --cancel-grace"
+    )
+
+
+def cmd_purge(args: argparse.Namespace) -> int:
+    app = app_for(args)
+    done = JobAdmin(app.dsn, app.schema).job_purge(
+        args.state, args.older_than, dry_run=args.dry_run
+    )
+    if args.json:
+        output.print_json(
+            {
+                "state": done.state, "older_than_seconds": args.older_than,
+                "cutoff": output.utc(done.cutoff), "dry_run": args.dry_run, "jobs": done.jobs,
+                "batches": done.batches, "at_least": done.capped,
+            }
+        )  # fmt: skip
+        return 0
+    verb = "would purge" if args.dry_run else "purged"
+    count = f"at least {done.jobs}" if done.capped else str(done.jobs)
+    tail = "" if args.dry_run else f", in {done.batches} batches of at most {BATCH}"
+    print(
+        f"{verb} {count} {done.state} jobs completed before {output.utc(done.cutoff)} "
+        f"(older than {output.age(args.older_than)}){tail}"
+    )
+    return 0
+
+
+def register(
+    actions: argparse._SubParsersAction[argparse.ArgumentParser],
+    common: list[argparse.ArgumentParser],
+) -> None:
+    p = operator_command(
+        actions, common, "retry", "dead or cancelled jobs back to ready", RETRY_DESCRIPTION
+    )
+    p.add_argument("ids", type=int, nargs="*", metavar="ID", help="the jobs to retry")
+    p.add_argument("--all-dead", action="store_true", help="every dead job (of --queue, --task)")
+    p.add_argument("--queue", help="with --all-dead: only dead jobs of this queue")
+    p.add_argument("--task", help="with --all-dead: only dead jobs of this task")
+    p.set_defaults(func=cmd_retry)
+
+    p = operator_command(
+        actions,
+        common,
+        "cancel",
+        "cancel ready or running jobs, wherever they run",
+        CANCEL_DESCRIPTION,
+    )
+    p.add_argument("ids", type=int, nargs="+", metavar="ID", help="the jobs to cancel")
+    p.set_defaults(func=cmd_cancel)
+
+    p = operator_command(
+        actions, common, "purge", "delete old finished jobs, in small batches", PURGE_DESCRIPTION
+    )
+    p.add_argument(
+        "--state",
+        required=True,
+        choices=("succeeded", "dead", "cancelled"),
+        help="the jobs to purge",
+    )
+    p.add_argument(
+        "--older-than",
+        required=True,
+        type=duration,
+        metavar="AGE",
+        help="completed longer ago than this (e.g. 7d, 12h)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="count what would go; delete nothing")
+    p.set_defaults(func=cmd_purge)

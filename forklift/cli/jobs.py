@@ -1,0 +1,150 @@
+"""`forklift jobs list|show|retry|cancel|purge`: find jobs, read them, act on them.
+
+Operator commands: they need only the database (--dsn, --schema), not the app.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from forklift._config import positive_int
+from forklift.admin import JobAdmin
+from forklift.admin.jobs import LIST_WINDOW
+from forklift.admin.rows import JobFilter
+from forklift.cli import job_actions, jobview, output
+from forklift.cli.apps import app_for
+from forklift.cli.flags import operator_command
+
+STATES = ("ready", "running", "succeeded", "dead", "cancelled")
+LIMIT = 50
+ERROR_CHARS = 60  # of the last error in the list table
+
+GROUP_DESCRIPTION = """\
+Operator commands on jobs: they need only the database (--dsn, --schema), not the app.
+Each has --help with examples and --json for scripts (its shape in its --help).
+
+examples:
+  forklift jobs list --state dead
+  forklift jobs show 1042
+  forklift jobs retry 1042
+  forklift jobs cancel 1043
+  forklift jobs purge --state succeeded --older-than 1d
+"""
+
+LIST_DESCRIPTION = f"""\
+List jobs, newest first (by id), with filters. Each page looks through at most --scan
+jobs (of --state when given, through an index; else of all states) for the --queue,
+--task and --error matches, so no page ever reads the whole table; when a page comes out
+short with more left to look at, stderr says which --before to pass next.
+
+examples:
+  forklift jobs list --state dead --queue emails
+  forklift jobs list --error "timed out" --limit 10
+  forklift jobs list --state dead --json | jq '.jobs[].id'
+
+--json prints {{"jobs": [...], "next_before": ID or null}}: next_before is what to pass
+as --before for the next page (null: nothing older to look at), and each job has the keys
+{jobview.JOB_KEYS}.
+"""
+
+SHOW_DESCRIPTION = f"""\
+Show one job: its state, attempts and crashes, timings, arguments (cut to
+{jobview.ARGS_CHARS} characters; values of secret-looking keys and DSN passwords are
+hidden) and its whole error history: for each attempt that failed, when, on which
+worker, the error and its traceback.
+
+examples:
+  forklift jobs show 1042
+  forklift jobs show 1042 --json | jq '.errors[-1].traceback'
+
+--json prints one object with the keys of a `jobs list` job ({jobview.JOB_KEYS}), and
+args (the JSON text of the arguments, made safe as above), args_truncated,
+idempotency_key, timeout_seconds, lease_until, errors (a list, oldest first, of objects
+with the keys attempt, at, worker, error, traceback; null where an entry has none).
+"""
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    app = app_for(args)
+    where = JobFilter(args.state, args.queue, args.task, args.error)
+    page = JobAdmin(app.dsn, app.schema).job_list(
+        where, limit=args.limit, before=args.before, window=args.scan
+    )
+    if args.json:
+        output.print_json(
+            {"jobs": [jobview.job_json(j) for j in page.jobs], "next_before": page.next_before}
+        )
+        return 0
+    header = ("id", "state", "queue", "task", "attempts", "crashes", "enqueued", "last error")
+    rows = [
+        (
+            j.id, j.state, j.queue, j.task, f"{j.attempts}/{j.max_attempts}",
+            f"{j.crashes}/{j.max_crashes}", f"{output.age(j.age)} ago",
+            output.clip(j.last_error, ERROR_CHARS),
+        )
+        for j in page.jobs
+    ]  # fmt: skip
+    output.table(header, rows, empty="no jobs")
+    if page.next_before is not None:
+        output.hint(f"older jobs: --before {page.next_before}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    app = app_for(args)
+    detail = JobAdmin(app.dsn, app.schema).job_get(args.id)
+    if args.json:
+        output.print_json(jobview.detail_json(detail))
+    else:
+        jobview.print_detail(detail)
+    return 0
+
+
+def register(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    common: list[argparse.ArgumentParser],
+) -> None:
+    group = sub.add_parser(
+        "jobs",
+        help="find, read, retry, cancel and purge jobs (operator; needs only the database)",
+        description=GROUP_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = group.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    p = operator_command(
+        actions,
+        common,
+        "list",
+        "jobs, newest first, by state, queue, task, error",
+        LIST_DESCRIPTION,
+    )
+    p.add_argument("--state", choices=STATES, help="only jobs in this state")
+    p.add_argument("--queue", help="only jobs of this queue")
+    p.add_argument("--task", help="only jobs of this task")
+    p.add_argument(
+        "--error", metavar="TEXT", help="only jobs whose last error contains TEXT (any case)"
+    )
+    p.add_argument(
+        "--limit", type=positive_int, default=LIMIT, help=f"jobs per page (default: {LIMIT})"
+    )
+    p.add_argument(
+        "--before", type=int, metavar="ID", help="only jobs older than job ID (the next page)"
+    )
+    p.add_argument(
+        "--scan", type=positive_int, default=LIST_WINDOW, metavar="N",
+        help=f"look through at most N jobs for the filters (default: {LIST_WINDOW})",
+    )  # fmt: skip
+    p.set_defaults(func=cmd_list)
+
+    p = operator_command(
+        actions,
+        common,
+        "show",
+        "one job: arguments, timings, its whole error history",
+        SHOW_DESCRIPTION,
+    )
+    p.add_argument("id", type=int, metavar="ID", help="the job's id")
+    p.set_defaults(func=cmd_show)
+
+    job_actions.register(actions, common)

@@ -1,0 +1,129 @@
+"""How a job reads: its `--json` shapes and its text, with arguments made safe to show."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from typing import Any
+
+from forklift import _db
+from forklift.admin.rows import JobDetail, JobRow
+from forklift.cli import output
+
+ARGS_CHARS = 2000  # of the arguments' JSON text that `jobs show` prints
+# Argument keys whose values are never shown, at any depth.
+_SECRET = re.compile(r"pass(word|wd)?|secret|token|credential|api_?key|private_?key", re.I)
+ERROR_KEYS = ("attempt", "at", "worker", "error", "traceback")
+
+JOB_KEYS = """\
+id, queue, task, state (ready, running, succeeded, dead, cancelled), priority, attempts,
+max_attempts, crashes (runs that killed their worker), max_crashes, created_at,
+available_at, started_at, completed_at (ISO 8601 UTC, or null), lease_owner (the worker
+running it, or null), last_error (or null)"""
+
+
+def job_json(job: JobRow) -> dict[str, Any]:
+    """One job in the `--json` shape of `jobs list` (and the head of `jobs show`'s)."""
+    return {
+        "id": job.id,
+        "queue": job.queue,
+        "task": job.task,
+        "state": job.state,
+        "priority": job.priority,
+        "attempts": job.attempts,
+        "max_attempts": job.max_attempts,
+        "crashes": job.crashes,
+        "max_crashes": job.max_crashes,
+        "created_at": output.utc(job.created_at),
+        "available_at": output.utc(job.available_at),
+        "started_at": output.utc(job.started_at),
+        "completed_at": output.utc(job.completed_at),
+        "lease_owner": job.lease_owner,
+        "last_error": job.last_error,
+    }
+
+
+def detail_json(detail: JobDetail) -> dict[str, Any]:
+    """One job in the `--json` shape of `jobs show`."""
+    args, truncated = safe_args(detail.args)
+    return {
+        **job_json(detail.job),
+        "args": args,
+        "args_truncated": truncated,
+        "idempotency_key": detail.idempotency_key,
+        "timeout_seconds": detail.timeout,
+        "lease_until": output.utc(detail.lease_until),
+        "errors": [history_entry(e) for e in detail.errors],
+    }
+
+
+def history_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    """One attempt of the error history, every key present, DSN passwords hidden."""
+    shown = {k: entry.get(k) for k in ERROR_KEYS}
+    return {k: _db.redact(v) if isinstance(v, str) else v for k, v in shown.items()}
+
+
+def safe_args(text: str, limit: int = ARGS_CHARS) -> tuple[str, bool]:
+    """The arguments' JSON text with secret-looking values and DSN passwords hidden,
+    cut to `limit` characters: (text, whether it was cut)."""
+    try:
+        shown = json.dumps(_masked(json.loads(text)), ensure_ascii=False)
+    except ValueError:
+        shown = text
+    shown = _db.redact(shown)
+    if len(shown) <= limit:
+        return shown, False
+    return shown[: limit - 1] + "…", True
+
+
+def _masked(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {
+            k: "***" if isinstance(k, str) and _SECRET.search(k) else _masked(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_masked(v) for v in value]
+    return value
+
+
+def _at(stamp: Any, now: datetime) -> str:
+    """An error history entry's time (ISO text, as jsonb keeps it) as people read it."""
+    try:
+        return output.when(datetime.fromisoformat(str(stamp)), now)
+    except ValueError:
+        return str(stamp)
+
+
+def print_detail(detail: JobDetail) -> None:
+    """`forklift jobs show` for people: the job, then its whole error history."""
+    job, now = detail.job, detail.now
+    args, truncated = safe_args(detail.args)
+    lines = [
+        f"job {job.id}: {job.task} in queue {job.queue}, {job.state}",
+        f"  attempts     {job.attempts} of {job.max_attempts}",
+        f"  crashes      {job.crashes} of {job.max_crashes}",
+        f"  priority     {job.priority}",
+        f"  key          {detail.idempotency_key or '-'}",
+        f"  args         {args}{' (truncated)' if truncated else ''}",
+        f"  timeout      {'-' if detail.timeout is None else f'{detail.timeout:g} s'}",
+        f"  enqueued     {output.when(job.created_at, now)}",
+        f"  available    {output.when(job.available_at, now)}",
+        f"  started      {output.when(job.started_at, now)}",
+        f"  completed    {output.when(job.completed_at, now)}",
+        f"  worker       {job.lease_owner or '-'}",
+        f"  lease until  {output.when(detail.lease_until, now)}",
+        f"  last error   {job.last_error or '-'}",
+        f"errors ({len(detail.errors)}, oldest first):" if detail.errors else "errors: none",
+    ]
+    for entry in map(history_entry, detail.errors):
+        lines.append(
+            f"  attempt {entry['attempt']} at {_at(entry['at'], now)} "
+            f"on worker {entry['worker'] or '-'}"
+        )
+        lines.append(f"    {entry.get('error')}")
+        traceback = entry.get("traceback")
+        if traceback:
+            lines += [f"      {line}" for line in str(traceback).rstrip().splitlines()]
+    print("\n".join(lines))

@@ -1,0 +1,94 @@
+"""`forklift top`: a live terminal view of every replica, refreshed each second.
+
+An operator command: it reads the queues, the process registry and the jobs table, so it
+needs only the database. `frame.py` reads, `view.py` lays out, `terminal.py` reads keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from rich.console import Console
+from rich.live import Live
+
+from forklift.cli import output
+from forklift.cli.apps import app_for
+from forklift.cli.flags import operator_command
+from forklift.cli.top.frame import Frame, TopReader, Trends, frame_json
+from forklift.cli.top.terminal import Keys
+from forklift.cli.top.view import render
+from forklift.errors import DatabaseError
+
+REFRESH = 1.0  # seconds between frames
+ONCE_HEIGHT = 200  # lines `--once` may print: all there is, not a screen's worth
+
+DESCRIPTION = """\
+A live view of every replica, refreshed each second: each queue's counts, with
+sparklines of its depth (ready jobs) and rate (jobs done in the last minute) over the
+last refreshes, and whether it is paused; every worker process on every host and what it
+runs, for how long; the most recent dead jobs. Keys: q quits (Ctrl-C does too). Fits an
+80x24 terminal (over SSH too); a bigger one shows more rows.
+
+examples:
+  forklift top
+  forklift top --once     one frame on stdout, then exit (no terminal needed)
+  forklift top --json | jq '.workers[] | select(.jobs != []) | .id'
+
+--json prints one frame (and exits): an object with at (ISO 8601 UTC), error (null),
+supervisors, queues (objects with queue, paused, ready, scheduled, running, dead,
+oldest_ready_age_seconds, succeeded_last_minute, dead_last_minute), workers (objects with
+id, host, pid, registered, rss_bytes, jobs: objects with id, task, queue, attempt,
+running_seconds), recent_failures (objects with id, queue, task, seconds_ago, error).
+"""
+
+
+def _first(reader: TopReader) -> Frame:
+    """The first frame; a database that does not answer is one error line, not a screen."""
+    frame = reader.read()
+    if frame.error is not None:
+        raise DatabaseError(frame.error)
+    return frame
+
+
+def cmd_top(args: argparse.Namespace) -> int:
+    app = app_for(args)
+    reader = TopReader(app.dsn, app.schema)
+    frame = _first(reader)
+    if args.json:
+        output.print_json(frame_json(frame))
+        return 0
+    console = Console()
+    if args.once:
+        trends = Trends()
+        trends.add(frame)
+        console.print(render(frame, trends, console.width, ONCE_HEIGHT))
+        return 0
+    return watch(reader, frame, console, Keys(sys.stdin))
+
+
+def watch(reader: TopReader, frame: Frame, console: Console, keys: Keys) -> int:
+    """Refresh every second until q; the terminal is restored however it ends."""
+    trends = Trends()
+    with keys, Live(console=console, screen=True, auto_refresh=False) as live:
+        while True:
+            trends.add(frame)
+            live.update(render(frame, trends, console.width, console.height), refresh=True)
+            deadline = time.monotonic() + REFRESH
+            while (left := deadline - time.monotonic()) > 0:
+                if "q" in keys.wait(left).lower():
+                    return 0
+            frame = reader.read()
+
+
+def register(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    common: list[argparse.ArgumentParser],
+) -> None:
+    p = operator_command(
+        sub, common, "top", "a live terminal view across replicas: queues, workers, failures",
+        DESCRIPTION,
+    )  # fmt: skip
+    p.add_argument("--once", action="store_true", help="print one frame and exit")
+    p.set_defaults(func=cmd_top)

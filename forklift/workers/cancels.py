@@ -1,0 +1,84 @@
+"""Operators' cancels of the jobs this worker runs: heard on the control channel, or found
+by the lease renewer when the notification was missed.
+
+`forklift jobs cancel` has already taken the job's lease by then (it is `cancelled` in
+the database, and the owner fence refuses anything this worker records for it); here
+the handler is told to stop (`ctx.cancelled`), the job's end is logged as a cancel
+rather than a lost lease, and `on_cancel` tells the supervisor, which kills this process
+if the handler has not returned within its --cancel-grace.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+
+from forklift.errors import DatabaseError
+from forklift.store import ClaimedJob, JobStore
+from forklift.workers.context import JobContext
+from forklift.workers.events import JobEvents
+from forklift.workers.holdings import Holdings
+
+log = logging.getLogger(__name__)
+
+
+def parse_order(payload: str) -> tuple[int, int] | None:
+    """(job id, attempt) of a `cancel <id> <attempt>` order; None for anything else."""
+    kind, _, rest = payload.partition(" ")
+    parts = rest.split(" ")
+    if kind != "cancel" or len(parts) != 2 or not all(p.isdigit() for p in parts):
+        return None
+    return int(parts[0]), int(parts[1])
+
+
+class Cancels:
+    """Tells a held job's handler to stop, once, when an operator cancelled the job."""
+
+    def __init__(
+        self,
+        store: JobStore,
+        holdings: Holdings,
+        events: JobEvents,
+        on_cancel: Callable[[ClaimedJob], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.holdings = holdings
+        self.events = events
+        self.on_cancel = on_cancel
+        self._lock = threading.Lock()
+
+    def notice(self, payload: str) -> bool:
+        """A control-channel notification; True if it cancelled a job held here."""
+        order = parse_order(payload)
+        if order is None:
+            return False
+        job_id, attempt = order
+        for ctx in self.holdings.snapshot():
+            if ctx.job_id == job_id and ctx.attempt == attempt:
+                return self.heard(ctx)
+        return False
+
+    def among_lost(self, lost: Sequence[JobContext]) -> set[int]:
+        """Which of the leases the renewer found gone were taken by a cancel (the poll
+        fallback for a missed notification); those are heard. A failed lookup: none."""
+        try:
+            cancelled = self.store.job_cancelled_among([(c.job_id, c.attempt) for c in lost])
+        except DatabaseError:
+            return set()
+        for ctx in lost:
+            if ctx.job_id in cancelled:
+                self.heard(ctx)
+        return cancelled
+
+    def heard(self, ctx: JobContext) -> bool:
+        """The job was cancelled: tell its handler and the supervisor (once)."""
+        with self._lock:
+            if ctx.cancel_requested:
+                return False
+            ctx.cancel_requested = True
+        ctx.cancel()
+        self.events.emit("job.cancel_heard", ctx, logging.WARNING, effect="handler told to stop")
+        if self.on_cancel is not None and ctx.started and not ctx.slot_freed:
+            self.on_cancel(ctx.job)  # its handler still runs: the supervisor times it
+        return True

@@ -1,0 +1,87 @@
+"""`forklift top`'s layout: it fits 80x24 whatever the frame holds, and shows more when
+the terminal is bigger; workers come from the registry and from running jobs' owners."""
+
+from __future__ import annotations
+
+import io
+from datetime import UTC, datetime
+
+from rich.console import Console
+
+from forklift.admin import ProcessRow, QueueStats
+from forklift.admin.rows import DeadJob, RunningJob
+from forklift.cli.top.frame import Frame, Trends, Worker, workers_of
+from forklift.cli.top.view import render, spark
+
+NOW = datetime(2026, 12, 1, 11, 0, tzinfo=UTC)
+
+
+def busy_frame() -> Frame:
+    queues = [
+        QueueStats(f"queue-with-a-very-long-name-{i}", 123456, 999, 64, 4321, 7200.0, 98765,
+                   paused=i % 3 == 0)
+        for i in range(12)
+    ]  # fmt: skip
+    workers = [
+        Worker(
+            f"a-rather-long-host-name.example.com:{4000 + i}:abc", "a-rather-long-host-name",
+            4000 + i, [RunningJob(10_000 + i, "q", "t" * 80, "h", 1, 5000.0)] if i % 2 else [],
+            812 * 2**20,
+        )
+        for i in range(40)
+    ]  # fmt: skip
+    failures = [DeadJob(i, "q", "render", 30.0, "RuntimeError: " + "x" * 200) for i in range(5)]
+    return Frame(NOW, "root@db.example.com:5432/production schema forklift", queues, workers, 3,
+                 failures)  # fmt: skip
+
+
+def shown(frame: Frame, width: int, height: int) -> list[str]:
+    console = Console(width=width, height=height, file=io.StringIO(), record=True)
+    trends = Trends()
+    for _ in range(20):
+        trends.add(frame)
+    console.print(render(frame, trends, width, height))
+    return console.export_text().rstrip("\n").splitlines()
+
+
+def test_a_busy_frame_fits_80x24_and_says_what_it_left_out() -> None:
+    lines = shown(busy_frame(), 80, 24)
+    assert len(lines) <= 24
+    assert all(len(line) <= 80 for line in lines), max(lines, key=len)
+    text = "\n".join(lines)
+    assert "more not shown" in text and "q quits" in lines[0]
+    assert "paused" in text and "Recent failures" in text and "Workers: 40 (20 busy)" in text
+
+
+def test_a_bigger_terminal_shows_more_rows() -> None:
+    small, big = shown(busy_frame(), 80, 24), shown(busy_frame(), 120, 50)
+    assert len(big) > len(small) and len(big) <= 50
+
+
+def test_an_empty_frame_still_has_its_sections() -> None:
+    lines = shown(Frame(NOW, "db"), 80, 24)
+    assert [line.split(" ")[0] for line in lines if line and line[0].isupper()][:3] == [
+        "Queues", "QUEUE", "Workers:",
+    ]  # fmt: skip
+
+
+def test_sparklines_scale_to_their_largest_value() -> None:
+    assert spark([0, 1, 2, 4], 11) == "▁▃▅█"
+    assert spark([0, 0], 11) == "▁▁" and spark(range(20), 3) == "▇██"  # the last 3
+
+
+def test_workers_come_from_the_registry_and_from_running_jobs_owners() -> None:
+    procs = [
+        ProcessRow("h:1:a", "supervisor", "h", 1, None, ["q"], None, None, 9.0, 1.0),
+        ProcessRow("h:2:b", "worker", "h", 2, "h:1:a", ["q"], None, 2**20, 9.0, 1.0),
+        ProcessRow("h:3:c", "worker", "h", 3, "h:1:a", ["q"], None, None, 9.0, 1.0),
+    ]
+    running = [
+        RunningJob(7, "q", "render", "h:3:c", 1, 2.0),
+        RunningJob(8, "q", "x", "n:9:d", 1, 1),
+    ]
+    workers = workers_of(procs, running)
+    assert [(w.id, [j.id for j in w.jobs], w.registered) for w in workers] == [
+        ("h:3:c", [7], True), ("n:9:d", [8], False), ("h:2:b", [], True),
+    ]  # fmt: skip
+    assert workers[1].pid == 9
