@@ -60,3 +60,6 @@ def setup(level: str = "INFO", fmt: str = "auto", stream: TextIO | None = None) 
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
+    # psycopg_pool logs every failed connection attempt (several a second while the
+    # database is away); forklift's own events say so once, calmly, with the cause.
+    logging.getLogger("psycopg.pool").setLevel(max(logging.getLevelName(level), logging.ERROR))

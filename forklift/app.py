@@ -12,9 +12,9 @@ from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar, Unpack, cast, overload
 
 import psycopg
+from psycopg_pool import ConnectionPool
 
 from forklift import _db, _json, _names, _singleton, _sql
-from forklift._pool import Pool
 from forklift.backoff import Backoff
 from forklift.errors import ArgumentError, ConfigError, UnknownTaskError
 from forklift.scheduler import declare
@@ -64,7 +64,7 @@ class App:
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.schedules: dict[str, Schedule] = {}
         self._lock = threading.Lock()
-        self._pool: Pool | None = None
+        self._pool: ConnectionPool[psycopg.Connection[Any]] | None = None
         self._pool_pid = 0
         self._store: JobStore | None = None
 

@@ -11,8 +11,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from psycopg_pool import ConnectionPool
+
 from forklift import _db, _sql
-from forklift._pool import Pool
 from forklift.store._boundary import Conn, short_connection, translated
 from forklift.store._effect import Effect
 from forklift.store._listen import Notifications
@@ -34,7 +35,7 @@ __all__ = [
 class JobStore:
     """Runs the job queries against a pool (or a caller's connection where stated)."""
 
-    def __init__(self, pool: Pool, schema: str) -> None:
+    def __init__(self, pool: ConnectionPool[Conn], schema: str) -> None:
         self.pool = pool
         self.schema = schema
         self.q = _sql.load("forklift.store", "queries.sql", schema)

@@ -8,9 +8,9 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+from psycopg_pool import PoolTimeout
 
 from forklift import _db
-from forklift._pool import PoolTimeout
 from forklift.errors import DatabaseError, SchemaMissing
 
 Conn = psycopg.Connection[Any]
@@ -41,7 +41,10 @@ def translated(what: str, where: str = "") -> Iterator[None]:
     except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName) as exc:
         raise SchemaMissing(_missing(exc, where)) from exc
     except PoolTimeout as exc:
-        raise DatabaseError(f"{what}: no database connection available: {exc}") from exc
+        at = f" at {where}" if where else ""
+        raise DatabaseError(
+            f"{what}: no database connection available ({exc}): is the database{at} up?"
+        ) from exc
     except psycopg.Error as exc:
         raise DatabaseError(f"{what}: {type(exc).__name__}: {exc}") from exc
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import psycopg
+from psycopg_pool import ConnectionPool
 
-from forklift._pool import Pool
-from forklift.store._boundary import translated
+from forklift.store._boundary import Conn, translated
 
 
 class Effect:
@@ -16,7 +16,7 @@ class Effect:
     the connection goes back to the pool.
     """
 
-    def __init__(self, pool: Pool, complete_sql: str) -> None:
+    def __init__(self, pool: ConnectionPool[Conn], complete_sql: str) -> None:
         self._pool = pool
         self._complete_sql = complete_sql
         with translated("effect transaction failed"):

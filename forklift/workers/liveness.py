@@ -21,8 +21,8 @@ from typing import Any
 import psycopg
 
 from forklift import _db, _locks
+from forklift._db import looks_alive
 from forklift._events import emit
-from forklift._pool import looks_alive
 from forklift._service import TestSignal
 
 log = logging.getLogger(__name__)

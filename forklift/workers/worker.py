@@ -189,7 +189,7 @@ class Worker:
         assert self._wakeup is not None
         next_expiry_check = time.monotonic()
         claim_errors = Streak(CLAIM_RETRY)
-        repeats = Repeats()  # "run forklift migrate" every 30 s, not every second
+        repeats = Repeats()  # the same error every 30 s, not every retry
         while not self._stopping:
             if cfg.maintenance:
                 self.services.maintenance.run_due()
@@ -218,7 +218,8 @@ class Worker:
                 continue
             except DatabaseError as exc:
                 delay = claim_errors.failed()
-                emit(log, "worker.claim_failed", logging.WARNING, error=exc, retry_in=delay)
+                if repeats.worth_logging(exc):  # an outage: said once, then every 30 s
+                    emit(log, "worker.claim_failed", logging.WARNING, error=exc, retry_in=delay)
                 self._wakeup.wait(delay)
                 continue
             claim_errors.succeeded()
