@@ -111,7 +111,10 @@ def test_an_unknown_task_retries_with_backoff_then_ends_dead_naming_the_worker(
     unknown = producer.enqueue("no_such_task", {"x": 1}, max_attempts=2)
     producer.close()
     worker = run_worker()
-    wait_for(lambda: job(db, schema, unknown)["attempts"] == 1, what="first attempt")
+    wait_for(
+        lambda: (j := job(db, schema, unknown))["attempts"] == 1 and j["state"] == "ready",
+        what="first attempt recorded",
+    )
     first = job(db, schema, unknown)
     assert first["state"] == "ready"  # not dead on the first try: it retries
     assert first["last_error"] == (
