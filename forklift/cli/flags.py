@@ -154,6 +154,12 @@ def add_worker(p: argparse.ArgumentParser) -> None:
         shown="7d",
     )
     p.add_argument(
+        "--no-prefetch",
+        action="store_true",
+        default=env("NO_PREFETCH", boolean, False),
+        help="claim only into free slots, never ahead of them (env FORKLIFT_NO_PREFETCH)",
+    )
+    p.add_argument(
         "--no-listen",
         action="store_true",
         default=env("NO_LISTEN", boolean, False),
@@ -253,6 +259,7 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
         poll_interval=args.poll_interval,
         grace=args.grace,
         listen=not args.no_listen,
+        prefetch=not args.no_prefetch,
         pool=args.pool,
         keep_finished=args.retain_finished,
         keep_dead=args.retain_dead,

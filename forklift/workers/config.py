@@ -23,6 +23,9 @@ class WorkerConfig:
     # Fallback poll when no notification arrives (NOTIFY is only a hint).
     poll_interval: float = 2.0
     listen: bool = True
+    # Claim beyond the free slots as far as measured job times say the extra jobs start
+    # within a few claim round trips (never a long job; see prefetch.py).
+    prefetch: bool = True
     # Seconds a graceful stop waits for running jobs before releasing them.
     grace: float = 30.0
     # Exit cleanly after this many jobs (None: never); the supervisor replaces the process.

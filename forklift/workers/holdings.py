@@ -39,15 +39,17 @@ class Holdings:
     def __len__(self) -> int:
         return len(self._jobs)
 
-    def free(self) -> tuple[int, int]:
-        """(slots free for new claims, jobs held)."""
+    def free(self, ahead: int = 0) -> tuple[int, int]:
+        """(jobs to claim now, jobs held): the free slots, plus `ahead` claimed ahead."""
         with self._lock:
             # A slot frees when its handler returns; its completion may still be on its
             # way to the database (group commit), which must not hold up the next claim.
             # But completions waiting for a slow database count too: never hold more
-            # than twice the slots, or leases pile up faster than they can be renewed.
+            # than twice the slots (and the jobs ahead), or leases pile up faster than
+            # they can be renewed.
             held = len(self._jobs)
-            return min(self.concurrency - self._busy, 2 * self.concurrency - held), held
+            room = min(self.concurrency + ahead - self._busy, 2 * self.concurrency + ahead - held)
+            return room, held
 
     def adopt(self, ctx: JobContext) -> None:
         """Hold a job just claimed; it takes a slot."""
@@ -74,6 +76,41 @@ class Holdings:
             freed = self._free_slot(ctx)
             self._jobs.pop(ctx.job_id, None)
             return freed
+
+    def start(self, ctx: JobContext, now: float) -> bool:
+        """Mark a claimed job started (its handler is about to run); False if it was
+        taken to be given back while it waited (`take_waiting`)."""
+        with self._lock:
+            if ctx.finished or ctx.job_id not in self._jobs or ctx.giving_back:
+                return False
+            ctx.started, ctx.started_at = True, now
+            return True
+
+    def take_waiting(self) -> list[JobContext]:
+        """The jobs claimed but not started, marked so that no executor starts them: to
+        be given back (they would wait too long, or the worker is stopping)."""
+        with self._lock:
+            waiting = [
+                c
+                for c in self._jobs.values()
+                if not c.started and not c.slot_freed and not c.giving_back
+            ]
+            for ctx in waiting:
+                ctx.giving_back = True
+            return waiting
+
+    def longest_running(self, now: float) -> float:
+        """Seconds the longest-running handler has run (0 when none runs)."""
+        with self._lock:
+            ages = [
+                now - c.started_at for c in self._jobs.values() if c.started and not c.slot_freed
+            ]
+        return max(ages, default=0.0)
+
+    def waiting(self) -> int:
+        """How many claimed jobs wait for a slot."""
+        with self._lock:
+            return sum(1 for c in self._jobs.values() if not c.started and not c.slot_freed)
 
     def snapshot(self) -> list[JobContext]:
         with self._lock:

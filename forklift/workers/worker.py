@@ -36,6 +36,7 @@ from forklift.workers.config import WorkerConfig
 from forklift.workers.context import JobContext
 from forklift.workers.events import JobEvents, Outcome
 from forklift.workers.holdings import Holdings
+from forklift.workers.prefetch import Prefetch
 from forklift.workers.recorder import Recorder
 from forklift.workers.services import Services
 from forklift.workers.wakeup import Wakeup
@@ -141,6 +142,7 @@ class Worker:
         self._pool.open(wait=False)
         self.store = JobStore(self._pool, self.app.schema)
         self.holdings = Holdings(cfg.concurrency)
+        self.prefetch = Prefetch(cfg.concurrency)
         self.events = JobEvents(
             self.owner, self.holdings, self._wakeup, self.tally, self.on_job_end
         )
@@ -193,11 +195,12 @@ class Worker:
         while not self._stopping:
             if cfg.maintenance:
                 self.services.maintenance.run_due()
+            self._give_back_overdue()
             free = self._free_slots()
             if self._stopping:  # recycling: the job count is reached
                 break
             if free <= 0:
-                self._wakeup.wait(cfg.poll_interval)
+                self._wakeup.wait(self._busy_wait())
                 continue
             # Nothing is claimed without the liveness lock: a peer that finds it free
             # would charge whatever this worker claimed.
@@ -206,9 +209,11 @@ class Worker:
             self._wakeup.clear()  # wake-ups from now on are news to the claim below
             expired = time.monotonic() >= next_expiry_check
             try:
+                began = time.monotonic()
                 jobs = self.store.job_claim(
                     cfg.queues, self.owner, free, cfg.lease, expired=expired
                 )
+                self.prefetch.observe_claim(time.monotonic() - began)
             except SchemaMissing as exc:
                 # Not migrated yet (a migration Job may be on its way): say so calmly,
                 # look again every second, start the moment the tables are there.
@@ -235,8 +240,13 @@ class Worker:
                 self._wakeup.wait(self._idle_wait())
 
     def _free_slots(self) -> int:
-        """Slots to claim for now; past max_jobs, none, and once all are done, stop."""
-        free, held = self.holdings.free()
+        """Jobs to claim now: the free slots, plus as many ahead as the measured job
+        times say will start within the prefetch budget; past max_jobs, none, and once
+        all are done, stop."""
+        ahead = 0
+        if self.config.prefetch:
+            ahead = self.prefetch.ahead(self.holdings.longest_running(time.monotonic()))
+        free, held = self.holdings.free(ahead)
         max_jobs = self.config.max_jobs
         if max_jobs is not None:
             ended = self.holdings.ended
@@ -247,6 +257,22 @@ class Worker:
             free = min(free, left)
         return free
 
+    def _busy_wait(self, longest: float | None = None) -> float:
+        """Until a wake-up, or the poll interval (or `longest`); but no longer than until
+        the jobs waiting for a slot would have to be given back."""
+        wait = self.config.poll_interval if longest is None else longest
+        if self.holdings.waiting():
+            return min(wait, self.prefetch.release_after)
+        return wait
+
+    def _give_back_overdue(self) -> None:
+        """Claimed-ahead jobs that would wait too long behind a running one go back to
+        ready at once (fenced, the attempt not counted) for another worker to take."""
+        if not self.holdings.waiting():
+            return
+        if self.prefetch.overdue(self.holdings.longest_running(time.monotonic())):
+            self.recorder.release(self.holdings.take_waiting(), "waited too long for a slot")
+
     def _idle_wait(self) -> float:
         """Sleep until the next delayed job is due, or the poll interval, whichever first."""
         try:
@@ -254,8 +280,8 @@ class Worker:
         except DatabaseError:
             return self.config.poll_interval
         if due_in is None:
-            return self.config.poll_interval
-        return min(self.config.poll_interval, due_in + 0.001)
+            return self._busy_wait()
+        return self._busy_wait(min(self.config.poll_interval, due_in + 0.001))
 
     def _adopt(self, job: ClaimedJob) -> JobContext:
         ctx = JobContext(job, self.store, effect_idle=effect_idle(self.app, job, self.config.lease))
@@ -281,6 +307,8 @@ class Worker:
     def _run_job(self, ctx: JobContext) -> None:
         """Run one claimed job's handler, then record its outcome (or hand it over)."""
         job = ctx.job
+        if not self.holdings.start(ctx, time.monotonic()):
+            return  # given back while it waited (overdue, or the stop): not ours to run
         if self._stopping:
             # Claimed just before the stop and not started: no new work once stopping.
             self.recorder.release([ctx], "not started before the stop")
@@ -290,13 +318,13 @@ class Worker:
                 ctx.finished = True
             self.events.lease_lost(ctx, "never started")
             return
-        ctx.started = True
         if self.on_job_start is not None:
             self.on_job_start(job)
         started = time.monotonic()
         task = self.app.tasks.get(job.task)
         result = executor.run(task, ctx, self.owner)
         ctx.duration = time.monotonic() - started
+        self.prefetch.observe_job(ctx.duration)  # executor threads race here: a lost sample
         effect = ctx.take_effect()
         if ctx.finished:  # released while it ran (a stop past grace): nothing to record
             if effect is not None:
@@ -320,6 +348,8 @@ class Worker:
     def _drain(self) -> None:
         """Wait up to the grace period for held jobs to finish; release the rest."""
         assert self._wakeup is not None
+        # A graceful stop starts nothing new: what waits for a slot goes back now.
+        self.recorder.release(self.holdings.take_waiting(), "not started before the stop")
         deadline = time.monotonic() + (0.0 if self._fast_stop else self.config.grace)
         while len(self.holdings) and time.monotonic() < deadline and not self._fast_stop:
             self._wakeup.wait(min(0.5, deadline - time.monotonic()))

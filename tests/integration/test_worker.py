@@ -447,3 +447,31 @@ def test_a_started_job_released_at_stop_is_reported_ended(
     assert not thread.is_alive()
     assert ended == [(job_id, "released")]
     assert state_is(db, schema, job_id, "ready")
+
+
+def test_jobs_claimed_behind_a_long_one_are_given_back_at_once(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    """A worker that measured tiny jobs claims ahead; when the first of a claim turns out
+    long, the ones waiting behind it go back to ready, attempt not counted."""
+    worker = run_worker()
+    warm = app.enqueue_many([("noop", {}) for _ in range(100)])
+    wait_for(lambda: all(state_is(db, schema, i, "succeeded") for i in warm), what="warmed")
+    assert worker.prefetch.ahead() > 10  # it would claim ahead now
+    long_job, *short = app.enqueue_many(
+        [("sleep", {"seconds": 30.0})] + [("noop", {}) for _ in range(20)]
+    )
+    wait_state = "SELECT count(*) FROM {s}.jobs WHERE id = ANY(%s) AND state = 'ready'"
+    wait_for(lambda: state_is(db, schema, long_job, "running"), what="the long job running")
+    # The claim took short jobs with it (they were leased to this worker) ...
+    assert job(db, schema, short[0])["started_at"] is not None
+    # ... and gives them back within the release budget (20 ms; the wait is generous).
+    wait_for(
+        lambda: (
+            (db.execute(wait_state.format(s=schema), (short,)).fetchone() or (0,))[0] == len(short)
+        ),
+        timeout=2,
+        what="the short jobs given back",
+    )
+    assert {job(db, schema, i)["attempts"] for i in short} == {0}  # not counted
+    assert worker.holdings.waiting() == 0 and len(worker.holdings) == 1
