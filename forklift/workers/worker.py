@@ -95,6 +95,7 @@ class Worker:
         self.on_job_cancel = on_job_cancel  # an operator cancelled a job whose handler runs
         self.tally = tally
         self.booted: TestSignal[None] = TestSignal()  # its services exist from then on
+        self.idle: TestSignal[None] = TestSignal()  # it found nothing to claim; sleeps
         self._stopping = False
         self._fast_stop = False
         self._wakeup: Wakeup | None = None
@@ -237,7 +238,10 @@ class Worker:
             for job in jobs:
                 self._work.put(self._adopt(job))
             if len(jobs) < free:
-                self._wakeup.wait(self._idle_wait())
+                wait = self._idle_wait()
+                if not jobs:
+                    self.idle.emit(None)
+                self._wakeup.wait(wait)
 
     def _free_slots(self) -> int:
         """Jobs to claim now: the free slots, plus as many ahead as the measured job

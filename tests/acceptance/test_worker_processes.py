@@ -97,10 +97,9 @@ def test_frozen_worker_cannot_complete_a_job_taken_over(
     )
     frozen.signal(signal.SIGCONT)
     # The frozen one wakes mid-handler; its effect and completion must both be refused.
-    time.sleep(0.2)
+    wait_for(lambda: "job.lease_lost" in frozen.output(), what="the frozen one's refusal")
     frozen.signal(signal.SIGTERM)
     assert frozen.wait(timeout=15) == 0
-    assert "job.lease_lost" in frozen.output()
     assert scalar(db, f"SELECT count(*) FROM {schema}.effects") == 1
     row = db.execute(
         f"SELECT attempts, errors->0->>'error' FROM {schema}.jobs WHERE id = %s", (job_id,)

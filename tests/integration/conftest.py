@@ -37,6 +37,7 @@ def run_worker(app: forklift.App) -> Iterator[RunWorker]:
         kwargs.setdefault("maintenance", False)
         worker = Worker(app, WorkerConfig(**kwargs))
         worker.booted.enable()
+        worker.idle.enable()
         thread = threading.Thread(target=worker.run, daemon=True)
         thread.start()
         started.append((worker, thread))

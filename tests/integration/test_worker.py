@@ -201,8 +201,7 @@ def test_delayed_job_starts_on_time(
     app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
 ) -> None:
     # poll_interval far away: only the next-due computation can start it on time.
-    run_worker(poll_interval=30.0)
-    time.sleep(0.2)  # let the worker go idle first (it then sleeps until woken or due)
+    run_worker(poll_interval=30.0).idle.wait()  # idle: it sleeps until woken or due
     job_id = app.enqueue("noop", delay=1.0)
     wait_for(lambda: state_is(db, schema, job_id, "succeeded"), timeout=5, what="delayed job")
     row = job(db, schema, job_id)
@@ -214,13 +213,13 @@ def test_delayed_job_starts_on_time(
 def test_notify_wakes_an_idle_worker(
     app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
 ) -> None:
-    run_worker(poll_interval=60.0)  # no polling to speak of: only NOTIFY can wake it
+    worker = run_worker(poll_interval=60.0)  # no polling to speak of: only NOTIFY can wake it
     listening = (
         "SELECT count(*) >= 1 FROM pg_stat_activity"
         " WHERE application_name = 'forklift-listener' AND query LIKE 'LISTEN%%'"
     )
     wait_for(lambda: (db.execute(listening).fetchone() or (False,))[0], what="listener connected")
-    time.sleep(0.3)  # idle now
+    worker.idle.wait()  # asleep now, for a minute unless a notification comes
     job_id = app.enqueue("noop")
     wait_for(lambda: state_is(db, schema, job_id, "succeeded"), timeout=3, what="woken by NOTIFY")
     row = job(db, schema, job_id)
@@ -230,8 +229,7 @@ def test_notify_wakes_an_idle_worker(
 def test_polling_fallback_without_listen(
     app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
 ) -> None:
-    run_worker(listen=False, poll_interval=0.3)
-    time.sleep(0.5)
+    run_worker(listen=False, poll_interval=0.3).idle.wait()  # no LISTEN: only the poll
     job_id = app.enqueue("noop")
     wait_for(lambda: state_is(db, schema, job_id, "succeeded"), timeout=5, what="found by polling")
 
@@ -337,9 +335,9 @@ def test_queues_are_served_only_by_their_workers(
 ) -> None:
     other = app.enqueue("noop", queue="other")
     mine = app.enqueue("noop", queue="mine")
-    run_worker(queues=("mine",))
+    worker = run_worker(queues=("mine",))
     wait_for(lambda: state_is(db, schema, mine, "succeeded"), what="mine done")
-    time.sleep(0.3)
+    worker.idle.wait()  # it claimed again and found nothing: "other" is not its queue
     assert state_is(db, schema, other, "ready")
 
 
