@@ -131,7 +131,7 @@ def test_a_worker_connection_is_kept_alive_on_both_ends(dsn: str) -> None:
         )
         over_tcp = not conn.info.host.startswith("/")
     if not over_tcp:
-        # PostgreSQL reports 0 for every keepalive setting on a Unix socket: there is no TCP to keep alive.
+        # Over a Unix socket PostgreSQL reports 0 for every keepalive: no TCP to keep alive.
         assert set(settings.values()) == {"0"}
         return
     assert settings == {
