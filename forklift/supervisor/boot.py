@@ -72,7 +72,7 @@ def _run(app: App, config: SupervisorConfig, spec: ChildSpec) -> int:
     )
     _handle_signals(worker)
     soft_limit = int(config.max_memory_per_child * 2**20) if config.max_memory_per_child else None
-    beat = ParentHeartbeat(worker, report, tally, spec, soft_limit)
+    beat = ParentHeartbeat(worker, report, tally, spec, soft_limit, hooks)
     title.update()
     beat.start()
     try:
@@ -104,23 +104,60 @@ def _handle_signals(worker: Worker) -> None:
 
 
 class JobHooks:
-    """The worker's job start, cancel and end, told to the parent and shown in the title."""
+    """The worker's job start, cancel and end, told to the parent and shown in the title.
+
+    A start is shown in the title at once (`ps` names the job a wedged worker is stuck
+    in). A job with a timeout is told to the parent at once too: the parent enforces
+    it. One without is told only if it is still running at the next heartbeat
+    (`flush`), half a second at most later, and its end then shows at that beat: so
+    thousands of tiny jobs a second cost no report and no work in the parent, which
+    sees only that the child was busy (`ran` in the beat).
+    """
 
     def __init__(self, app: App, report: Reporter, title: ChildTitle) -> None:
         self.app = app
         self.report = report
         self.title = title
+        self._lock = threading.Lock()
+        self._unreported: dict[int, str] = {}  # started, not told yet: job id -> task
+        self.ran = 0  # jobs ended since the last heartbeat
 
     def started(self, job: ClaimedJob) -> None:
-        self.report.start(job.id, task_timeout(self.app, job), job.task)
         self.title.started(job.id, job.task)
+        timeout = task_timeout(self.app, job)
+        if timeout is None:
+            with self._lock:
+                self._unreported[job.id] = job.task
+            return
+        self.report.start(job.id, timeout, job.task)
+
+    def flush(self) -> int:
+        """Tell the parent of the jobs still running since before this beat, and show
+        the ends since; the number of jobs that ended since the last beat."""
+        with self._lock:
+            running, self._unreported = self._unreported, {}
+            ran, self.ran = self.ran, 0
+        for job_id, task in running.items():
+            self.report.start(job_id, None, task)
+        if ran:
+            self.title.update()
+        return ran
 
     def cancelled(self, job: ClaimedJob) -> None:
+        with self._lock:
+            task = self._unreported.pop(job.id, None)
+        if task is not None:  # the parent must know it runs, to time its cancel grace
+            self.report.start(job.id, None, task)
         self.report.cancelled(job.id)
 
     def ended(self, job: ClaimedJob, outcome: str) -> None:
-        self.report.end(job.id)
-        self.title.ended(job.id)
+        with self._lock:
+            self.ran += 1
+            untold = self._unreported.pop(job.id, None) is not None
+        # Started and ended between two beats: nothing to take back; the beat shows it.
+        self.title.ended(job.id, show=not untold)
+        if not untold:
+            self.report.end(job.id)
 
 
 class ParentHeartbeat:
@@ -137,7 +174,9 @@ class ParentHeartbeat:
         tally: Tally,
         spec: ChildSpec,
         soft_limit: int | None,
+        hooks: JobHooks | None = None,
     ) -> None:
+        self.hooks = hooks
         self.worker = worker
         self.report = report
         self.tally = tally
@@ -159,7 +198,8 @@ class ParentHeartbeat:
         while not self._closing.wait(REPORT_EVERY):
             rss = rss_of()
             self._send_metrics()
-            self.report.heartbeat(rss)
+            ran = self.hooks.flush() if self.hooks is not None else 0
+            self.report.heartbeat(rss, ran)
             if os.getppid() != self.spec.parent_pid:
                 log.error("supervisor %s is gone; stopping", self.spec.parent_pid)
                 self.worker.request_stop()

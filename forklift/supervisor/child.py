@@ -71,6 +71,7 @@ class Child:
     peak_rss: int = 0
     jobs: dict[int, RunningJob] = field(default_factory=dict)
     idle_since: float | None = None
+    ran_recently: bool = False  # a job ended since the heartbeat before last
     # Set when the parent asked it to go (scale down, reload, shutdown).
     retiring: RetireReason | None = None
     # Set when the parent is killing it; the next SIGKILL is due at kill_at.
@@ -122,9 +123,13 @@ class Child:
     def take_report(self, report: Report, now: float) -> bool:
         """Apply one report; False if its content was unusable (malformed counts)."""
         match report:
-            case Heartbeat(rss):
+            case Heartbeat(rss, ran):
                 self.rss = rss
                 self.peak_rss = max(self.peak_rss, rss)
+                # Jobs too short to be told one by one still make it busy, not idle.
+                self.ran_recently = ran > 0
+                if ran and not self.jobs:
+                    self.idle_since = now
             case Booted():
                 self.booted = True
             case JobStarted(job_id, timeout, task):
@@ -134,6 +139,8 @@ class Child:
                 self.jobs[job_id].cancelled = self.jobs[job_id].cancelled or now
             case JobEnded(job_id):
                 self.jobs.pop(job_id, None)
+                # Its next job may have started untold: busy until a beat says it ran none.
+                self.ran_recently = True
                 if not self.jobs:
                     self.idle_since = now
             case MetricDeltas(deltas) if self.on_metrics is not None:
@@ -145,7 +152,7 @@ class Child:
 
     @property
     def busy(self) -> bool:
-        return bool(self.jobs)
+        return bool(self.jobs) or self.ran_recently
 
     def facts(self, now: float) -> ChildFacts:
         """What the exit decision needs to know of this child."""

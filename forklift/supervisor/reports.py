@@ -35,6 +35,7 @@ SAMPLE = 80  # bytes of a malformed line kept for the log
 @dataclass(frozen=True)
 class Heartbeat:
     rss: int
+    ran: int = 0  # jobs that ended since the last heartbeat (tiny ones go untold)
 
 
 @dataclass(frozen=True)
@@ -70,8 +71,8 @@ Report = Heartbeat | Booted | JobStarted | JobCancelled | JobEnded | MetricDelta
 def encode(report: Report) -> bytes:
     """One report as its line (ASCII, its only newline at the end)."""
     match report:
-        case Heartbeat(rss):
-            obj: dict[str, Any] = {"k": "heartbeat", "rss": rss}
+        case Heartbeat(rss, ran):
+            obj: dict[str, Any] = {"k": "heartbeat", "rss": rss, "ran": ran}
         case Booted():
             obj = {"k": "booted"}
         case JobStarted(job_id, timeout, task):
@@ -93,8 +94,8 @@ class Reporter:
         self.fd = fd
         self._lock = threading.Lock()
 
-    def heartbeat(self, rss: int) -> None:
-        self.send(Heartbeat(rss))
+    def heartbeat(self, rss: int, ran: int = 0) -> None:
+        self.send(Heartbeat(rss, ran))
 
     def booted(self) -> None:
         self.send(Booted())
@@ -133,8 +134,8 @@ def _count(value: Any) -> int | None:
 
 
 def _heartbeat(obj: dict[str, Any]) -> Report | None:
-    rss = _count(obj.get("rss"))
-    return None if rss is None else Heartbeat(rss)
+    rss, ran = _count(obj.get("rss")), _count(obj.get("ran", 0))
+    return None if rss is None or ran is None else Heartbeat(rss, ran)
 
 
 def _started(obj: dict[str, Any]) -> Report | None:

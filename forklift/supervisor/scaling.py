@@ -44,7 +44,8 @@ class Scaling:
         except DatabaseError:
             return
         slots = self.config.worker.concurrency
-        busy = sum(1 for c in live if len(c.jobs) >= slots)
+        # A child running jobs too short to be told one by one is saturated too.
+        busy = sum(1 for c in live if len(c.jobs) >= slots or c.ran_recently)
         idle = [now - c.idle_since for c in live if c.idle_since is not None]
         delta = self.autoscaler.decide(now, len(live), backlog, busy, max(idle, default=0.0))
         if delta:

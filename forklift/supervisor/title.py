@@ -38,10 +38,12 @@ class ChildTitle:
             self._running[job_id] = task
             self.update()
 
-    def ended(self, job_id: int) -> None:
+    def ended(self, job_id: int, *, show: bool = True) -> None:
+        """The job is done; `show` False leaves the title as it is until update()."""
         with self._lock:
             self._running.pop(job_id, None)
-            self.update()
+            if show:
+                self.update()
 
     def update(self) -> None:
         with self._lock:

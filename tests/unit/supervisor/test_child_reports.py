@@ -65,7 +65,11 @@ def test_start_and_end_track_jobs_busy_and_idle_since(child: Child, pipe: tuple[
 
     Reporter(write_fd).end(8)
     assert child.read(13.0)
-    assert child.jobs == {} and not child.busy and child.idle_since == 13.0
+    # Busy still: its next job may have started untold, till a heartbeat says none ran.
+    assert child.jobs == {} and child.busy and child.idle_since == 13.0
+    Reporter(write_fd).heartbeat(4096, ran=0)
+    assert child.read(13.5)
+    assert not child.busy and child.idle_since == 13.0
 
 
 def test_a_cancel_is_timed_from_when_it_was_first_heard(
@@ -242,3 +246,14 @@ def test_metric_deltas_reach_the_totals_with_their_names(pipe: tuple[int, int]) 
     assert sum(totals.durations[("default", "render")].counts) == 1
     assert child.malformed == 1
     assert sum(totals.waits["default"].counts) == 1
+
+
+def test_a_heartbeat_counting_untold_jobs_makes_the_child_busy_not_idle(
+    child: Child, pipe: tuple[int, int]
+) -> None:
+    os.write(pipe[1], encode(Heartbeat(100, ran=250)))
+    assert child.read(5.0)
+    assert child.busy and child.idle_since == 5.0
+    os.write(pipe[1], encode(Heartbeat(100, ran=0)))
+    assert child.read(6.0)
+    assert not child.busy and child.idle_since == 5.0  # idle since its last job ended

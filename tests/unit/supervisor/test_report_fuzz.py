@@ -35,7 +35,7 @@ JSON: st.SearchStrategy[Any] = st.recursive(
 )
 IDS = st.integers(min_value=0, max_value=2**63)
 REPORTS: st.SearchStrategy[Report] = st.one_of(
-    st.builds(Heartbeat, IDS),
+    st.builds(Heartbeat, IDS, IDS),
     st.builds(
         JobStarted,
         IDS,
