@@ -36,8 +36,10 @@ class PrefetchConfig:
     # The worker's own cost per job on top of the handler (claim parsing, context,
     # completion): keeps the estimate finite for handlers that take no time at all.
     per_job_overhead: float = 0.00005
-    # At most this many jobs claimed ahead per slot, whatever the arithmetic says.
-    cap_per_slot: int = 256
+    # At most this many jobs claimed ahead, whatever the arithmetic says: enough to
+    # cover a claim round trip at the rate one process runs tiny jobs, and no more (the
+    # slots themselves are a buffer too; every held job is a lease to renew).
+    cap: int = 256
     # Weight of the newest sample in the running means.
     weight: float = 0.2
 
@@ -80,7 +82,7 @@ class Prefetch:
             return 0  # nothing measured yet, or a long job is running: claim no more
         per_job = max(self.job_time, longest_running) + cfg.per_job_overhead
         jobs = int(self.budget * self.slots / per_job)
-        return max(0, min(jobs, cfg.cap_per_slot * self.slots))
+        return max(0, min(jobs, cfg.cap))
 
     def overdue(self, longest_running: float) -> bool:
         """Whether jobs waiting for a slot would wait too long and must be given back."""

@@ -48,11 +48,11 @@ def test_waiting_jobs_are_overdue_once_a_running_job_outruns_the_release_budget(
 
 
 def test_the_means_follow_the_samples_and_the_cap_holds() -> None:
-    p = Prefetch(2, PrefetchConfig(cap_per_slot=10))
+    p = Prefetch(2, PrefetchConfig(cap=20))
     p.observe_claim(0.001)
     for _ in range(50):
         p.observe_job(0.0)
-    assert p.ahead() == 20  # 2 slots x cap 10, not 4 ms / 50 us x 2 = 160
+    assert p.ahead() == 20  # the cap, not 4 ms / 50 us x 2 = 160
     for _ in range(50):
         p.observe_job(1.0)
     assert p.job_time == pytest.approx(1.0, rel=1e-3) and p.ahead() == 0
