@@ -181,10 +181,10 @@ class Forklift(Contender):
             return bench.run_forklift(jobs, iterations, WORKERS).seconds
 
     def recovery(self, nap: float, timeout: float) -> float | None:
-        """bench.restart's kill: the supervisor's children settled past its fast-crash window."""
+        """bench.restart's kill, of a child that has booted (not a boot crash)."""
         with RestartBench(self.dsn).session() as bench:
             bench.start_supervisor(WORKERS)
-            bench.wait_settled(WORKERS, settle=6.0)
+            bench.wait_settled(WORKERS, settle=1.0)
             return bench.kill_once(nap, WORKERS, timeout).rerun
 
 

@@ -17,9 +17,19 @@ from forklift import _db, _locks, _sql
 from forklift.backoff import Backoff
 from forklift.store import short_connection
 
-# The retry delay of a job whose worker died: 0.5 s after its first attempt, doubling
-# per attempt, at most a minute.
+# The retry delay of a job whose worker died: none after its first attempt (it runs
+# again at once, in its old place in line, on whichever worker claims it first; a job
+# that kills every worker it meets is stopped by its crash budget, max_crashes), then
+# 0.5 s, doubling per attempt, at most a minute.
 ORPHAN_RETRY = Backoff(base=0.5, factor=2.0, max=60.0, jitter=0)
+
+
+def orphan_delay(retry: Backoff | None, attempts: int) -> float | None:
+    """The delay before the retry of a job whose worker died in attempt `attempts`;
+    None: ready at once, in its old place in line."""
+    if retry is None or attempts <= 1:
+        return None
+    return retry.delay(attempts - 1)
 
 
 class ChargedJob(NamedTuple):
@@ -99,7 +109,7 @@ class SupervisorStore:
                 "owner": owner,
                 "error": error,
                 "ids": [job_id for job_id, _ in held],
-                "delays": [retry.delay(a) if retry else None for _, a in held],
+                "delays": [orphan_delay(retry, a) for _, a in held],
                 "crash": crash,
             }
             return [ChargedJob(*r) for r in c.execute(self.q["job_fail_orphaned"], params)]
