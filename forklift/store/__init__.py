@@ -269,7 +269,39 @@ class JobStore:
         with translated("rescue failed", self.where), self.pool.connection() as conn:
             return [r[0] for r in conn.execute(self.q["job_rescue_exhausted"])]
 
-    def job_prune(self, keep_finished: float, keep_dead: float, limit: int = 5000) -> int:
+    def job_prune(self, keep_finished: float, keep_dead: float, limit: int = 2000) -> int:
         params = {"keep_finished": keep_finished, "keep_dead": keep_dead, "limit": limit}
         with translated("prune failed", self.where), self.pool.connection() as conn:
             return conn.execute(self.q["job_prune"], params).rowcount
+
+    def jobs_owned(self) -> bool:
+        """Whether this role owns the jobs table (may VACUUM it)."""
+        with (
+            translated("reading the jobs table's owner failed", self.where),
+            self.pool.connection() as conn,
+        ):
+            row = conn.execute(self.q["jobs_owned"]).fetchone()
+        return bool(row and row[0])
+
+    def jobs_vacuum_due(self) -> bool:
+        """Whether the jobs table's dead tuples passed the vacuum threshold."""
+        with (
+            translated("reading the jobs table's statistics failed", self.where),
+            self.pool.connection() as conn,
+        ):
+            row = conn.execute(self.q["jobs_vacuum_due"]).fetchone()
+        return bool(row and row[0])
+
+    def jobs_vacuum(self) -> None:
+        """VACUUM (ANALYZE) the jobs table, unless another vacuum has it."""
+        with (
+            translated("vacuuming the jobs table failed", self.where),
+            self.pool.connection() as conn,
+        ):
+            # Longer than a claim may take: a big table takes seconds. RESET goes back
+            # to the connection's own bound.
+            conn.execute("SET statement_timeout = '10min'")
+            try:
+                conn.execute(self.q["jobs_vacuum"], prepare=False)
+            finally:
+                conn.execute("RESET statement_timeout")

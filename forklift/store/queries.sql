@@ -226,3 +226,19 @@ SELECT j.id FROM {schema}.jobs AS j
 JOIN unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS h(id, attempt)
   ON j.id = h.id AND j.attempts = h.attempt
 WHERE j.state = 'cancelled';
+
+-- name: jobs_owned
+-- Whether this role owns the jobs table (or is a member of its owner): who may VACUUM it.
+SELECT pg_has_role(current_user, c.relowner, 'USAGE')
+FROM pg_class AS c WHERE c.oid = '{schema}.jobs'::regclass;
+
+-- name: jobs_vacuum_due
+-- Whether the jobs table's dead tuples passed autovacuum's own threshold for it (the
+-- table's settings: 1,000 + 1 % of its rows), as the statistics say.
+SELECT coalesce(n_dead_tup > 1000 + 0.01 * n_live_tup, false)
+FROM pg_stat_user_tables WHERE relid = '{schema}.jobs'::regclass;
+
+-- name: jobs_vacuum
+-- Reclaim the dead tuples of the hot table (and refresh the planner's statistics);
+-- skip, not wait, if autovacuum or another VACUUM has it.
+VACUUM (SKIP_LOCKED, ANALYZE) {schema}.jobs;

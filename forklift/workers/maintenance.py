@@ -1,17 +1,18 @@
-"""Maintenance: rescue exhausted expired leases and prune old jobs, one replica at a time."""
+"""Maintenance: rescue exhausted expired leases, prune old jobs and vacuum the jobs
+table, one replica at a time, on a thread of its own."""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from forklift import _db
 from forklift._events import emit
-from forklift._service import Repeats, TestSignal
+from forklift._service import TestSignal, run_every
 from forklift._singleton import singleton
-from forklift.errors import DatabaseError
 from forklift.store import JobStore
 
 log = logging.getLogger(__name__)
@@ -19,23 +20,37 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class MaintenanceConfig:
-    """How often maintenance runs, and how long finished jobs are kept."""
+    """How often maintenance runs, how long finished jobs are kept, and how it prunes."""
 
     interval: float = 10.0
     keep_finished: float = 86400.0  # succeeded and cancelled jobs
     keep_dead: float = 7 * 86400.0
+    # Jobs deleted per statement: a short lock on a few thousand rows, never a long one.
+    prune_batch: int = 2000
+    # After a full batch (pruning is behind) the next round comes this soon, not after
+    # `interval`: a queue finishing thousands of jobs a second is pruned as fast.
+    catch_up: float = 0.5
 
 
 class Maintained(NamedTuple):
-    """What one round did: jobs rescued to dead, finished jobs pruned."""
+    """What one round did: jobs rescued to dead, finished jobs pruned, whether the jobs
+    table was vacuumed."""
 
     rescued: int
     pruned: int
+    vacuumed: bool = False
 
 
 class Maintenance:
-    """Dead-letters expired leases with no attempts left, and prunes finished jobs past
-    their retention. A singleton section: across every replica one worker at a time."""
+    """Dead-letters expired leases with no attempts left, prunes finished jobs past
+    their retention, and vacuums the jobs table when its dead tuples pile up. A
+    singleton section: across every replica one worker at a time.
+
+    The vacuum does not wait for autovacuum: a server may run without it, and even with
+    it a table that churns thousands of rows a second gathers a minute of dead tuples
+    between two autovacuum naps. VACUUM (SKIP_LOCKED) never waits for a lock; a role
+    that does not own the table cannot vacuum it and leaves it to autovacuum (said once).
+    """
 
     def __init__(
         self,
@@ -50,37 +65,56 @@ class Maintenance:
         self.config = config or MaintenanceConfig()
         self.ran: TestSignal[Maintained | None] = TestSignal()
         self._section = f"maintenance:{store.schema}"
-        self._repeats = Repeats()
         self._next = time.monotonic()
+        self._next_vacuum = time.monotonic()
+        self._may_vacuum: bool | None = None  # not known until the first round asks
 
-    def run_due(self) -> None:
-        """Run a round if the interval has passed since the last one; a failure is logged.
+    def run(self, closing: threading.Event) -> None:
+        """Run rounds as they fall due until `closing` is set; a failure is logged."""
 
-        For the claim loop, between claims.
-        """
-        if time.monotonic() < self._next:
-            return
-        try:
+        def until_due() -> float:
+            return max(0.0, self._next - time.monotonic())
+
+        def round_() -> None:
+            self._next = time.monotonic() + self.config.interval  # also after a failure
             self.run_once()
-        except DatabaseError as exc:
-            if self._repeats.worth_logging(exc):
-                emit(log, "maintenance.failed", logging.WARNING, error=exc)
-        else:
-            self._repeats.clear()
-        self._next = time.monotonic() + self.config.interval
+
+        run_every(until_due, round_, closing, log, "maintenance.failed")
 
     def run_once(self) -> Maintained | None:
-        """One round: (rescued, pruned), or None when another replica holds the section."""
+        """One round, or None when another replica holds the section."""
+        cfg = self.config
         with singleton(self.dsn, self.timeouts, self._section) as mine:
             if not mine:
                 self.ran.emit(None)
                 return None
             rescued = self.store.job_rescue_exhausted()
-            pruned = self.store.job_prune(self.config.keep_finished, self.config.keep_dead)
+            pruned = self.store.job_prune(cfg.keep_finished, cfg.keep_dead, cfg.prune_batch)
+            vacuumed = self._vacuum_if_due()
+        if pruned >= cfg.prune_batch:
+            self._next = time.monotonic() + cfg.catch_up
         for job_id in rescued:
             emit(
                 log, "job.dead", logging.ERROR, job=job_id, error="lease expired, no attempts left"
             )
-        result = Maintained(len(rescued), pruned)
+        result = Maintained(len(rescued), pruned, vacuumed)
         self.ran.emit(result)
         return result
+
+    def _vacuum_if_due(self) -> bool:
+        """VACUUM the jobs table if its dead tuples passed the threshold, at most once
+        an interval; whether it did."""
+        now = time.monotonic()
+        if now < self._next_vacuum:
+            return False
+        self._next_vacuum = now + self.config.interval
+        if self._may_vacuum is None:
+            self._may_vacuum = self.store.jobs_owned()
+            if not self._may_vacuum:
+                emit(log, "maintenance.no_vacuum", reason="not the owner of the jobs table")
+        if not self._may_vacuum or not self.store.jobs_vacuum_due():
+            return False
+        began = time.monotonic()
+        self.store.jobs_vacuum()
+        emit(log, "maintenance.vacuumed", logging.DEBUG, took=round(time.monotonic() - began, 3))
+        return True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 
@@ -26,8 +27,8 @@ class Services:
     maintenance and the cancels of one worker, each configured from the WorkerConfig and
     given its collaborators.
 
-    `start()` runs the renewer, the completer, the listener and the liveness lock on
-    threads of their own; maintenance runs in the claim loop. `stop()` ends them: the
+    `start()` runs the renewer, the completer, the listener, the liveness lock and (if
+    configured) maintenance on threads of their own. `stop()` ends them: the
     completer flushes what it was handed first, and the liveness lock goes last.
     """
 
@@ -83,6 +84,7 @@ class Services:
             timeouts,
             MaintenanceConfig(config.maintenance_interval, config.keep_finished, config.keep_dead),
         )
+        self._maintain = config.maintenance
         self.liveness = LivenessLock(dsn, timeouts, store.schema, owner, application_name(owner))
         self._completing = threading.Thread(
             target=self.completer.run, name="forklift-completer", daemon=True
@@ -101,6 +103,9 @@ class Services:
             threads.append(
                 threading.Thread(target=self.listener.run, name="forklift-listener", daemon=True)
             )
+        if self._maintain:
+            run = functools.partial(self.maintenance.run, self.closing)
+            threads.append(threading.Thread(target=run, name="forklift-maintenance", daemon=True))
         for t in threads:
             t.start()
 

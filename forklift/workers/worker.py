@@ -6,7 +6,7 @@ handler, then its completion, committed in the handler's own effect transaction
 (`Recorder.commit_effect`) or handed to the completer's group commit, or its failure
 (`Recorder.fail`); recorder.py holds those fenced writes. Beside them run the
 services, each in its own module with its collaborators passed in: the lease renewer,
-the completer and the listener on threads of their own, maintenance between claims.
+the completer, the listener and maintenance on threads of their own.
 They share `Holdings` (the held jobs, the slots, the locks) and `JobEvents` (how a
 job's end is logged, counted and reported).
 Everything is created in run(), after any fork.
@@ -194,8 +194,6 @@ class Worker:
         claim_errors = Streak(CLAIM_RETRY)
         repeats = Repeats()  # the same error every 30 s, not every retry
         while not self._stopping:
-            if cfg.maintenance:
-                self.services.maintenance.run_due()
             self._give_back_overdue()
             free = self._free_slots()
             if self._stopping:  # recycling: the job count is reached

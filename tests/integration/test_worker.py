@@ -10,6 +10,7 @@ import pytest
 
 import forklift
 from forklift.testing import wait_for
+from forklift.workers.maintenance import Maintained
 from tests.integration.conftest import RunWorker
 
 
@@ -361,7 +362,7 @@ def test_maintenance_is_a_singleton_across_workers(
         assert state_is(db, schema, job_id, "running")
     finally:
         db.execute("SELECT pg_advisory_unlock(%s)", (key,))
-    assert worker.services.maintenance.run_once() == (1, 0)
+    assert worker.services.maintenance.run_once() == Maintained(rescued=1, pruned=0)
     assert state_is(db, schema, job_id, "dead")
     # And it let go: the lock is free again.
     assert db.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone() == (True,)

@@ -229,13 +229,71 @@ def test_maintenance_skips_while_another_replica_holds_the_section(
 ) -> None:
     maintenance = Maintenance(rig.store, app.dsn, TIMEOUTS)
     maintenance.ran.enable()
+    closing = threading.Event()
+    thread = threading.Thread(target=maintenance.run, args=(closing,))
     with singleton(app.dsn, TIMEOUTS, f"maintenance:{schema}") as held:  # another replica
         assert held
-        maintenance.run_due()  # due at once: the first round runs on the first call
+        thread.start()  # due at once: the first round runs as the thread starts
         assert maintenance.ran.wait() is None
-    maintenance.run_due()  # not due again for its interval
+    closing.set()
+    thread.join(timeout=5)
+    assert not thread.is_alive()
     assert maintenance.run_once() == Maintained(0, 0)
     assert maintenance.ran.wait() == Maintained(0, 0)
+
+
+def finish_long_ago(db: psycopg.Connection[Any], schema: str, ids: list[int]) -> None:
+    db.execute(
+        f"UPDATE {schema}.jobs SET state = 'succeeded', completed_at = now() - interval '2 hours'"
+        " WHERE id = ANY(%s)",
+        (ids,),
+    )
+
+
+def test_maintenance_behind_on_pruning_comes_back_soon_not_after_its_interval(
+    rig: Rig, app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    finish_long_ago(db, schema, app.enqueue_many([("noop", {})] * 25))
+    config = MaintenanceConfig(interval=3600, keep_finished=60, prune_batch=10, catch_up=0.01)
+    maintenance = Maintenance(rig.store, app.dsn, TIMEOUTS, config)
+    maintenance.ran.enable()
+    closing = threading.Event()
+    thread = threading.Thread(target=maintenance.run, args=(closing,))
+    thread.start()
+    try:
+        # Full batches bring the next round on at once; the short one waits an hour.
+        rounds = [maintenance.ran.wait(timeout=10) for _ in range(3)]
+        assert [r.pruned if r else None for r in rounds] == [10, 10, 5]
+        assert db.execute(f"SELECT count(*) FROM {schema}.jobs").fetchone() == (0,)
+    finally:
+        closing.set()
+        thread.join(timeout=5)
+
+
+def dead_tuples(db: psycopg.Connection[Any], schema: str) -> tuple[int, int]:
+    """(n_dead_tup, vacuum_count) of the jobs table, as the statistics say now."""
+    db.execute("SELECT pg_stat_clear_snapshot()")
+    row = db.execute(
+        "SELECT n_dead_tup, vacuum_count FROM pg_stat_user_tables"
+        " WHERE schemaname = %s AND relname = 'jobs'",
+        (schema,),
+    ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def test_maintenance_vacuums_the_jobs_table_once_its_dead_tuples_pile_up(
+    rig: Rig, app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    maintenance = Maintenance(rig.store, app.dsn, TIMEOUTS, MaintenanceConfig(interval=0.01))
+    assert maintenance.run_once() == Maintained(0, 0, vacuumed=False)  # nothing to reclaim
+    ids = app.enqueue_many([("noop", {})] * 3000)
+    db.execute(f"DELETE FROM {schema}.jobs WHERE id = ANY(%s)", (ids,))
+    # The deleting session reports its dead tuples when it goes idle, within a second.
+    wait_for(lambda: dead_tuples(db, schema)[0] >= 3000, what="3,000 dead tuples counted")
+    wait_for(lambda: maintenance.run_once() == Maintained(0, 0, vacuumed=True), what="a vacuum")
+    dead, vacuums = dead_tuples(db, schema)
+    assert dead < 3000 and vacuums == 1  # reclaimed (what a concurrent snapshot still sees stays)
 
 
 # -- the listener ---------------------------------------------------------------------
