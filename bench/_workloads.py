@@ -26,7 +26,7 @@ EXTRA = ("sweep",)  # run only when asked for with --only
 # forklift's 2 workers each claim on one connection and complete on another.
 LIMIT_CONNECTIONS = 2 * WORKERS
 SWEEPS = {
-    "forklift": (16, 32, 64, 128, 256, 512),
+    "forklift": (1, 4, 16, 64, 128),
     "pgqueuer": (10, 50, 100, 200, 500),
     "procrastinate": (1, 25, 50, 100, 200, 500),
     "celery": (4, 16, 64, 128),

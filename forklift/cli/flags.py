@@ -116,7 +116,8 @@ def add_worker(p: argparse.ArgumentParser) -> None:
         "--concurrency",
         positive_int,
         1,
-        "handler threads per worker process; 1 for CPU-heavy work, more for I/O-bound or tiny jobs",
+        "handler threads per worker process; 1 for CPU-heavy work and for tiny jobs (a worker"
+        " claims ahead as their measured times allow), more for I/O-bound jobs",
     )
     flag(
         p,
