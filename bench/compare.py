@@ -33,8 +33,8 @@ Workloads (--only takes a comma-separated list of them):
   limit     PostgreSQL's own limit for forklift's statements (bench/pg_limit.py): its
             job_claim + job_complete_many from forklift/store/queries.sql looped on 4
             connections (2 workers x a claim and a completion connection), in 4
-            processes, no Python work; 1 job per round trip (the reference of the
-            "defaults" drain) and batches of forklift's best concurrency, 128 ("best").
+            processes, no Python work; 1 job per round trip and batches of 128 (what a
+            prefetching worker claims of no-ops is tens of jobs at a time, at most 256).
   latency   500 jobs at 200/s to 1 idle worker process; latency = the handler's first
             act (time.time()) minus the producer's time.time() just before its enqueue
             call, one clock. Reference: the bare floor (bench/floor.py), INSERT + NOTIFY
