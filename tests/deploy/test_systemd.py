@@ -17,7 +17,7 @@ import pytest
 
 import forklift
 from forklift.cli.errors import Exit
-from forklift.testing import wait_for
+from forklift.testing import child_pids, process_title, wait_for
 from tests.acceptance.conftest import get, scalar, wait_state
 from tests.deploy.support import DEPLOY, ROOT, run_config, running
 from tests.deploy.systemd_unit import BINARY, NotifySocket, Unit, systemd_environment
@@ -117,12 +117,21 @@ def _exec_start(unit: Unit, notify: NotifySocket) -> tuple[list[str], dict[str, 
     return argv, env, run_config(argv[1:], env).shutdown_budget
 
 
-def _job_running(dsn: str, schema: str, db: psycopg.Connection[Any]) -> int:
-    """A one-second job, running: a stop must let it finish within --grace."""
+def _job_running(dsn: str, schema: str, db: psycopg.Connection[Any], supervisor: int) -> int:
+    """A one-second job whose handler has begun (a child's title names it; claimed is
+    not enough: a stop gives back a job claimed but not started): a stop must let it
+    finish within --grace."""
     app = forklift.App(dsn, schema=schema)
     job_id = app.enqueue("sleep", {"seconds": 1.0})
     app.close()
     wait_state(db, schema, job_id, "running")
+    wait_for(
+        lambda: any(
+            (process_title(pid) or "").endswith(f"running sleep#{job_id}")
+            for pid in child_pids(supervisor)
+        ),
+        what=f"sleep#{job_id} started in a child",
+    )
     return job_id
 
 
@@ -149,7 +158,7 @@ def test_exec_start_becomes_ready_and_stops_within_timeout_stop_sec(
         assert notify.received("WATCHDOG") is not None  # the first ping comes at once
         addr = wait_for(lambda: re.search(r"supervisor\.http addr=([\d.]+:\d+)", log.read_text()))
         wait_for(lambda: get(f"http://{addr[1]}/readyz")[0] == 200, what="/readyz 200")
-        job_id = _job_running(dsn, schema, db)
+        job_id = _job_running(dsn, schema, db, proc.pid)
         stopped = _stop(proc, getattr(signal, unit_here.get("KillSignal")), unit_here)
     assert proc.returncode == 0, log.read_text()[-3000:]
     assert notify.received("STOPPING") is not None
@@ -191,7 +200,9 @@ def test_exec_start_in_a_transient_unit(
     subprocess.run([run, f"--unit={name}", *props, "--", *argv], check=True, timeout=30)
     try:
         wait_for(lambda: _active_state(systemctl, name) == "active", timeout=30, what="READY=1")
-        job_id = _job_running(dsn, schema, db)
+        show = [systemctl, "show", "--property=MainPID", "--value", name]
+        main_pid = int(subprocess.run(show, capture_output=True, text=True, timeout=10).stdout)
+        job_id = _job_running(dsn, schema, db, main_pid)
         started = time.monotonic()
         subprocess.run([systemctl, "stop", name], check=True, timeout=budget + 30)
         stopped = time.monotonic() - started
