@@ -174,7 +174,7 @@ class ParentHeartbeat:
         tally: Tally,
         spec: ChildSpec,
         soft_limit: int | None,
-        hooks: JobHooks | None = None,
+        hooks: JobHooks,
     ) -> None:
         self.hooks = hooks
         self.worker = worker
@@ -198,8 +198,7 @@ class ParentHeartbeat:
         while not self._closing.wait(REPORT_EVERY):
             rss = rss_of()
             self._send_metrics()
-            ran = self.hooks.flush() if self.hooks is not None else 0
-            self.report.heartbeat(rss, ran)
+            self.report.heartbeat(rss, self.hooks.flush())
             if os.getppid() != self.spec.parent_pid:
                 log.error("supervisor %s is gone; stopping", self.spec.parent_pid)
                 self.worker.request_stop()

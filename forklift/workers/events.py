@@ -55,6 +55,8 @@ class JobEvents:
         self, event: str, ctx: JobContext, level: int = logging.INFO, **fields: object
     ) -> None:
         """One lifecycle event of a held job (never its arguments)."""
+        if not log.isEnabledFor(level):
+            return  # the per-job DEBUG events, at INFO: not even their fields are built
         emit(
             log,
             event,

@@ -10,27 +10,21 @@ import psycopg
 import pytest
 
 import forklift
-from forklift import _db
 from forklift.admin import JobAdmin
-from forklift.store import ClaimedJob, JobStore
+from forklift.store import ClaimedJob
 from forklift.testing import wait_for
 from forklift.workers.cancels import Cancels, parse_order
 from forklift.workers.completer import Completer
 from forklift.workers.events import Outcome
 from forklift.workers.listener import Listener, ListenerConfig
 from forklift.workers.renewer import LeaseRenewer, RenewerConfig
-from tests.integration.test_worker_services import OWNER, TIMEOUTS, Rig
+from tests.integration.test_worker_services import OWNER, TIMEOUTS, Rig, open_rig
 
 
 @pytest.fixture
 def rig(dsn: str, schema: str, app: forklift.App) -> Iterator[Rig]:
-    pool = _db.make_pool(dsn, TIMEOUTS, max_size=4, name="test-cancels")
-    pool.open(wait=True, timeout=10)
-    r = Rig(JobStore(pool, schema))
-    yield r
-    r.closing.set()
-    r.wakeup.close()
-    pool.close()
+    with open_rig(dsn, schema, "test-cancels") as r:
+        yield r
 
 
 def test_only_well_formed_orders_are_taken() -> None:

@@ -75,15 +75,24 @@ class Rig:
         assert not thread.is_alive()
 
 
-@pytest.fixture
-def rig(dsn: str, schema: str, app: forklift.App) -> Iterator[Rig]:
-    pool = _db.make_pool(dsn, TIMEOUTS, max_size=4, name="test-services")
+@contextmanager
+def open_rig(dsn: str, schema: str, name: str) -> Iterator[Rig]:
+    """A Rig on a pool of its own, closed after."""
+    pool = _db.make_pool(dsn, TIMEOUTS, max_size=4, name=name)
     pool.open(wait=True, timeout=10)
     r = Rig(JobStore(pool, schema))
-    yield r
-    r.closing.set()
-    r.wakeup.close()
-    pool.close()
+    try:
+        yield r
+    finally:
+        r.closing.set()
+        r.wakeup.close()
+        pool.close()
+
+
+@pytest.fixture
+def rig(dsn: str, schema: str, app: forklift.App) -> Iterator[Rig]:
+    with open_rig(dsn, schema, "test-services") as r:
+        yield r
 
 
 def state(db: psycopg.Connection[Any], schema: str, job_id: int) -> str:
