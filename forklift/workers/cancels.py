@@ -1,5 +1,5 @@
-"""Operators' cancels of the jobs this worker runs: heard on the control channel, or found
-by the lease renewer when the notification was missed.
+"""Operators' cancels of the jobs this worker runs: hinted on the control channel and
+confirmed in the database, or found by the lease renewer when the notification was missed.
 
 `forklift jobs cancel` has already taken the job's lease by then (it is `cancelled` in
 the database, and the owner fence refuses anything this worker records for it); here
@@ -49,15 +49,27 @@ class Cancels:
         self._lock = threading.Lock()
 
     def notice(self, payload: str) -> bool:
-        """A control-channel notification; True if it cancelled a job held here."""
+        """A control-channel notification; True if it cancelled a job held here.
+
+        Only a hint: NOTIFY needs no privilege, so any role that can log in could send
+        one. The job is stopped only if the database says it was cancelled (its lease
+        taken by `forklift jobs cancel`); a lookup that fails stops nothing, and the
+        renewer's check finds a real cancel at the next renewal anyway.
+        """
         order = parse_order(payload)
         if order is None:
             return False
         job_id, attempt = order
         for ctx in self.holdings.snapshot():
             if ctx.job_id == job_id and ctx.attempt == attempt:
-                return self.heard(ctx)
+                return self._confirmed(ctx) and self.heard(ctx)
         return False
+
+    def _confirmed(self, ctx: JobContext) -> bool:
+        try:
+            return ctx.job_id in self.store.job_cancelled_among([(ctx.job_id, ctx.attempt)])
+        except DatabaseError:
+            return False
 
     def among_lost(self, lost: Sequence[JobContext]) -> set[int]:
         """Which of the leases the renewer found gone were taken by a cancel (the poll

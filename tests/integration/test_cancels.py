@@ -71,3 +71,43 @@ def test_a_missed_notification_is_found_at_the_next_renewal(
     assert rig.ended == [(job.job_id, Outcome.CANCELLED)]
     row = db.execute(f"SELECT state FROM {schema}.jobs WHERE id = %s", (job.job_id,)).fetchone()
     assert row == ("cancelled",)
+
+
+def test_a_forged_notification_cancels_nothing(
+    rig: Rig, app: forklift.App, dsn: str, schema: str, db: psycopg.Connection[Any]
+) -> None:
+    """NOTIFY needs no privilege: a role with no rights on forklift's schema can send a
+    well-formed `cancel <id> <attempt>`. The worker checks the database first."""
+    told: list[ClaimedJob] = []
+    cancels = Cancels(rig.store, rig.holdings, rig.events, told.append)
+    [running] = rig.claim(app, 1)
+    running.started = True
+    role = f"{schema}_outsider"
+    db.execute(f'CREATE ROLE "{role}" LOGIN')
+    try:
+        listener = Listener(
+            rig.store, app.dsn, TIMEOUTS, ("default",), rig.wakeup, rig.closing,
+            ListenerConfig(tick=0.1), on_control=cancels.notice,
+        )  # fmt: skip
+        heard: list[str] = []
+        original = cancels.notice
+        listener.on_control = lambda payload: heard.append(payload) or original(payload)
+        outsider = psycopg.conninfo.make_conninfo(dsn, user=role)
+        with rig.store.channel_listen(app.dsn, TIMEOUTS) as notes:
+            with psycopg.connect(outsider, autocommit=True) as attacker:
+                channel = f"{schema}_ctl"
+                attacker.execute(
+                    f"NOTIFY \"{channel}\", 'cancel {running.job_id} {running.attempt}'"
+                )
+            wait_for(lambda: listener.run_once(notes) == 0 and bool(heard), what="the forgery")
+        assert heard == [f"cancel {running.job_id} {running.attempt}"]
+        assert not running.cancelled and not running.cancel_requested and told == []
+        row = db.execute(f"SELECT state FROM {schema}.jobs WHERE id = %s", (running.job_id,))
+        assert row.fetchone() == ("running",)
+        # The real cancel, on the same path, is still heard.
+        with rig.store.channel_listen(app.dsn, TIMEOUTS) as notes:
+            JobAdmin(dsn, schema).job_cancel_many([running.job_id])
+            wait_for(lambda: listener.run_once(notes) == 0 and running.cancelled, what="heard")
+        assert [j.id for j in told] == [running.job_id]
+    finally:
+        db.execute(f'DROP ROLE "{role}"')
