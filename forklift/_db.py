@@ -202,11 +202,13 @@ def make_pool(
     max_size: int,
     name: str,
     application_name: str = "forklift",
+    min_size: int = 1,
 ) -> LivePool:
-    """A closed pool of autocommit connections; the caller opens it (after any fork)."""
+    """A closed pool of autocommit connections; the caller opens it (after any fork).
+    With `min_size` 0 it connects only when a connection is first asked for."""
     return LivePool(
         dsn,
-        min_size=1,
+        min_size=min_size,
         max_size=max_size,
         kwargs={"autocommit": True, **connect_kwargs(timeouts, application_name)},
         timeout=timeouts.connect * 2,

@@ -12,6 +12,28 @@ def make_owner(pid: int | None = None, nonce: str | None = None) -> str:
     return f"{socket.gethostname()}:{pid or os.getpid()}:{nonce or secrets.token_hex(3)}"
 
 
+def child_owner(supervisor_id: str, pid: int, nonce: str) -> str:
+    """The lease owner id of a supervisor's child: `host:pid:nonce@spid.snonce`.
+
+    It names its supervisor (`host:spid:snonce`), whose liveness lock vouches for it: a
+    peer may charge the child's jobs only once that lock is free (supervisor/deaths.py).
+    The `host:pid:` prefix reads as every other owner id does.
+    """
+    host, spid, snonce = supervisor_id.rsplit(":", 2)
+    return f"{host}:{pid}:{nonce}@{spid}.{snonce}"
+
+
+def liveness_holder(owner: str) -> str:
+    """Whose liveness lock vouches for `owner`: its supervisor's for a child, its own
+    for a process without one (`forklift worker`, a supervisor)."""
+    head, at, tail = owner.partition("@")
+    if not at:
+        return owner
+    host = head.split(":", 1)[0]
+    spid, _, snonce = tail.partition(".")
+    return f"{host}:{spid}:{snonce}"
+
+
 def application_name(owner: str) -> str:
     """What a worker's sessions are called in pg_stat_activity: `forklift-worker:pid:nonce`.
 

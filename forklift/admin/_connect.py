@@ -1,5 +1,6 @@
-"""How the operator's stores reach the database: a short bounded connection per call, or,
-inside `session()`, one connection held for the block (a `forklift top` refresh)."""
+"""How the operator's stores reach the database: a short bounded connection per call, the
+supervisor's held one, or, inside `session()`, one connection held for the block (a
+`forklift top` refresh)."""
 
 from __future__ import annotations
 
@@ -8,15 +9,19 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 
 from forklift import _db
+from forklift._conns import HeldConnection
 from forklift.store import Conn, short_connection, translated
 
 
 class Connector:
     """Connections for one or more operator stores; a session is per thread."""
 
-    def __init__(self, dsn: str, timeouts: _db.Timeouts) -> None:
+    def __init__(
+        self, dsn: str, timeouts: _db.Timeouts, kept: HeldConnection | None = None
+    ) -> None:
         self.dsn = dsn
         self.timeouts = timeouts
+        self.kept = kept  # the supervisor's database thread's connection, if any
         self._local = threading.local()
 
     def conn(self, what: str) -> AbstractContextManager[Conn]:
@@ -24,6 +29,8 @@ class Connector:
         held: Conn | None = getattr(self._local, "held", None)
         if held is not None:
             return _reused(held, what, _db.describe(self.dsn))
+        if self.kept is not None:
+            return _kept(self.kept, what, _db.describe(self.dsn))
         return short_connection(self.dsn, self.timeouts, "forklift-admin", what)
 
     @contextmanager
@@ -35,6 +42,12 @@ class Connector:
                 yield
             finally:
                 self._local.held = None
+
+
+@contextmanager
+def _kept(kept: HeldConnection, what: str, where: str) -> Iterator[Conn]:
+    with translated(what, where), kept.connection() as conn:
+        yield conn
 
 
 @contextmanager

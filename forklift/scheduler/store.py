@@ -1,7 +1,7 @@
 """The scheduler's store: the only caller of scheduler/queries.sql.
 
-It runs in the supervisor parent, which holds no connection across a fork: a round
-opens one short, bounded connection (`session()`) and closes it before returning.
+It runs on the supervisor's database thread, on the connection that thread holds; without
+one, a round opens one short, bounded connection (`session()`) and closes it after.
 psycopg errors come out as DatabaseError.
 """
 
@@ -16,8 +16,9 @@ from typing import Any, NamedTuple
 import psycopg
 
 from forklift import _db, _sql
+from forklift._conns import HeldConnection
 from forklift.scheduler.schedule import Schedule
-from forklift.store import short_connection
+from forklift.store import short_connection, translated
 
 
 class Synced(NamedTuple):
@@ -60,15 +61,22 @@ class ScheduleRow:
 
 
 class ScheduleStore:
-    def __init__(self, dsn: str, schema: str, timeouts: _db.Timeouts) -> None:
+    def __init__(
+        self, dsn: str, schema: str, timeouts: _db.Timeouts, held: HeldConnection | None = None
+    ) -> None:
         self.dsn = dsn
         self.schema = schema
         self.timeouts = timeouts
+        self.held = held  # the supervisor's database thread's connection, if any
         self.q = _sql.load("forklift.scheduler", "queries.sql", schema)
 
     @contextmanager
     def session(self, what: str = "scheduler round failed") -> Iterator[ScheduleSession]:
-        """One connection for one round, closed after it."""
+        """One connection for one round: the held one, or a short one closed after it."""
+        if self.held is not None:
+            with translated(what, _db.describe(self.dsn)), self.held.connection() as conn:
+                yield ScheduleSession(conn, self.q)
+            return
         with short_connection(self.dsn, self.timeouts, "forklift-scheduler", what) as conn:
             yield ScheduleSession(conn, self.q)
 

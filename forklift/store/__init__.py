@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, Protocol
 
 from psycopg_pool import ConnectionPool
 
@@ -22,6 +22,7 @@ from forklift.store._rows import ClaimedJob, JobState, NewJob
 __all__ = [
     "ClaimedJob",
     "Conn",
+    "ConnSource",
     "Effect",
     "JobState",
     "JobStore",
@@ -32,11 +33,31 @@ __all__ = [
 ]
 
 
-class JobStore:
-    """Runs the job queries against a pool (or a caller's connection where stated)."""
+class ConnSource(Protocol):
+    """Where a store takes its connections: a pool, or one held connection (_conns.py)."""
 
-    def __init__(self, pool: ConnectionPool[Conn], schema: str) -> None:
+    @property
+    def conninfo(self) -> Any: ...
+
+    def connection(self, timeout: float | None = None) -> AbstractContextManager[Conn]: ...
+
+    def open(self, wait: bool = False, timeout: float = 30.0) -> None: ...
+
+    def close(self, timeout: float = 5.0) -> None: ...
+
+
+class JobStore:
+    """Runs the job queries against a pool (or a caller's connection where stated).
+
+    `effects`, if given, is the pool handlers' effect transactions take their connections
+    from, apart from the worker's own statements (which never wait behind a handler).
+    """
+
+    def __init__(
+        self, pool: ConnSource, schema: str, effects: ConnectionPool[Conn] | None = None
+    ) -> None:
         self.pool = pool
+        self.effects = effects
         self.schema = schema
         self.q = _sql.load("forklift.store", "queries.sql", schema)
         conninfo = pool.conninfo  # a str, or a callable that makes one per connection
@@ -196,7 +217,9 @@ class JobStore:
     def effect_begin(self, idle_limit: float | None = None) -> Effect:
         """Open a handler's effect transaction, in which its job's completion will commit;
         it may sit idle `idle_limit` seconds (default: the session's bound)."""
-        effect = Effect(self.pool, self.q["job_complete_many"])
+        pool = self.effects if self.effects is not None else self.pool
+        assert isinstance(pool, ConnectionPool), "effects need a pool"
+        effect = Effect(pool, self.q["job_complete_many"])
         if idle_limit is not None:
             try:
                 with translated("effect transaction failed"):

@@ -15,29 +15,35 @@ import select
 import signal
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 
 from setproctitle import setproctitle
 
 from forklift import _db
+from forklift._conns import HeldConnection
 from forklift._events import emit
 from forklift.admin import AdminStore
+from forklift.admin._connect import Connector
 from forklift.app import App
 from forklift.metrics import Totals
 from forklift.scheduler.metrics import CronCollector
 from forklift.scheduler.service import Scheduler
 from forklift.scheduler.store import ScheduleStore
-from forklift.supervisor.attribution import Attribution
+from forklift.store import JobStore
 from forklift.supervisor.child import Children, Signaller, send_signal
 from forklift.supervisor.config import SupervisorConfig
+from forklift.supervisor.dbthread import DbService, DbThread
 from forklift.supervisor.death import signal_name
-from forklift.supervisor.ops import OpsServer, OpsService
+from forklift.supervisor.deaths import Attribution, OnDbThread, VanishedOwners
+from forklift.supervisor.ops import OpsServer
 from forklift.supervisor.police import Police
 from forklift.supervisor.probes import Probes, metrics_registry
 from forklift.supervisor.progress import ProgressReporter
 from forklift.supervisor.reaper import Reaper
 from forklift.supervisor.registry import ProcessRegistry
 from forklift.supervisor.restarts import RestartSchedule
-from forklift.supervisor.scaling import Scaling
+from forklift.supervisor.scaling import AUTOSCALE_EVERY, Scaling
+from forklift.supervisor.session import HintFanout, SupervisorSession
 from forklift.supervisor.signals import SignalQueue
 from forklift.supervisor.snapshot import Identity, Snapshot, SnapshotBoard, take_snapshot
 from forklift.supervisor.spawner import Spawner
@@ -45,7 +51,7 @@ from forklift.supervisor.states import RetireReason, StopMode
 from forklift.supervisor.store import SupervisorStore
 from forklift.supervisor.systemd import Notifier
 from forklift.supervisor.title import supervisor_title
-from forklift.supervisor.vanished import VanishedOwners
+from forklift.workers.maintenance import Maintenance, MaintenanceConfig
 
 log = logging.getLogger(__name__)
 
@@ -77,41 +83,76 @@ class Supervisor:
         self.notifier = Notifier()
         self.totals = Totals()
         timeouts = _db.Timeouts.for_lease(cfg.worker.lease)
-        self.store = SupervisorStore(app.dsn, app.schema, timeouts)
+        # The parent's two connections: the database thread's, and the session's.
+        held = HeldConnection(app.dsn, timeouts, "forklift-supervisor")
+        self.store = SupervisorStore(app.dsn, app.schema, timeouts, held)
         self.attribution = Attribution(self.store, self.totals)
-        self.restarts = RestartSchedule(self.notifier)
-        self.reaper = Reaper(self.children, self.attribution, self.totals, self.restarts)
-        self.police = Police(cfg, self.children, self.attribution)
-        self.scaling = Scaling(cfg, self.store)
-        self.board = SnapshotBoard(Snapshot(last_tick=time.monotonic()))
-        self.registry = ProcessRegistry(self.store, self.board, self.totals)
-        self.vanished = VanishedOwners(self.store, self.totals)
-        self.scheduler = Scheduler(
-            ScheduleStore(app.dsn, app.schema, timeouts), app.schedules.values(), cfg.scheduler
+        self.fanout = HintFanout()
+        self.session = SupervisorSession(
+            app.dsn, timeouts, app.schema, cfg.worker.queues, self.fanout
         )
+        self.board = SnapshotBoard(Snapshot(last_tick=time.monotonic()))
+        self.db = DbThread(self._db_services(cfg, held, timeouts))
+        deaths = OnDbThread(self.attribution, self.db.submit)
+        self.restarts = RestartSchedule(self.notifier)
+        self.reaper = Reaper(self.children, deaths, self.totals, self.restarts)
+        self.police = Police(cfg, self.children, deaths)
         admin = AdminStore(app.dsn, app.schema)
         probes = Probes(self.board, admin, cfg.worker.queues)
         metrics = metrics_registry(self.totals, probes, CronCollector(self.scheduler))
-        progress = ProgressReporter(self.totals, admin, cfg.worker.queues)
-        services = [
-            OpsService("scheduler", cfg.scheduler.tick, self.scheduler.run_once),
-            OpsService("progress", progress.every, progress.run_once),
-            OpsService("vanished", self.vanished.config.every, self.vanished.run_once),
-        ]
-        self.ops = OpsServer(cfg.metrics_addr, probes, metrics, self.registry, services)
+        self.ops = OpsServer(
+            cfg.metrics_addr, probes, metrics, self.registry, self.db, self.session
+        )
         self.spawner = Spawner(
             cfg,
             self.children,
             self.signals,
-            self.ops.fork_lock,
+            self.fanout,
             totals=self.totals,
             close_in_child=self.ops.close_in_child,
         )
+
+    def _db_services(
+        self, cfg: SupervisorConfig, held: HeldConnection, timeouts: _db.Timeouts
+    ) -> list[DbService]:
+        """What the database thread runs on its own schedule, each on the held connection."""
+        app = self.app
+        self.scaling = Scaling(cfg, self.store)
+        self.registry = ProcessRegistry(self.store, self.board)
+        self.vanished = VanishedOwners(self.store, self.totals, me=lambda: self.identity.id)
+        self.scheduler = Scheduler(
+            ScheduleStore(app.dsn, app.schema, timeouts, held),
+            app.schedules.values(),
+            cfg.scheduler,
+        )
+        admin = AdminStore(app.dsn, app.schema, connector=Connector(app.dsn, timeouts, held))
+        progress = ProgressReporter(self.totals, admin, cfg.worker.queues)
+        w = cfg.worker
+        maintenance = Maintenance(
+            JobStore(held, app.schema),
+            app.dsn,
+            timeouts,
+            MaintenanceConfig(w.maintenance_interval, w.keep_finished, w.keep_dead),
+            section=lambda: nullcontext(self.session.maintaining.is_set()),
+        )
+        services = [
+            DbService("attribution", TICK, self.attribution.retry_pending),
+            DbService("vanished", self.vanished.config.every, self.vanished.run_once),
+            DbService("registry", self.registry.config.every, self.registry.run_once),
+            DbService("scheduler", cfg.scheduler.tick, self.scheduler.run_once),
+            DbService("progress", progress.every, progress.run_once),
+            DbService("autoscale", AUTOSCALE_EVERY, self.scaling.read_backlog),
+        ]
+        if w.maintenance:
+            services.append(DbService("maintenance", 0.5, maintenance.run_due))
+        return services
 
     # -- the loop -----------------------------------------------------------------------
 
     def run(self) -> int:
         self.identity = Identity.new(self.config.worker.queues, time.monotonic())
+        self.session.supervisor_id = self.identity.id  # its liveness lock vouches for all
+        self.spawner.supervisor_id = self.identity.id
         self.signals.install()
         self.publish()
         self.ops.start()
@@ -146,7 +187,6 @@ class Supervisor:
                 return
             now = time.monotonic()
             self.restarts.review(now, self.children)
-            self.attribution.retry_pending(now)
             self.police.enforce_timeouts(now)
             self.police.enforce_cancels(now)
             self.police.enforce_memory(now)

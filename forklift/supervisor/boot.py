@@ -36,6 +36,7 @@ class ChildSpec:
     owner: str
     report_fd: int
     parent_pid: int
+    hint_fd: int | None = None  # the parent's session thread's hints (LISTEN, forwarded)
 
 
 def child_main(app: App, config: SupervisorConfig, spec: ChildSpec) -> NoReturn:
@@ -69,6 +70,7 @@ def _run(app: App, config: SupervisorConfig, spec: ChildSpec) -> int:
         on_booted=report.booted,
         tally=tally,
         on_job_cancel=hooks.cancelled,
+        hints_fd=spec.hint_fd,
     )
     _handle_signals(worker)
     soft_limit = int(config.max_memory_per_child * 2**20) if config.max_memory_per_child else None
@@ -83,9 +85,9 @@ def _run(app: App, config: SupervisorConfig, spec: ChildSpec) -> int:
 
 
 def _worker_config(config: SupervisorConfig, index: int) -> WorkerConfig:
-    # One child per supervisor runs the rescuer and the retention cleaner; both are
-    # safe to run concurrently across replicas (SKIP LOCKED, bounded batches).
-    worker_config = replace(config.worker, maintenance=config.worker.maintenance and index == 1)
+    # The supervisor maintains (on its database thread, one replica at a time); a child
+    # claims, renews and completes, on one connection.
+    worker_config = replace(config.worker, maintenance=False)
     if config.max_jobs_per_child is not None:
         worker_config = replace(worker_config, max_jobs=config.max_jobs_per_child)
     return worker_config

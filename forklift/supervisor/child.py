@@ -84,6 +84,7 @@ class Child:
     on_malformed: Callable[[int], None] | None = None
     malformed: int = 0  # reports from it that could not be read, dropped
     booted: bool = False  # it said its worker loop runs
+    on_close: Callable[[], None] | None = None  # forgets its hint pipe (the spawner's)
 
     def __post_init__(self) -> None:
         self._reports = ReportPipe(self.pipe)
@@ -166,6 +167,14 @@ class Child:
         )
 
     def close(self) -> None:
+        self._reports.close()
+        if self.on_close is not None:
+            self.on_close()
+            self.on_close = None
+
+    def close_in_child(self) -> None:
+        """In a sibling forked after it: drop the copy of its report pipe (its hint pipe
+        goes with the fanout's)."""
         self._reports.close()
 
 

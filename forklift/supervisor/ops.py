@@ -1,18 +1,17 @@
-"""The supervisor's helper threads: the HTTP server (/metrics, /healthz, /readyz), the
-process registry heartbeat, and the services passed in (the cron scheduler).
+"""The supervisor's helper threads: the HTTP server (/metrics, /healthz, /readyz), the one
+database thread (every statement the parent runs; dbthread.py) and the session thread
+(the liveness lock, LISTEN, the maintenance lock; session.py).
 
-All do their work under `fork_lock`, which the loop takes around each fork: a child is
-never forked while one of them is mid-request or holds a connection. They read only the
-published snapshot (see snapshot.py), never the loop's live state.
+None of them shares a lock with the loop across I/O: the loop submits database work and
+goes on; they read only the published snapshot (see snapshot.py), never the loop's live
+state.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
@@ -20,23 +19,15 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 from forklift._events import emit
-from forklift._service import run_every
-from forklift.errors import ConfigError, ForkliftError
+from forklift.errors import ConfigError
+from forklift.supervisor.dbthread import DbThread
 from forklift.supervisor.probes import Probes
 from forklift.supervisor.registry import ProcessRegistry
+from forklift.supervisor.session import SupervisorSession
 
 log = logging.getLogger(__name__)
 
 Route = Callable[[], tuple[int, str, bytes]]
-
-
-@dataclass(frozen=True)
-class OpsService:
-    """A service an ops thread of its own runs at once, then every `every` seconds."""
-
-    name: str
-    every: float
-    run_once: Callable[[], object]
 
 
 def parse_addr(text: str) -> tuple[str, int]:
@@ -47,7 +38,7 @@ def parse_addr(text: str) -> tuple[str, int]:
 
 
 class OpsServer:
-    """Starts and stops the helper threads; owns the fork lock they share with the loop."""
+    """Starts and stops the helper threads."""
 
     def __init__(
         self,
@@ -55,12 +46,14 @@ class OpsServer:
         probes: Probes,
         metrics: CollectorRegistry,
         registry: ProcessRegistry,
-        services: Sequence[OpsService] = (),
+        db: DbThread | None = None,
+        session: SupervisorSession | None = None,
     ) -> None:
         self.addr = parse_addr(addr) if addr else None
-        self.fork_lock = threading.Lock()
+        self.fork_lock = threading.Lock()  # the HTTP server's, around each request
         self.registry = registry
-        self.services = tuple(services)
+        self.db = db
+        self.session = session
         self.routes: dict[str, Route] = {
             "/metrics": lambda: (200, CONTENT_TYPE_LATEST, generate_latest(metrics)),
             "/healthz": lambda: _text(probes.health()),
@@ -75,9 +68,10 @@ class OpsServer:
         if self.addr is not None:
             self._server = self._bind(self.addr)
             self._spawn_thread("forklift-http", self._server.serve_forever, 0.5)
-        self._spawn_thread("forklift-registry", self._heartbeat_loop)
-        for service in self.services:
-            self._spawn_thread(f"forklift-{service.name}", self._service_loop, service)
+        if self.session is not None:
+            self._spawn_thread("forklift-session", self.session.run)
+        if self.db is not None:
+            self._spawn_thread("forklift-db", self.db.run)
 
     def _bind(self, addr: tuple[str, int]) -> _Server:
         try:
@@ -97,52 +91,25 @@ class OpsServer:
         thread.start()
         self._threads.append(thread)
 
-    def _heartbeat_loop(self) -> None:
-        # The first heartbeat at once (the registry shows this supervisor from its start),
-        # then every `every` seconds; a database outage is logged and outlived.
-        delays = itertools.chain([0.0], itertools.repeat(self.registry.config.every))
-        run_every(delays.__next__, self._heartbeat, self._stopped, log, "registry.heartbeat_failed")
-
-    def _heartbeat(self) -> None:
-        with self.fork_lock:
-            self.registry.run_once()
-
-    def _service_loop(self, service: OpsService) -> None:
-        delays = itertools.chain([0.0], itertools.repeat(service.every))
-        run_every(
-            delays.__next__,
-            lambda: self._run_service(service),
-            self._stopped,
-            log,
-            f"{service.name}.failed",
-        )
-
-    def _run_service(self, service: OpsService) -> None:
-        # Under fork_lock: a service holds a connection while it runs. A bug in it is
-        # logged and outlived, as a database outage is (run_every), never a dead thread.
-        with self.fork_lock:
-            try:
-                service.run_once()
-            except ForkliftError:
-                raise
-            except Exception:
-                log.exception("%s: round failed; next round as usual", service.name)
-
     def close_in_child(self) -> None:
         """After fork: the child must not keep the parent's listening socket open."""
         if self._server is not None:
             self._server.socket.close()
 
-    def stop(self) -> None:
-        """Stop both threads, then deregister (after any heartbeat still in flight)."""
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the threads (the database thread after what the loop submitted, its
+        last attributions among them), then deregister; within about `timeout` s."""
         self._stopped.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
+        if self.db is not None:
+            self.db.stop()
+        if self.session is not None:
+            self.session.stop()
         for thread in self._threads:
-            thread.join(timeout=10)
-        with self.fork_lock:
-            self.registry.deregister()
+            thread.join(timeout=timeout)
+        self.registry.deregister()
 
 
 class _Server(HTTPServer):

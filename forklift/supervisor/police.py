@@ -9,9 +9,9 @@ import signal
 from collections.abc import Callable
 
 from forklift._events import emit
-from forklift.supervisor.attribution import Attribution
 from forklift.supervisor.child import Child, Children, Kill
 from forklift.supervisor.config import SupervisorConfig
+from forklift.supervisor.deaths import Deaths
 from forklift.supervisor.rss import rss_of
 from forklift.supervisor.states import KillReason
 
@@ -25,7 +25,7 @@ class Police:
         self,
         config: SupervisorConfig,
         children: Children,
-        attribution: Attribution,
+        attribution: Deaths,
         *,
         rss: Callable[[int], int] = rss_of,
     ) -> None:
@@ -47,18 +47,20 @@ class Police:
         emit(log, "child.killing", logging.WARNING, pid=child.pid, reason=cause)
         # Its sessions end now, not when (or if) its process does: a wedged child, or a
         # grandchild that inherited a socket, must not keep an effect transaction open.
+        # No peer takes that for its death: its liveness lock is this supervisor's.
         self.attribution.end_sessions(child.owner)
 
     def enforce_timeouts(self, now: float) -> None:
-        """A job past its task's timeout: charge it now, then kill its child."""
+        """A job past its task's timeout: charge it (a timeout, however late the database
+        takes it: the charge goes ahead of the child's death), then kill its child."""
         for child in self.children:
             for job in list(child.jobs.values()):
                 if not job.overdue(now) or job.job_id in child.timed_out:
                     continue
                 assert job.timeout is not None
                 cause = f"job {job.task}#{job.job_id} timed out after {job.timeout:g} s"
-                if self.attribution.charge_timeout(child.owner, job, cause):
-                    child.timed_out.append(job.job_id)
+                self.attribution.charge_timeout(child.owner, job.job_id, cause, now)
+                child.timed_out.append(job.job_id)
                 self.kill(child, KillReason.TIMEOUT, cause, now)
 
     def enforce_cancels(self, now: float) -> None:

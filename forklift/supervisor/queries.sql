@@ -118,43 +118,8 @@ WHERE (supervisor_id = %(supervisor_id)s::text AND id <> ALL(%(keep)s::text[]))
    OR (id = %(supervisor_id)s::text AND cardinality(%(keep)s::text[]) = 0);
 
 -- name: process_prune_stale
--- Forget processes that stopped heart-beating (a host that vanished) and charge the
--- jobs their workers held, a crash each (quarantined at max_crashes, as above), instead
--- of waiting for the leases to expire.
-WITH stale AS (
-    DELETE FROM {schema}.processes
-    WHERE heartbeat_at < now() - make_interval(secs => %(stale)s::float8)
-    RETURNING id, kind, host
-), lost AS (
-    SELECT j.id, s.id AS owner, q.quarantined, q.quarantined OR j.attempts >= j.max_attempts AS dead,
-           CASE WHEN q.quarantined
-               THEN format('Quarantined: crashed its worker %%s times (max_crashes %%s); last: ',
-                           j.crashes + 1, j.max_crashes)
-               ELSE '' END || 'WorkerLost: worker on host ' || s.host || ' stopped heart-beating'
-           AS error
-    FROM stale AS s
-    JOIN {schema}.jobs AS j ON j.lease_owner = s.id AND j.state = 'running',
-    LATERAL (SELECT j.crashes + 1 >= j.max_crashes AS quarantined) AS q
-    WHERE s.kind = 'worker'
-), charged AS (
-    UPDATE {schema}.jobs AS j SET
-        state = CASE WHEN lost.dead THEN 'dead' ELSE 'ready' END::{schema}.job_state,
-        available_at = CASE WHEN lost.dead THEN j.available_at ELSE now() END,
-        completed_at = CASE WHEN lost.dead THEN now() END,
-        crashes = j.crashes + 1,
-        lease_owner = NULL,
-        lease_until = NULL,
-        last_error = lost.error,
-        errors = j.errors || jsonb_build_object(
-            'attempt', j.attempts, 'at', now(), 'worker', j.lease_owner, 'error', lost.error)
-    FROM lost
-    WHERE j.id = lost.id AND j.state = 'running' AND j.lease_owner = lost.owner
-    RETURNING j.id, j.state::text AS state, j.attempts, j.queue, j.task, lost.quarantined
-), woken AS (
-    SELECT count(pg_notify('{channel}', q.queue)) AS n
-    FROM (SELECT DISTINCT queue FROM charged WHERE state = 'ready') AS q
-)
-SELECT 'process' AS what, id, kind, NULL::integer, NULL::text, NULL::text, NULL::boolean
-FROM stale
-UNION ALL
-SELECT 'job', id::text, state, attempts, queue, task, quarantined FROM charged, woken;
+-- Forget processes that stopped heart-beating. The registry is for display: who is dead,
+-- and what their jobs are charged, is decided by liveness locks (supervisor/deaths.py).
+DELETE FROM {schema}.processes
+WHERE heartbeat_at < now() - make_interval(secs => %(stale)s::float8)
+RETURNING id;

@@ -17,8 +17,8 @@ from collections.abc import Callable
 
 from forklift._events import emit
 from forklift.metrics import Totals
-from forklift.supervisor.attribution import Attribution
 from forklift.supervisor.child import Child, Children
+from forklift.supervisor.deaths import Deaths
 from forklift.supervisor.exits import ExitStatus, Verdict, decide
 from forklift.supervisor.restarts import RestartSchedule
 
@@ -32,7 +32,7 @@ class Reaper:
     def __init__(
         self,
         children: Children,
-        attribution: Attribution,
+        attribution: Deaths,
         totals: Totals,
         restarts: RestartSchedule,
         *,

@@ -1,8 +1,9 @@
 """The process registry's heartbeat: this supervisor's rows in, silent processes out.
 
-Every few seconds (on its own ops thread) it writes the rows of the latest snapshot, forgets
-this supervisor's workers that are gone, and prunes processes of any host that stopped
-heart-beating, charging the jobs their workers held instead of waiting for the leases.
+Every few seconds (on the supervisor's database thread) it writes the rows of the latest
+snapshot, forgets this supervisor's workers that are gone, and drops the rows of any
+process that stopped heart-beating. The registry is for display (`forklift ps`, top): a
+late heartbeat charges no job; deaths.py decides who is dead.
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ from dataclasses import dataclass
 from forklift._events import emit
 from forklift._service import TestSignal
 from forklift.errors import DatabaseError
-from forklift.metrics import Totals
-from forklift.supervisor.attribution import count_charged
 from forklift.supervisor.snapshot import SnapshotBoard
 from forklift.supervisor.store import SupervisorStore
 
@@ -24,14 +23,13 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class RegistryConfig:
     every: float = 5.0  # seconds between heartbeats
-    stale_after: float = 20.0  # a process silent this long is gone (shorter than the lease)
+    stale_after: float = 20.0  # a process silent this long leaves the registry's display
 
 
 @dataclass(frozen=True)
 class HeartbeatResult:
     rows_written: int
     processes_pruned: int
-    jobs_charged: int
 
 
 class ProcessRegistry:
@@ -39,12 +37,10 @@ class ProcessRegistry:
         self,
         store: SupervisorStore,
         board: SnapshotBoard,
-        totals: Totals,
         config: RegistryConfig | None = None,
     ) -> None:
         self.store = store
         self.board = board
-        self.totals = totals
         self.config = config or RegistryConfig()
         self.beat = TestSignal[HeartbeatResult]()  # each finished heartbeat, for tests
 
@@ -54,11 +50,10 @@ class ProcessRegistry:
         rows = snapshot.registry_rows
         self.store.process_upsert_many(rows)
         self.store.process_forget(snapshot.supervisor_id, [r.id for r in rows])
-        pruned, charged = self.store.process_prune_stale(self.config.stale_after)
+        pruned = self.store.process_prune_stale(self.config.stale_after)
         for process_id in pruned:
-            emit(log, "registry.pruned", logging.WARNING, process=process_id)
-        count_charged(self.totals, charged, "WorkerLost: its host stopped heart-beating")
-        result = HeartbeatResult(len(rows), len(pruned), len(charged))
+            emit(log, "registry.pruned", process=process_id)
+        result = HeartbeatResult(len(rows), len(pruned))
         self.beat.emit(result)
         return result
 

@@ -27,6 +27,7 @@ class Scaling:
         )
         self.target = bounds[0] if bounds else config.workers
         self._next_autoscale = 0.0
+        self.backlog: int | None = None  # read on the database thread; None: not known
 
     def set_target(self, n: int) -> None:
         """Keep `n` children, within the autoscale bounds if there are any."""
@@ -34,14 +35,24 @@ class Scaling:
         self.target = max(low, min(high, n))
         emit(log, "supervisor.scale", workers=self.target)
 
+    def read_backlog(self) -> None:
+        """On the database thread: the backlog the next autoscale step reads (the loop
+        never waits on the database for it). None while the database is away."""
+        if self.autoscaler is None:
+            return
+        try:
+            self.backlog = self.store.job_backlog(self.config.worker.queues)
+        except DatabaseError:
+            self.backlog = None
+            raise
+
     def autoscale(self, live: list[Child], now: float) -> None:
         """Every AUTOSCALE_EVERY seconds: one child more or fewer, as the backlog says."""
         if self.autoscaler is None or now < self._next_autoscale:
             return
         self._next_autoscale = now + AUTOSCALE_EVERY
-        try:
-            backlog = self.store.job_backlog(self.config.worker.queues)
-        except DatabaseError:
+        backlog = self.backlog
+        if backlog is None:
             return
         slots = self.config.worker.concurrency
         # A child running jobs too short to be told one by one is saturated too.

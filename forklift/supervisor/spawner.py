@@ -6,18 +6,18 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import threading
 import time
 from collections.abc import Callable
 from typing import NoReturn
 
 from forklift._events import emit
-from forklift._ids import make_owner
+from forklift._ids import child_owner
 from forklift.app import App
 from forklift.metrics import Totals
 from forklift.supervisor.boot import ChildSpec, child_main
 from forklift.supervisor.child import Child, Children
 from forklift.supervisor.config import SupervisorConfig
+from forklift.supervisor.session import HintFanout
 from forklift.supervisor.signals import SignalQueue
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ class Spawner:
         config: SupervisorConfig,
         children: Children,
         signals: SignalQueue,
-        fork_lock: threading.Lock,
+        fanout: HintFanout,
         *,
         totals: Totals,
         close_in_child: Callable[[], None],
@@ -37,8 +37,8 @@ class Spawner:
         self.config = config
         self.children = children
         self.signals = signals
-        # Held by the ops threads while they hold a connection or serve a request.
-        self.fork_lock = fork_lock
+        self.fanout = fanout  # where the session thread's hints reach the children
+        self.supervisor_id = ""  # set by the supervisor's run(): children's owners name it
         self.totals = totals  # where the children's metric reports are summed
         self.close_in_child = close_in_child
 
@@ -48,22 +48,30 @@ class Spawner:
         index = index or self.children.free_index()
         nonce = secrets.token_hex(3)
         read_fd, write_fd = os.pipe()
+        hint_read, hint_write = os.pipe()
         parent_pid = os.getpid()
         # Signals are held back across the fork: one that reached the child before it
         # dropped the parent's handlers would be swallowed by them (a SIGTERM lost, a
         # child that never stops). Pending ones arrive once each side is ready.
-        with self.fork_lock, self.signals.held():
+        # No lock is taken: no parent thread holds anything a child could use (held
+        # connections are abandoned in the child, see _conns.py).
+        with self.signals.held():
             pid = os.fork()
             if pid == 0:  # the child: nothing of the parent's loop survives here
                 self.signals.reset_in_child()
         if pid == 0:
             os.close(read_fd)
-            spec = ChildSpec(index, total, make_owner(os.getpid(), nonce), write_fd, parent_pid)
+            os.close(hint_write)
+            owner = child_owner(self.supervisor_id, os.getpid(), nonce)
+            spec = ChildSpec(index, total, owner, write_fd, parent_pid, hint_read)
             self._become_child(app, spec)
         os.close(write_fd)
+        os.close(hint_read)
         os.set_blocking(read_fd, False)
+        self.fanout.add(hint_write)
         now = time.monotonic()
-        child = Child(pid, index, make_owner(pid, nonce), read_fd, now, now)
+        child = Child(pid, index, child_owner(self.supervisor_id, pid, nonce), read_fd, now, now)
+        child.on_close = lambda: self.fanout.remove(hint_write)
         child.generation = generation
         child.on_metrics = self.totals.add
         child.on_malformed = self.totals.malformed
@@ -74,6 +82,7 @@ class Spawner:
 
     def _become_child(self, app: App, spec: ChildSpec) -> NoReturn:
         for other in self.children:
-            other.close()  # the other children's pipes are the parent's
+            other.close_in_child()  # the other children's pipes are the parent's
+        self.fanout.close_in_child()
         self.close_in_child()
         child_main(app, self.config, spec)

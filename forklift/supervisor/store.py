@@ -1,21 +1,24 @@
 """The supervisor's store: the only caller of supervisor/queries.sql.
 
-The parent holds no connection across a fork: each call opens a short, bounded
-connection and closes it before returning; psycopg errors come out as DatabaseError.
+In the supervisor every call runs on its one database thread, on the connection that
+thread holds (`held`, see _conns.py); without one (a test, `forklift worker`) each call
+opens a short, bounded connection. psycopg errors come out as DatabaseError.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import psycopg
 
 from forklift import _db, _locks, _sql
+from forklift._conns import HeldConnection
+from forklift._ids import liveness_holder
 from forklift.backoff import Backoff
-from forklift.store import short_connection
+from forklift.store import short_connection, translated
 
 # The retry delay of a job whose worker died: none after its first attempt (it runs
 # again at once, in its old place in line, on whichever worker claims it first; a job
@@ -67,14 +70,23 @@ class ProcessInfo:
 
 
 class SupervisorStore:
-    def __init__(self, dsn: str, schema: str, timeouts: _db.Timeouts) -> None:
+    def __init__(
+        self, dsn: str, schema: str, timeouts: _db.Timeouts, held: HeldConnection | None = None
+    ) -> None:
         self.dsn = dsn
         self.schema = schema
         self.timeouts = timeouts
+        self.held = held
         self.q = _sql.load("forklift.supervisor", "queries.sql", schema)
+        self._where = _db.describe(dsn)
 
     def _conn(self, what: str) -> AbstractContextManager[psycopg.Connection[Any]]:
+        if self.held is not None:
+            return _on_held(self.held, what, self._where)
         return short_connection(self.dsn, self.timeouts, "forklift-supervisor", what)
+
+    def _liveness_key(self, owner: str) -> int:
+        return _locks.lock_key(_locks.liveness(self.schema, liveness_holder(owner)))
 
     def job_fail_orphaned(
         self,
@@ -99,7 +111,7 @@ class SupervisorStore:
             "owner": owner,
             "ids": list(ids) if ids is not None else None,
             "unlocked": unlocked,
-            "key": _locks.lock_key(_locks.liveness(self.schema, owner)),
+            "key": self._liveness_key(owner),
         }
         with self._conn("recording a worker's death failed") as c, c.transaction():
             held = c.execute(self.q["job_held_by_owner"], wanted).fetchall()
@@ -121,14 +133,15 @@ class SupervisorStore:
             ]
 
     def owners_unlocked(self) -> list[str]:
-        """The owners of running jobs that hold no liveness lock now."""
+        """The owners of running jobs whose liveness lock (their supervisor's, or their
+        own) no session holds now."""
         with self._conn("looking for vanished workers failed") as c:
             owners = [r[0] for r in c.execute(self.q["job_running_owners"])]
             if not owners:
                 return []
-            names = {_locks.liveness(self.schema, o): o for o in owners}
-            held = _locks.held_by_anyone(c, list(names))
-        return [owner for name, owner in names.items() if name not in held]
+            names = {o: _locks.liveness(self.schema, liveness_holder(o)) for o in owners}
+            held = _locks.held_by_anyone(c, sorted(set(names.values())))
+        return [owner for owner, name in names.items() if name not in held]
 
     def backend_terminate(self, application_name: str) -> int:
         """End the sessions called `application_name`; how many there were."""
@@ -153,10 +166,14 @@ class SupervisorStore:
         with self._conn("process deregistration failed") as c:
             c.execute(self.q["process_forget"], params)
 
-    def process_prune_stale(self, stale: float) -> tuple[list[str], list[ChargedJob]]:
-        """Drop processes silent for `stale` seconds; charge their workers' jobs."""
+    def process_prune_stale(self, stale: float) -> list[str]:
+        """Drop the registry rows of processes silent for `stale` seconds. Display only:
+        a late heartbeat is no proof of death, so no job is charged here."""
         with self._conn("pruning stale processes failed") as c:
-            rows = c.execute(self.q["process_prune_stale"], {"stale": stale}).fetchall()
-        pruned = [r[1] for r in rows if r[0] == "process"]
-        charged = [ChargedJob(int(r[1]), *r[2:]) for r in rows if r[0] == "job"]
-        return pruned, charged
+            return [r[0] for r in c.execute(self.q["process_prune_stale"], {"stale": stale})]
+
+
+@contextmanager
+def _on_held(held: HeldConnection, what: str, where: str) -> Iterator[psycopg.Connection[Any]]:
+    with translated(what, where), held.connection() as conn:
+        yield conn

@@ -1,19 +1,30 @@
 """LISTEN/NOTIFY: a notification for one of our queues wakes the claim loop (a hint); an
-operator's order on the control channel goes to `on_control` (a cancel)."""
+operator's order on the control channel goes to `on_control` (a cancel, which checks the
+database before it stops anything).
+
+Under a supervisor the notifications come from its session thread, over a pipe
+(`PipeSource`): one LISTEN connection per supervisor, not one per child. A `forklift
+worker` LISTENs itself (`JobStore.channel_listen`).
+"""
 
 from __future__ import annotations
 
 import logging
+import os
+import select
 import threading
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from typing import Protocol
 
 from forklift import _db, _sql
 from forklift._events import emit
 from forklift._service import TestSignal
 from forklift.backoff import Backoff, Streak
 from forklift.errors import DatabaseError
-from forklift.store import JobStore, Notifications
+from forklift.store import JobStore
 from forklift.workers.wakeup import Wakeup
 
 log = logging.getLogger(__name__)
@@ -32,9 +43,57 @@ class ListenerConfig:
     reconnect: Backoff = RECONNECT
 
 
+class Hints(Protocol):
+    """What a listener waits on: (channel, payload) pairs, as `Notifications` gives them."""
+
+    def wait(self, timeout: float) -> Iterator[tuple[str, str]]: ...
+
+
+class PipeSource:
+    """The notifications a supervisor's session thread forwards to this child: lines of
+    one kind letter (`q` a queue, `c` an order; session.py) and the payload."""
+
+    def __init__(self, fd: int, schema: str) -> None:
+        self.fd = fd
+        self.channel = _sql.channel_name(schema)
+        self.control = _sql.control_channel_name(schema)
+        self._buffer = b""
+        self._eof = False
+
+    @contextmanager
+    def open(self) -> Iterator[PipeSource]:
+        yield self
+
+    def wait(self, timeout: float) -> Iterator[tuple[str, str]]:
+        if self._eof:  # the parent is gone: the parent heartbeat stops this worker
+            time.sleep(timeout)
+            return
+        readable, _, _ = select.select([self.fd], [], [], timeout)
+        if not readable:
+            return
+        try:
+            data = os.read(self.fd, 65536)
+        except OSError:
+            data = b""
+        if not data:
+            self._eof = True
+            return
+        *lines, self._buffer = (self._buffer + data).split(b"\n")
+        for line in lines:
+            text = line.decode("utf-8", "replace")
+            if text[:1] == "c":
+                yield self.control, text[1:]
+            elif text[:1] == "q":
+                yield self.channel, text[1:]
+
+
 class Listener:
-    """Holds a LISTEN connection and wakes the claim loop when one of `queues` gets a
-    job. Reconnects with backoff; the claim loop's polling covers the gaps."""
+    """Waits on its hints and wakes the claim loop when one of `queues` gets a job.
+    Reconnects with backoff; the claim loop's polling covers the gaps.
+
+    Hints come from `source` (a pipe from the supervisor) or, without one, from a LISTEN
+    connection of its own.
+    """
 
     def __init__(
         self,
@@ -46,8 +105,10 @@ class Listener:
         closing: threading.Event,
         config: ListenerConfig | None = None,
         on_control: Callable[[str], object] | None = None,
+        source: PipeSource | None = None,
     ) -> None:
         self.store = store
+        self.source = source
         self.dsn = dsn
         self.timeouts = timeouts
         self.queues = frozenset(queues)
@@ -64,7 +125,12 @@ class Listener:
         """Listen until closing, reconnecting after a failure."""
         while not self.closing.is_set():
             try:
-                with self.store.channel_listen(self.dsn, self.timeouts) as notes:
+                opened: AbstractContextManager[Hints] = (
+                    self.source.open()
+                    if self.source is not None
+                    else self.store.channel_listen(self.dsn, self.timeouts)
+                )
+                with opened as notes:
                     self._reconnect.succeeded()
                     self.wakeup.set()  # anything sent while we were away: look now
                     self.listening.emit(None)
@@ -77,7 +143,7 @@ class Listener:
                 emit(log, "listener.reconnect", logging.WARNING, error=exc, retry_in=delay)
                 self.closing.wait(delay)
 
-    def run_once(self, notes: Notifications) -> int:
+    def run_once(self, notes: Hints) -> int:
         """Wait one tick for notifications; wake the claim loop for each of our queues.
 
         Returns how many wake-ups it gave.

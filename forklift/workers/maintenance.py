@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -58,11 +60,15 @@ class Maintenance:
         dsn: str,
         timeouts: _db.Timeouts,
         config: MaintenanceConfig | None = None,
+        section: Callable[[], AbstractContextManager[bool]] | None = None,
     ) -> None:
         self.store = store
         self.dsn = dsn
         self.timeouts = timeouts
         self.config = config or MaintenanceConfig()
+        # Whether this replica maintains now: by default a singleton section of its own
+        # (a dedicated connection per round); a supervisor passes its session's lock.
+        self._mine = section or (lambda: singleton(self.dsn, self.timeouts, self._section))
         self.ran: TestSignal[Maintained | None] = TestSignal()
         self._section = f"maintenance:{store.schema}"
         self._next = time.monotonic()
@@ -81,10 +87,18 @@ class Maintenance:
 
         run_every(until_due, round_, closing, log, "maintenance.failed")
 
+    def run_due(self) -> Maintained | None:
+        """A round if one is due (for a caller that polls, as the supervisor's database
+        thread does); None otherwise."""
+        if time.monotonic() < self._next:
+            return None
+        self._next = time.monotonic() + self.config.interval  # also after a failure
+        return self.run_once()
+
     def run_once(self) -> Maintained | None:
         """One round, or None when another replica holds the section."""
         cfg = self.config
-        with singleton(self.dsn, self.timeouts, self._section) as mine:
+        with self._mine() as mine:
             if not mine:
                 self.ran.emit(None)
                 return None

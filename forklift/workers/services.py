@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from forklift import _db
 from forklift._ids import application_name
@@ -15,90 +16,109 @@ from forklift.workers.completer import Completer, CompleterConfig
 from forklift.workers.config import WorkerConfig
 from forklift.workers.events import JobEvents
 from forklift.workers.holdings import Holdings
-from forklift.workers.listener import Listener
+from forklift.workers.listener import Listener, PipeSource
 from forklift.workers.liveness import LivenessLock
 from forklift.workers.maintenance import Maintenance, MaintenanceConfig
 from forklift.workers.renewer import LeaseRenewer, RenewerConfig
 from forklift.workers.wakeup import Wakeup
 
 
-class Services:
-    """The lease renewer, the completer, the listener (if it listens), the liveness lock,
-    maintenance and the cancels of one worker, each configured from the WorkerConfig and
-    given its collaborators.
+@dataclass(frozen=True)
+class ServiceDeps:
+    """What the services of one worker share, built by the worker after fork."""
 
-    `start()` runs the renewer, the completer, the listener, the liveness lock and (if
-    configured) maintenance on threads of their own. `stop()` ends them: the
-    completer flushes what it was handed first, and the liveness lock goes last.
+    config: WorkerConfig
+    store: JobStore
+    dsn: str
+    timeouts: _db.Timeouts
+    owner: str
+    holdings: Holdings
+    events: JobEvents
+    wakeup: Wakeup
+    tally: Tally | None = None
+    on_cancel: Callable[[ClaimedJob], None] | None = None
+    # A supervisor's child: its hints come over this pipe, and its supervisor's liveness
+    # lock vouches for it. None: a worker on its own, which LISTENs and locks itself.
+    hints: PipeSource | None = None
+
+
+class Services:
+    """The lease renewer, the completer, the listener (if it listens), the liveness lock
+    (a worker on its own), maintenance (if configured) and the cancels of one worker.
+
+    `start()` runs them on threads of their own. `stop()` ends them: the completer
+    flushes what it was handed first, and the liveness lock goes last.
     """
 
-    def __init__(
-        self,
-        config: WorkerConfig,
-        store: JobStore,
-        dsn: str,
-        timeouts: _db.Timeouts,
-        owner: str,
-        holdings: Holdings,
-        events: JobEvents,
-        wakeup: Wakeup,
-        tally: Tally | None,
-        on_cancel: Callable[[ClaimedJob], None] | None = None,
-    ) -> None:
+    def __init__(self, deps: ServiceDeps) -> None:
+        d, config = deps, deps.config
         self.closing = threading.Event()
-        self.cancels = Cancels(store, holdings, events, on_cancel)
+        self.cancels = Cancels(d.store, d.holdings, d.events, d.on_cancel)
         self.renewer = LeaseRenewer(
-            store,
-            owner,
-            holdings,
-            events,
-            tally,
+            d.store,
+            d.owner,
+            d.holdings,
+            d.events,
+            d.tally,
             self.closing,
             RenewerConfig(config.lease),
             self.cancels,
         )
         self.completer = Completer(
-            store,
-            owner,
-            holdings,
-            events,
+            d.store,
+            d.owner,
+            d.holdings,
+            d.events,
             self.closing,
             CompleterConfig(give_up_after=config.lease),
         )
         self.listener = (
             Listener(
-                store,
-                dsn,
-                timeouts,
+                d.store,
+                d.dsn,
+                d.timeouts,
                 config.queues,
-                wakeup,
+                d.wakeup,
                 self.closing,
                 on_control=self.cancels.notice,
+                source=d.hints,
             )
-            if config.listen
+            if config.listen or d.hints is not None
             else None
         )
         self.maintenance = Maintenance(
-            store,
-            dsn,
-            timeouts,
+            d.store,
+            d.dsn,
+            d.timeouts,
             MaintenanceConfig(config.maintenance_interval, config.keep_finished, config.keep_dead),
         )
         self._maintain = config.maintenance
-        self.liveness = LivenessLock(dsn, timeouts, store.schema, owner, application_name(owner))
+        self.liveness = (
+            LivenessLock(d.dsn, d.timeouts, d.store.schema, d.owner, application_name(d.owner))
+            if d.hints is None
+            else None
+        )
         self._completing = threading.Thread(
             target=self.completer.run, name="forklift-completer", daemon=True
         )
-        self._keeping = threading.Thread(
-            target=self.liveness.run, name="forklift-liveness", daemon=True
+        self._keeping = (
+            threading.Thread(target=self.liveness.run, name="forklift-liveness", daemon=True)
+            if self.liveness is not None
+            else None
         )
+
+    def wait_vouched(self, timeout: float) -> bool:
+        """Whether a liveness lock vouches for this worker: its own, held (waiting up to
+        `timeout` s for it), or its supervisor's (not this process's to see)."""
+        return self.liveness is None or self.liveness.wait_held(timeout)
 
     def start(self) -> None:
         threads = [
-            self._keeping,
             threading.Thread(target=self.renewer.run, name="forklift-heartbeat", daemon=True),
             self._completing,
         ]
+        if self._keeping is not None:
+            threads.insert(0, self._keeping)
         if self.listener is not None:
             threads.append(
                 threading.Thread(target=self.listener.run, name="forklift-listener", daemon=True)
@@ -116,5 +136,6 @@ class Services:
         self._completing.join(timeout=timeout)
         # Last: a peer that saw the lock go before the completions were written would
         # charge jobs this worker is still finishing.
-        self.liveness.stop()
-        self._keeping.join(timeout=timeout)
+        if self.liveness is not None and self._keeping is not None:
+            self.liveness.stop()
+            self._keeping.join(timeout=timeout)

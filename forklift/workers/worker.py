@@ -36,9 +36,10 @@ from forklift.workers.config import WorkerConfig
 from forklift.workers.context import JobContext
 from forklift.workers.events import JobEvents, Outcome
 from forklift.workers.holdings import Holdings
+from forklift.workers.listener import PipeSource
 from forklift.workers.prefetch import Prefetch
 from forklift.workers.recorder import Recorder
-from forklift.workers.services import Services
+from forklift.workers.services import ServiceDeps, Services
 from forklift.workers.wakeup import Wakeup
 
 log = logging.getLogger(__name__)
@@ -85,8 +86,10 @@ class Worker:
         on_booted: Callable[[], None] | None = None,
         tally: Tally | None = None,
         on_job_cancel: Callable[[ClaimedJob], None] | None = None,
+        hints_fd: int | None = None,
     ) -> None:
         self.app = app
+        self.hints_fd = hints_fd  # a supervisor's child: its hints pipe (services.py)
         self.config = config or WorkerConfig()
         self.owner = owner or ""
         self.on_job_start = on_job_start
@@ -132,16 +135,21 @@ class Worker:
         if self._stopping:
             self._wakeup.set()
         self._timeouts = _db.Timeouts.for_lease(cfg.lease)
+        # One connection for the worker's own statements (claims, renewals, completions);
+        # handlers' effect transactions take theirs from a pool of their own, opened
+        # lazily, so the worker's statements never wait behind a handler.
+        name = application_name(self.owner)
         self._pool = _db.make_pool(
-            self.app.dsn,
-            self._timeouts,
-            # claims, renewals and completions, plus the handlers' effect transactions
-            max_size=cfg.pool_size + 3,
-            name=f"worker-{os.getpid()}",
-            application_name=application_name(self.owner),
-        )
+            self.app.dsn, self._timeouts, max_size=1, name=f"worker-{os.getpid()}",
+            application_name=name,
+        )  # fmt: skip
+        self._effects = _db.make_pool(
+            self.app.dsn, self._timeouts, max_size=cfg.pool_size, min_size=0,
+            name=f"effects-{os.getpid()}", application_name=name,
+        )  # fmt: skip
         self._pool.open(wait=False)
-        self.store = JobStore(self._pool, self.app.schema)
+        self._effects.open(wait=False)
+        self.store = JobStore(self._pool, self.app.schema, effects=self._effects)
         self.holdings = Holdings(cfg.concurrency)
         self.prefetch = Prefetch(cfg.concurrency)
         self.events = JobEvents(
@@ -149,18 +157,13 @@ class Worker:
         )
         self.recorder = Recorder(self.store, self.owner, self.holdings, self.events)
         self._work: queue.SimpleQueue[JobContext | None] = queue.SimpleQueue()
+        hints = PipeSource(self.hints_fd, self.app.schema) if self.hints_fd is not None else None
         self.services = Services(
-            cfg,
-            self.store,
-            self.app.dsn,
-            self._timeouts,
-            self.owner,
-            self.holdings,
-            self.events,
-            self._wakeup,
-            self.tally,
-            self.on_job_cancel,
-        )
+            ServiceDeps(
+                cfg, self.store, self.app.dsn, self._timeouts, self.owner, self.holdings,
+                self.events, self._wakeup, self.tally, self.on_job_cancel, hints,
+            )
+        )  # fmt: skip
         for i in range(cfg.concurrency):
             name = f"forklift-exec-{i}"
             threading.Thread(target=self._execute_loop, name=name, daemon=True).start()
@@ -181,6 +184,7 @@ class Worker:
             self._work.put(None)
         self.services.stop(timeout=self._timeouts.statement + 1)
         self._pool.close(timeout=2.0)
+        self._effects.close(timeout=2.0)
         assert self._wakeup is not None
         self._wakeup.close()
         emit(log, "worker.stopped", owner=self.owner, jobs=self.holdings.ended)
@@ -203,7 +207,7 @@ class Worker:
                 continue
             # Nothing is claimed without the liveness lock: a peer that finds it free
             # would charge whatever this worker claimed.
-            if not self.services.liveness.wait_held(0.5):
+            if not self.services.wait_vouched(0.5):
                 continue
             self._wakeup.clear()  # wake-ups from now on are news to the claim below
             expired = time.monotonic() >= next_expiry_check

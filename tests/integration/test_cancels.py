@@ -90,8 +90,12 @@ def test_a_forged_notification_cancels_nothing(
             ListenerConfig(tick=0.1), on_control=cancels.notice,
         )  # fmt: skip
         heard: list[str] = []
-        original = cancels.notice
-        listener.on_control = lambda payload: heard.append(payload) or original(payload)
+
+        def on_control(payload: str) -> bool:
+            heard.append(payload)
+            return cancels.notice(payload)
+
+        listener.on_control = on_control
         outsider = psycopg.conninfo.make_conninfo(dsn, user=role)
         with rig.store.channel_listen(app.dsn, TIMEOUTS) as notes:
             with psycopg.connect(outsider, autocommit=True) as attacker:

@@ -7,6 +7,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg_pool import ConnectionPool
 
 import forklift
 from forklift import _db
@@ -45,6 +46,7 @@ def test_effect_commits_with_the_completion(
     assert effect.commit_completing(claimed.id, claimed.attempt, OWNER)
     assert scalar(db, f"SELECT state FROM {schema}.jobs WHERE id = %s", claimed.id) == "succeeded"
     assert scalar(db, f"SELECT count(*) FROM {schema}.effects") == 1
+    assert isinstance(store.pool, ConnectionPool)
     stats = store.pool.get_stats()
     assert stats["pool_available"] == stats["pool_size"]  # the connection came back
 

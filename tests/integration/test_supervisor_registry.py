@@ -8,12 +8,16 @@ import psycopg
 import pytest
 
 import forklift
-from forklift import _db
+from forklift import _db, _locks
+from forklift._ids import child_owner
 from forklift.admin import AdminStore
 from forklift.metrics import Totals
+from forklift.supervisor.dbthread import DbService, DbThread
+from forklift.supervisor.deaths import VanishedConfig, VanishedOwners, VanishedResult
 from forklift.supervisor.ops import OpsServer
 from forklift.supervisor.probes import Probes, metrics_registry
 from forklift.supervisor.registry import HeartbeatResult, ProcessRegistry, RegistryConfig
+from forklift.supervisor.session import HintFanout, SupervisorSession
 from forklift.supervisor.snapshot import Snapshot, SnapshotBoard
 from forklift.supervisor.store import ProcessInfo, SupervisorStore
 from tests.integration.test_supervisor_store import leased
@@ -48,27 +52,37 @@ def running_job(dsn: str, db: psycopg.Connection[Any], schema: str, owner: str) 
         app.close()
 
 
-def test_pruning_charges_a_silent_workers_jobs_with_their_attempts(
+def test_a_late_heartbeat_charges_no_job_of_a_supervisor_whose_lock_is_held(
     dsn: str, db: psycopg.Connection[Any], schema: str, store: SupervisorStore
 ) -> None:
-    store.process_upsert_many(snapshot("here:2:w").registry_rows)
-    job_id = running_job(dsn, db, schema, "here:2:w")
+    """Its heartbeats stalled (it could not open new connections) while it and its
+    workers lived: neither the registry nor a peer's check charges its child's job."""
+    child = child_owner(SUP, 2, "w")
+    store.process_upsert_many(snapshot(child).registry_rows)
+    job_id = running_job(dsn, db, schema, child)
     db.execute(f"UPDATE {schema}.processes SET heartbeat_at = now() - interval '1 minute'")
-    pruned, charged = store.process_prune_stale(20.0)
-    assert sorted(pruned) == [SUP, "here:2:w"]
-    assert [(j.id, j.state, j.attempts) for j in charged] == [(job_id, "ready", 1)]
+    with psycopg.connect(dsn, autocommit=True) as session:
+        assert _locks.try_take(session, _locks.liveness(schema, SUP))
+        assert sorted(store.process_prune_stale(20.0)) == [SUP, child]
+        peer = VanishedOwners(store, Totals(), VanishedConfig(confirm=0.0), me=lambda: "peer")
+        assert peer.run_once(now=1.0).charged == 0
+        assert peer.run_once(now=2.0) == VanishedResult(unlocked=0, charged=0)
+    state = db.execute(f"SELECT state, attempts FROM {schema}.jobs WHERE id = %s", (job_id,))
+    assert state.fetchone() == ("running", 1)
+    # Once the lock is free (the supervisor is gone), a peer charges it.
+    assert peer.run_once(now=3.0).unlocked == 1
+    assert peer.run_once(now=4.0).charged == 1
 
 
 def test_run_once_writes_forgets_and_prunes(
     dsn: str, db: psycopg.Connection[Any], schema: str, store: SupervisorStore
 ) -> None:
     board = SnapshotBoard(snapshot("here:2:w", "here:3:w"))
-    totals = Totals()
-    registry = ProcessRegistry(store, board, totals)
-    assert registry.run_once() == HeartbeatResult(3, 0, 0)
+    registry = ProcessRegistry(store, board)
+    assert registry.run_once() == HeartbeatResult(3, 0)
     assert registered(db, schema) == [SUP, "here:2:w", "here:3:w"]
-    # A worker gone from the snapshot is forgotten; a silent host's rows are pruned
-    # and the job its worker held is charged.
+    # A worker gone from the snapshot is forgotten; a silent host's rows are pruned,
+    # and the job its worker held is left to the liveness check (deaths.py).
     db.execute(
         f"INSERT INTO {schema}.processes (id, kind, host, pid, supervisor_id, heartbeat_at)"
         " VALUES ('gone:1:a', 'supervisor', 'gone', 1, NULL, now() - interval '1 minute'),"
@@ -76,9 +90,8 @@ def test_run_once_writes_forgets_and_prunes(
     )
     running_job(dsn, db, schema, "gone:2:b")
     board.publish(snapshot("here:2:w"))
-    assert registry.run_once() == HeartbeatResult(2, 2, 1)
+    assert registry.run_once() == HeartbeatResult(2, 2)
     assert registered(db, schema) == [SUP, "here:2:w"]
-    assert totals.jobs == {("default", "noop", "crashed"): 1}
     registry.deregister()
     assert registered(db, schema) == []
 
@@ -87,13 +100,16 @@ def test_the_ops_thread_heartbeats_at_once_and_then_every_interval(
     dsn: str, db: psycopg.Connection[Any], schema: str, store: SupervisorStore
 ) -> None:
     board = SnapshotBoard(snapshot("here:2:w"))
-    registry = ProcessRegistry(store, board, Totals(), RegistryConfig(every=0.05))
+    registry = ProcessRegistry(store, board, RegistryConfig(every=0.05))
     registry.beat.enable()
     probes = Probes(board, AdminStore(dsn, schema))
-    ops = OpsServer(None, probes, metrics_registry(Totals(), probes), registry)
+    db_thread = DbThread([DbService("registry", 0.05, registry.run_once)])
+    session = SupervisorSession(dsn, _db.Timeouts(), schema, ("default",), HintFanout())
+    session.supervisor_id = SUP
+    ops = OpsServer(None, probes, metrics_registry(Totals(), probes), registry, db_thread, session)
     ops.start()
     try:
-        assert registry.beat.wait() == HeartbeatResult(2, 0, 0)
+        assert registry.beat.wait() == HeartbeatResult(2, 0)
         board.publish(snapshot("here:2:w", "here:3:w"))
         while registry.beat.wait().rows_written != 3:
             pass  # a heartbeat that ran before the publish

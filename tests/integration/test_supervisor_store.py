@@ -223,25 +223,16 @@ def test_a_timeout_is_not_a_crash(
     assert crashes_and_error(db, schema, job_id)[:3] == ("ready", 1, "TimeoutError: too slow")
 
 
-def test_a_vanished_hosts_jobs_are_charged_a_crash_each(
+def test_a_silent_registry_row_is_pruned_and_charges_nothing(
     db: psycopg.Connection[Any], schema: str, producer: forklift.App, store: SupervisorStore
 ) -> None:
-    fresh = leased(db, schema, producer, attempts=1)
-    poison = leased(db, schema, producer, attempts=1)
-    db.execute(f"UPDATE {schema}.jobs SET crashes = 1 WHERE id = %s", (poison,))
+    """The registry is for display: a late heartbeat is no proof of death (before, the
+    prune charged the jobs of a live supervisor whose heartbeats could not get through)."""
+    job_id = leased(db, schema, producer, attempts=1)
     db.execute(
         f"INSERT INTO {schema}.processes (id, kind, host, pid, heartbeat_at)"
         " VALUES (%s, 'worker', 'lost-host', 1, now() - interval '1 hour')",
         (DEAD,),
     )
-    pruned, charged = store.process_prune_stale(20.0)
-    assert pruned == [DEAD]
-    by_id = {j.id: (j.state, j.quarantined) for j in charged}
-    assert by_id == {fresh: ("ready", False), poison: ("dead", True)}
-    assert crashes_and_error(db, schema, fresh)[:3] == (
-        "ready", 1, "WorkerLost: worker on host lost-host stopped heart-beating",
-    )  # fmt: skip
-    assert crashes_and_error(db, schema, poison)[2] == (
-        "Quarantined: crashed its worker 2 times (max_crashes 2); "
-        "last: WorkerLost: worker on host lost-host stopped heart-beating"
-    )
+    assert store.process_prune_stale(20.0) == [DEAD]
+    assert crashes_and_error(db, schema, job_id)[:2] == ("running", 0)

@@ -27,6 +27,7 @@ class FakeStore(SupervisorStore):
         self.released: list[ReleasedJob] = [ReleasedJob(2, "default", "render")]
         self.backlog = 0
         self.terminated: list[str] = []  # application names whose sessions were ended
+        self.crash_flags: list[bool] = []  # each job_fail_orphaned's `crash`
 
     def _call(self, name: str, *args: Any) -> None:
         if self.down:
@@ -44,6 +45,7 @@ class FakeStore(SupervisorStore):
         unlocked: bool = False,
     ) -> list[ChargedJob]:
         self._call("job_fail_orphaned", owner, error, ids)
+        self.crash_flags.append(crash)
         return self.charged
 
     def job_release_owner(self, owner: str) -> list[ReleasedJob]:

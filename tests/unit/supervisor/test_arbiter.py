@@ -31,7 +31,7 @@ class FakeSpawner(Spawner):
             sup.config,
             sup.children,
             sup.signals,
-            sup.ops.fork_lock,
+            sup.fanout,
             totals=sup.totals,
             close_in_child=sup.ops.close_in_child,
         )

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from forklift.metrics import Totals
-from forklift.supervisor.attribution import Attribution, Deferred
-from forklift.supervisor.child import RunningJob
+from forklift.supervisor.deaths import Attribution, Deferred
 from forklift.supervisor.states import JobsAction
 from forklift.supervisor.store import ChargedJob
 from tests.unit.supervisor.conftest import FakeStore
@@ -61,12 +60,30 @@ def test_deferred_attributions_retry_1_s_later_then_doubling_up_to_30_s(store: F
 def test_a_timeout_is_charged_on_the_one_job(store: FakeStore) -> None:
     totals = Totals()
     attribution = Attribution(store, totals)
-    job = RunningJob(7, "render", started=0.0, timeout=1.0)
-    assert attribution.charge_timeout("o:1:x", job, "job render#7 timed out after 1 s")
+    attribution.charge_timeout("o:1:x", 7, "job render#7 timed out after 1 s", now=0.0)
     assert store.calls == [
         ("job_fail_orphaned", ("o:1:x", "TimeoutError: job render#7 timed out after 1 s", [7]))
     ]
     assert totals.jobs == {("default", "render", "crashed"): 1}
+
+
+def test_a_timeout_the_database_missed_is_charged_as_a_timeout_before_the_death(
+    store: FakeStore,
+) -> None:
+    """Before, a timeout whose charge failed was later charged as a crash by the death."""
+    attribution = Attribution(store, Totals())
     store.down = True
-    assert not attribution.charge_timeout("o:1:x", job, "again")
-    assert attribution.pending == []  # not deferred: the child's death charges it
+    attribution.charge_timeout("o:1:x", 7, "job render#7 timed out after 1 s", now=0.0)
+    store.down = False  # back before the death is recorded: the death waits its turn
+    attribution.record("o:1:x", "WorkerDied: killed", JobsAction.RELEASE, now=0.5)
+    assert attribution.pending == [
+        Deferred("o:1:x", "TimeoutError: job render#7 timed out after 1 s", None, (7,)),
+        Deferred("o:1:x", "WorkerDied: killed", JobsAction.RELEASE),
+    ]
+    assert store.calls == []
+    attribution.retry_pending(now=10.0)
+    assert store.calls == [
+        ("job_fail_orphaned", ("o:1:x", "TimeoutError: job render#7 timed out after 1 s", [7])),
+        ("job_release_owner", ("o:1:x",)),
+    ]
+    assert store.crash_flags == [False]

@@ -28,7 +28,7 @@ class QuietRegistry(ProcessRegistry):
 def server() -> Iterator[tuple[str, int]]:
     board = SnapshotBoard(Snapshot(last_tick=time.monotonic(), live_workers=1))
     probes = Probes(board, FakeAdmin())
-    registry = QuietRegistry(FakeStore(), board, Totals())
+    registry = QuietRegistry(FakeStore(), board)
     ops = OpsServer("127.0.0.1:0", probes, metrics_registry(Totals(), probes), registry)
     ops.start()
     assert ops.bound is not None

@@ -7,9 +7,9 @@ import signal
 import pytest
 
 from forklift.metrics import Totals
-from forklift.supervisor.attribution import Attribution
 from forklift.supervisor.child import Children, Kill, RunningJob
 from forklift.supervisor.config import SupervisorConfig
+from forklift.supervisor.deaths import Attribution
 from forklift.supervisor.police import Police
 from forklift.supervisor.states import KillReason
 from tests.unit.supervisor.conftest import FakeStore, Signals, make_child
@@ -49,7 +49,9 @@ def test_a_timeout_the_database_missed_still_kills(
     child = make_child(children, 41, jobs={7: RunningJob(7, "render", 0.0, 1.0)})
     store.down = True
     police(children, store).enforce_timeouts(now=5.0)
-    assert child.timed_out == []  # charged on its death instead
+    # Still a timeout (charged when the database is back, ahead of the death), so the
+    # child's other jobs are bystanders.
+    assert child.timed_out == [7]
     assert child.killing is not None and signals.sent == [(41, TERM)]
 
 

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from forklift.metrics import Totals
-from forklift.supervisor.attribution import Attribution
 from forklift.supervisor.child import Child, Children, Kill
+from forklift.supervisor.deaths import Attribution
 from forklift.supervisor.reaper import Reaper
 from forklift.supervisor.reports import Reporter
 from forklift.supervisor.restarts import RestartSchedule

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from forklift.errors import DatabaseError
 from forklift.supervisor.child import Children, RunningJob
 from forklift.supervisor.config import SupervisorConfig
 from forklift.supervisor.scaling import AUTOSCALE_EVERY, Scaling
@@ -27,17 +30,22 @@ def test_an_autoscaled_pool_starts_at_its_minimum_and_stays_within_bounds() -> N
     assert scaling.target == 2
 
 
-def test_autoscale_reads_the_backlog_every_few_seconds_and_grows_when_all_are_busy(
+def test_autoscale_goes_by_the_backlog_read_off_the_loop_and_grows_when_all_are_busy(
     children: Children, store: FakeStore
 ) -> None:
     config = SupervisorConfig(autoscale=(1, 3), worker=WorkerConfig(concurrency=1))
     scaling = Scaling(config, store)
     make_child(children, 41, jobs={1: RunningJob(1, "render", 0.0, None)})
     store.backlog = 10
-    scaling.autoscale(children.live(), now=100.0)
-    assert scaling.target == 2
-    scaling.autoscale(children.live(), now=100.0 + AUTOSCALE_EVERY / 2)
-    assert len(store.calls) == 1  # not due yet
-    store.down = True
+    scaling.autoscale(children.live(), now=99.0)
+    assert scaling.target == 1 and store.calls == []  # the loop itself never asks
+    scaling.read_backlog()  # the database thread's round
     scaling.autoscale(children.live(), now=100.0 + AUTOSCALE_EVERY)
+    assert scaling.target == 2
+    scaling.autoscale(children.live(), now=100.0 + AUTOSCALE_EVERY * 1.5)
+    assert scaling.target == 2  # not due yet
+    store.down = True
+    with pytest.raises(DatabaseError):
+        scaling.read_backlog()
+    scaling.autoscale(children.live(), now=100.0 + AUTOSCALE_EVERY * 3)
     assert scaling.target == 2  # no backlog to go by: no change

@@ -8,8 +8,8 @@ import pytest
 
 from forklift.errors import DatabaseError
 from forklift.metrics import Totals
+from forklift.supervisor.deaths import VanishedConfig, VanishedOwners
 from forklift.supervisor.store import ChargedJob
-from forklift.supervisor.vanished import VanishedConfig, VanishedOwners
 from tests.unit.supervisor.conftest import FakeStore
 
 

@@ -1,0 +1,107 @@
+"""The supervisor's one database thread: every statement the parent runs, on one held
+connection, fed by the loop through a queue and by the periodic services on their own
+schedules.
+
+The loop never waits on the database (DESIGN invariant 15): what it decides (charge a
+dead child's jobs, end a killed child's sessions) it submits here and goes on. Work runs
+in the order it was submitted, so a timeout's charge comes before the release of the
+killed child's other jobs. A round that raises is logged and outlived.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from forklift._events import emit
+from forklift._service import Repeats
+from forklift.errors import ForkliftError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DbService:
+    """A service the database thread runs at once, then every `every` seconds."""
+
+    name: str
+    every: float
+    run_once: Callable[[], object]
+
+
+class DbThread:
+    """`submit()` from any thread; `run()` on the thread until `stop()`."""
+
+    def __init__(self, services: Sequence[DbService] = ()) -> None:
+        self.services = tuple(services)
+        self._work: queue.SimpleQueue[tuple[str, Callable[[], object]] | None] = queue.SimpleQueue()
+        self._due = [0.0] * len(self.services)
+        self._stopped = threading.Event()
+        self._repeats = Repeats()
+        self.last_ok: float | None = None  # monotonic time of the last round that worked
+        self.last_error: str | None = None  # the last round's failure, None once one works
+
+    def submit(self, name: str, work: Callable[[], object]) -> None:
+        self._work.put((name, work))
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._work.put(None)
+
+    def run(self) -> None:
+        while not self._stopped.is_set():
+            self._run_submitted(self._next_wait())
+            now = time.monotonic()
+            for i, service in enumerate(self.services):
+                if self._stopped.is_set():
+                    return
+                if now >= self._due[i]:
+                    self._due[i] = now + service.every
+                    self._attempt(service.name, service.run_once)
+                    self._run_submitted(0.0)  # the loop's work never waits behind a round
+
+    def drain(self, timeout: float) -> None:
+        """Run what was submitted until the queue is empty or `timeout` passes (a stop)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                item = self._work.get_nowait()
+            except queue.Empty:
+                return
+            if item is not None:
+                self._attempt(*item)
+
+    def _next_wait(self) -> float:
+        if not self.services:
+            return 1.0
+        return max(0.0, min(self._due) - time.monotonic())
+
+    def _run_submitted(self, wait: float) -> None:
+        try:
+            item = self._work.get(timeout=wait) if wait > 0 else self._work.get_nowait()
+        except queue.Empty:
+            return
+        while item is not None:
+            self._attempt(*item)
+            try:
+                item = self._work.get_nowait()
+            except queue.Empty:
+                return
+
+    def _attempt(self, name: str, work: Callable[[], object]) -> None:
+        try:
+            work()
+        except ForkliftError as exc:
+            self.last_error = f"{name}: {exc}"
+            if self._repeats.worth_logging(exc):  # an outage: said once, then every 30 s
+                emit(log, f"{name}.failed", logging.WARNING, error=exc)
+            return
+        except Exception:  # a bug: logged, outlived
+            log.exception("%s: round failed; next round as usual", name)
+            return
+        self.last_ok = time.monotonic()
+        self.last_error = None

@@ -1,0 +1,177 @@
+"""The supervisor's one session-level connection: the liveness lock that vouches for it and
+all its children, LISTEN for ready jobs and operators' orders (handed to the children as
+hints over a pipe each), and the lock that makes this replica the one that maintains.
+
+One connection for what needs a session, whatever the number of children: a child holds
+only the connection its claims, renewals and completions share (DESIGN invariant 18).
+The thread owns the connection; nothing else touches it. The loop only ever adds and
+removes children's pipes on the `HintFanout`, under a lock no I/O waits under (a write
+to a pipe is non-blocking; a full pipe drops the hint, as a missed NOTIFY would be).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from forklift import _db, _locks, _sql
+from forklift._events import emit
+from forklift._service import TestSignal
+from forklift.backoff import Backoff, Streak
+
+log = logging.getLogger(__name__)
+
+# A hint line: one kind letter, then the payload. `q`: a queue got a job; `c`: an order.
+QUEUE, ORDER = "q", "c"
+RECONNECT = Backoff(base=0.2, factor=2.0, max=5.0, jitter=0.0)
+
+
+class HintFanout:
+    """The write ends of the children's hint pipes; `send` writes a line to each."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._fds: set[int] = set()
+
+    def add(self, fd: int) -> None:
+        os.set_blocking(fd, False)
+        with self._lock:
+            self._fds.add(fd)
+
+    def remove(self, fd: int) -> None:
+        """Forget a child's pipe and close it (under the lock: no write can race it)."""
+        with self._lock:
+            if fd in self._fds:
+                self._fds.discard(fd)
+                os.close(fd)
+
+    def send(self, kind: str, payload: str) -> None:
+        line = f"{kind}{payload}\n".encode()
+        if len(line) > 4096:  # atomic only up to PIPE_BUF: a hint that long is no hint
+            return
+        with self._lock:
+            for fd in self._fds:
+                try:
+                    os.write(fd, line)
+                except OSError:  # full (the child is busy: it polls) or gone
+                    pass
+
+    def close_in_child(self) -> None:
+        """After fork: the child keeps none of the write ends."""
+        for fd in self._fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._fds = set()
+        self._lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    tick: float = 0.2  # a lost session is retaken within this of the database answering
+    ping_every: float = 2.0  # a round trip that proves the lock is still held
+    maintenance_every: float = 5.0  # how often a replica not maintaining tries the lock
+
+
+class SupervisorSession:
+    """Runs on a thread of its own until `stop()`; reconnects with a short backoff."""
+
+    def __init__(
+        self,
+        dsn: str,
+        timeouts: _db.Timeouts,
+        schema: str,
+        queues: Sequence[str],
+        fanout: HintFanout,
+        config: SessionConfig | None = None,
+    ) -> None:
+        self.dsn = dsn
+        self.timeouts = timeouts
+        self.schema = schema
+        self.queues = frozenset(queues)
+        self.fanout = fanout
+        self.config = config or SessionConfig()
+        self.supervisor_id = ""  # set before start()
+        self.held = threading.Event()  # the liveness lock is held
+        self.maintaining = threading.Event()  # the maintenance lock is held
+        self.taken: TestSignal[None] = TestSignal()  # each time the session is (re)made
+        self.error: str | None = None  # why the session is down, for readiness
+        self._q = _sql.load("forklift.store", "queries.sql", schema)
+        self._control = _sql.control_channel_name(schema)
+        self._stopped = threading.Event()
+        self._reconnect = Streak(RECONNECT)
+
+    @property
+    def liveness_lock(self) -> str:
+        return _locks.liveness(self.schema, self.supervisor_id)
+
+    @property
+    def maintenance_lock(self) -> str:
+        return f"maintenance:{self.schema}"
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def run(self) -> None:
+        assert self.supervisor_id, "the session's liveness lock is named by the supervisor"
+        while not self._stopped.is_set():
+            try:
+                with _db.connect(
+                    self.dsn, self.timeouts, application_name="forklift-supervisor"
+                ) as conn:
+                    self._hold(conn)
+            except psycopg.Error as exc:
+                self._lost(exc)
+            finally:
+                self.held.clear()
+                self.maintaining.clear()
+
+    def _hold(self, conn: psycopg.Connection[Any]) -> None:
+        if not _locks.try_take(conn, self.liveness_lock):
+            raise psycopg.OperationalError(f"liveness lock {self.liveness_lock} is held by another")
+        conn.execute(self._q["control_listen"])
+        conn.execute(self._q["channel_listen"])
+        self.held.set()
+        if self.error is not None:
+            emit(log, "supervisor.session_back")
+        self.error = None
+        self._reconnect.succeeded()
+        self.taken.emit(None)
+        self.fanout.send(QUEUE, "")  # whatever came while we were away: look now
+        next_ping = next_try = time.monotonic()
+        while not self._stopped.is_set():
+            for note in conn.notifies(timeout=self.config.tick):
+                self._forward(note.channel, note.payload)
+            if not _db.looks_alive(conn):
+                raise psycopg.OperationalError("the supervisor's session ended")
+            now = time.monotonic()
+            if now >= next_ping:
+                next_ping = now + self.config.ping_every
+                if not _locks.held(conn, self.liveness_lock):
+                    raise psycopg.OperationalError("the liveness lock was lost")
+            if not self.maintaining.is_set() and now >= next_try:
+                next_try = now + self.config.maintenance_every
+                if _locks.try_take(conn, self.maintenance_lock):
+                    self.maintaining.set()
+
+    def _forward(self, channel: str, payload: str) -> None:
+        if channel == self._control:
+            self.fanout.send(ORDER, payload)  # a hint: the child checks the database
+        elif payload in self.queues:
+            self.fanout.send(QUEUE, payload)
+
+    def _lost(self, exc: psycopg.Error) -> None:
+        delay = self._reconnect.failed()
+        cause = " ".join(str(exc).split()) or type(exc).__name__
+        if self.error is None:  # once per outage
+            emit(log, "supervisor.session_lost", logging.WARNING, error=_db.redact(cause))
+        self.error = _db.redact(cause)
+        self._stopped.wait(delay)
