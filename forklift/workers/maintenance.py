@@ -90,10 +90,14 @@ class Maintenance:
     def run_due(self) -> Maintained | None:
         """A round if one is due (for a caller that polls, as the supervisor's database
         thread does); None otherwise."""
-        if time.monotonic() < self._next:
+        now = time.monotonic()
+        if now < self._next:
             return None
-        self._next = time.monotonic() + self.config.interval  # also after a failure
-        return self.run_once()
+        self._next = now + self.config.interval  # also after a failure
+        result = self.run_once()
+        if result is None:  # another replica's turn, or not ours yet: ask again soon
+            self._next = now + min(1.0, self.config.interval)
+        return result
 
     def run_once(self) -> Maintained | None:
         """One round, or None when another replica holds the section."""

@@ -64,6 +64,11 @@ def test_metrics_sum_every_child_and_survive_crashes_and_recycling(
         ),
         what="crash restart counted",
     )
+    # The crash's charge is counted once the database thread has recorded it on the job.
+    wait_for(
+        lambda: samples(get(url + "/metrics")[1], "forklift_jobs_total", outcome="crashed") == 1,
+        what="the crash counted",
+    )
     body = get(url + "/metrics")[1]
     assert samples(body, "forklift_jobs_total", outcome="succeeded") == n
     assert samples(body, "forklift_jobs_total", outcome="crashed", task="sleep") == 1

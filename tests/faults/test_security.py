@@ -102,7 +102,7 @@ def test_the_worker_role_runs_jobs_and_can_change_no_schema(
         assert "sessions_end_failed" not in sup.output()
         # It may not VACUUM the jobs table: maintenance says so once and leaves it to
         # autovacuum, and fails at nothing.
-        assert "maintenance.no_vacuum" in sup.output()
+        wait_for(lambda: "maintenance.no_vacuum" in sup.output(), what="maintenance's word")
         assert "maintenance.failed" not in sup.output()
     finally:
         fleet.kill()

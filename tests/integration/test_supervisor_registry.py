@@ -64,13 +64,16 @@ def test_a_late_heartbeat_charges_no_job_of_a_supervisor_whose_lock_is_held(
     with psycopg.connect(dsn, autocommit=True) as session:
         assert _locks.try_take(session, _locks.liveness(schema, SUP))
         assert sorted(store.process_prune_stale(20.0)) == [SUP, child]
-        peer = VanishedOwners(store, Totals(), VanishedConfig(confirm=0.0), me=lambda: "peer")
-        assert peer.run_once(now=1.0).charged == 0
+        peer = VanishedOwners(store, Totals(), VanishedConfig(confirm=1.0), me=lambda: "peer")
+        assert peer.run_once(now=1.0) == VanishedResult(unlocked=0, charged=0)
         assert peer.run_once(now=2.0) == VanishedResult(unlocked=0, charged=0)
     state = db.execute(f"SELECT state, attempts FROM {schema}.jobs WHERE id = %s", (job_id,))
     assert state.fetchone() == ("running", 1)
-    # Once the lock is free (the supervisor is gone), a peer charges it.
-    assert peer.run_once(now=3.0).unlocked == 1
+    # Its own supervisor never charges it as a peer would (its reaper does), even with
+    # the lock free; a peer does, once the lock is free in two rounds a second apart.
+    own = VanishedOwners(store, Totals(), VanishedConfig(confirm=0.0), me=lambda: SUP)
+    assert own.run_once(now=3.0) == VanishedResult(unlocked=0, charged=0)
+    assert peer.run_once(now=3.0) == VanishedResult(unlocked=1, charged=0)
     assert peer.run_once(now=4.0).charged == 1
 
 
