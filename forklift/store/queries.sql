@@ -140,10 +140,15 @@ FROM mine
 WHERE j.id = mine.id
 RETURNING j.id;
 
--- name: effect_idle_limit
--- How long this effect transaction may sit idle while its handler works (SET LOCAL: for
--- this transaction only; the session keeps its own, shorter, bound).
-SELECT set_config('idle_in_transaction_session_timeout', %(ms)s::text, true);
+-- name: effect_limits
+-- How long this effect transaction may sit idle while its handler works, and how long
+-- one of the handler's statements may take (SET LOCAL: for this transaction only; the
+-- session keeps its own, shorter, bounds for the worker's statements). NULL: unchanged.
+SELECT set_config('idle_in_transaction_session_timeout',
+                  coalesce(%(idle_ms)s::text,
+                           current_setting('idle_in_transaction_session_timeout')), true),
+       set_config('statement_timeout',
+                  coalesce(%(statement_ms)s::text, current_setting('statement_timeout')), true);
 
 -- name: job_fail
 -- Record a failed attempt: back to ready after `delay` seconds, or dead; fenced. A retry

@@ -65,6 +65,13 @@ def effect_idle(app: App, job: ClaimedJob, lease: float) -> float:
     return timeout + lease if timeout else EFFECT_IDLE_LIMIT
 
 
+def effect_statement(app: App, job: ClaimedJob, config: WorkerConfig) -> float:
+    """How long one statement of the handler's own in its effect transaction may take:
+    as long as its task may run, or --effect-statement-timeout for a task with none.
+    Never the worker's own bound (a third of the lease), which is for its statements."""
+    return task_timeout(app, job) or config.effect_statement_timeout
+
+
 # After a failed claim: 0.1 s, doubling, at most half a second between tries. A claim
 # against a database that is down fails at once (connection refused, or "starting up");
 # a short cap is what lets work resume within a second of the database's return.
@@ -286,7 +293,12 @@ class Worker:
         return self._busy_wait(min(self.config.poll_interval, due_in + 0.001))
 
     def _adopt(self, job: ClaimedJob) -> JobContext:
-        ctx = JobContext(job, self.store, effect_idle=effect_idle(self.app, job, self.config.lease))
+        ctx = JobContext(
+            job,
+            self.store,
+            effect_idle=effect_idle(self.app, job, self.config.lease),
+            effect_statement=effect_statement(self.app, job, self.config),
+        )
         self.holdings.adopt(ctx)
         if self.tally is not None:
             self.tally.wait(job.queue, job.wait)
