@@ -174,13 +174,21 @@ FROM failed;
 
 -- name: job_release_many
 -- Give jobs back (graceful stop): ready now, attempt not counted; fenced. Wakes workers.
-WITH released AS (
+-- Rows are locked in id order, as every other write over many jobs locks them (renewal,
+-- completion, an operator's cancel): in any other order two of them could deadlock.
+WITH mine AS (
+    SELECT j.id FROM {schema}.jobs j
+    JOIN unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS h(id, attempt)
+      ON j.id = h.id AND j.attempts = h.attempt
+    WHERE j.state = 'running' AND j.lease_owner = %(owner)s::text
+    ORDER BY j.id
+    FOR UPDATE OF j
+), released AS (
     UPDATE {schema}.jobs AS j SET
         state = 'ready', attempts = j.attempts - 1, available_at = now(),
         lease_owner = NULL, lease_until = NULL
-    FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS h(id, attempt)
-    WHERE j.id = h.id AND j.attempts = h.attempt
-      AND j.state = 'running' AND j.lease_owner = %(owner)s::text
+    FROM mine
+    WHERE j.id = mine.id
     RETURNING j.id, j.queue
 ), woken AS (
     SELECT count(pg_notify('{channel}', q.queue)) AS n
