@@ -54,7 +54,7 @@ class JobContext:
         # returned; the outcome is written (or refused); the lock held while writing it.
         self.started = False  # its handler was called (on_job_start told)
         self.started_at = 0.0  # when (time.monotonic())
-        self.giving_back = False  # taken to be released before it started
+        self.giving_back = False  # taken to be released: not to start, nor be recorded
         self.slot_freed = False
         self.finished = False
         self.cancel_requested = False  # an operator cancelled it (forklift jobs cancel)

@@ -280,7 +280,7 @@ class Worker:
         if not self.holdings.waiting():
             return
         if self.prefetch.overdue(self.holdings.longest_running(time.monotonic())):
-            self.recorder.release(self.holdings.take_waiting(), "waited too long for a slot")
+            self.recorder.give_back_waiting("waited too long for a slot")
 
     def _idle_wait(self) -> float:
         """Sleep until the next delayed job is due, or the poll interval, whichever first."""
@@ -340,7 +340,7 @@ class Worker:
         ctx.duration = time.monotonic() - started
         self.prefetch.observe_job(ctx.duration)  # executor threads race here: a lost sample
         effect = ctx.take_effect()
-        if ctx.finished:  # released while it ran (a stop past grace): nothing to record
+        if ctx.finished or ctx.giving_back:  # released (or being) at a stop past grace
             if effect is not None:
                 effect.rollback()
             return
@@ -369,10 +369,9 @@ class Worker:
             self._wakeup.wait(min(0.5, deadline - time.monotonic()))
         # Jobs whose handler already returned are only waiting for their group commit:
         # the completer flushes them on shutdown. Release the ones still running.
-        left = self.holdings.running()
-        if left:
-            for ctx in left:
-                ctx.cancel()
-            self.recorder.release(
-                left, "stopping past grace" if not self._fast_stop else "fast stop"
-            )
+        left = self.holdings.take_running()
+        for ctx in left:
+            ctx.cancel()
+        self.recorder.release_at_stop(
+            left, "stopping past grace" if not self._fast_stop else "fast stop"
+        )
