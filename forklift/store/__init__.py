@@ -199,7 +199,7 @@ class JobStore:
         """Open a handler's effect transaction, in which its job's completion will commit;
         it may sit idle `idle_limit` seconds, and each statement in it may take
         `statement_limit` seconds (default, either: the session's bound)."""
-        effect = Effect(self.pool, self.q["job_complete_many"])
+        effect = Effect(self.pool, self.q["job_complete_many"], self.q["effect_limits_end"])
         if idle_limit is not None or statement_limit is not None:
             params = {"idle_ms": _ms(idle_limit), "statement_ms": _ms(statement_limit)}
             try:

@@ -150,6 +150,11 @@ SELECT set_config('idle_in_transaction_session_timeout',
        set_config('statement_timeout',
                   coalesce(%(statement_ms)s::text, current_setting('statement_timeout')), true);
 
+-- name: effect_limits_end
+-- The worker's own statement bound again, for the completion that ends the effect
+-- transaction (RESET: the session's value, which is what it keeps after the transaction).
+RESET statement_timeout;
+
 -- name: job_fail
 -- Record a failed attempt: back to ready after `delay` seconds, or dead; fenced. A retry
 -- wakes idle workers so they sleep until it is due, not for their poll interval.

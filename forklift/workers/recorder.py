@@ -4,8 +4,9 @@ Every write that ends a job's attempt here goes through one of three methods: th
 effect transaction's commit with the completion (`commit_effect`), a failed attempt
 (`fail`), or giving jobs back unfinished (`release`, which `give_back_waiting` and
 `release_at_stop` try again when it fails: a job is never forgotten while still
-`running`). Group-committed successes go through the completer instead. Each write holds the job's outcome lock (or the
-statement lock) so the lease renewer never calls a job lost that just ended.
+`running`). Group-committed successes go through the completer instead. Each write
+holds the job's outcome lock (or the statement lock) so the lease renewer never calls a
+job lost that just ended.
 """
 
 from __future__ import annotations

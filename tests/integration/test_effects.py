@@ -266,3 +266,31 @@ def _renamed(fn: Callable[..., None], name: str) -> Callable[..., None]:
 
     renamed.__name__ = name
     return renamed
+
+
+def test_the_completion_in_the_effect_transaction_runs_under_the_workers_bound(
+    dsn: str, schema: str, app: forklift.App, db: psycopg.Connection[Any]
+) -> None:
+    # A trigger notes the statement timeout the completion ran under.
+    db.execute(
+        f"""CREATE FUNCTION {schema}.note_timeout() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            INSERT INTO {schema}.effects (key) VALUES (current_setting('statement_timeout'));
+            RETURN NEW;
+        END $$"""
+    )
+    db.execute(
+        f"CREATE TRIGGER note_timeout AFTER UPDATE ON {schema}.jobs FOR EACH ROW"
+        f" WHEN (NEW.state = 'succeeded') EXECUTE FUNCTION {schema}.note_timeout()"
+    )
+    pool = _db.make_pool(dsn, _db.Timeouts.for_lease(3.0), max_size=1, name="test-effects")
+    pool.open(wait=True, timeout=10)
+    try:
+        store = JobStore(pool, schema)
+        app.enqueue("noop")
+        (job,) = store.job_claim(["default"], OWNER, 1, 30.0, expired=False)
+        effect = store.effect_begin(statement_limit=120.0)
+        assert effect.commit_completing(job.id, job.attempt, OWNER)
+    finally:
+        pool.close()
+    assert keys(db, schema) == ["1s"]
