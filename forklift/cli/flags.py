@@ -129,6 +129,15 @@ def add_worker(p: argparse.ArgumentParser) -> None:
         shown="min(concurrency, 8)",
     )
     flag(p, "--lease", duration, 30.0, "lease length; renewed every third of it", shown="30s")
+    flag(
+        p,
+        "--effect-statement-timeout",
+        duration,
+        300.0,
+        "how long one statement of a handler's inside ctx.transaction() may take, for a "
+        "task with no timeout (a task's timeout bounds its own)",
+        shown="5m",
+    )
     flag(p, "--poll-interval", duration, 2.0, "fallback poll when no NOTIFY arrives", shown="2s")
     flag(
         p,
@@ -138,6 +147,23 @@ def add_worker(p: argparse.ArgumentParser) -> None:
         "on SIGTERM, how long running jobs may finish before they are released",
         shown="30s",
     )
+    _add_retention(p)
+    p.add_argument(
+        "--no-prefetch",
+        action="store_true",
+        default=env("NO_PREFETCH", boolean, False),
+        help="claim only into free slots, never ahead of them (env FORKLIFT_NO_PREFETCH)",
+    )
+    p.add_argument(
+        "--no-listen",
+        action="store_true",
+        default=env("NO_LISTEN", boolean, False),
+        help="do not LISTEN for new jobs; poll only (env FORKLIFT_NO_LISTEN)",
+    )
+
+
+def _add_retention(p: argparse.ArgumentParser) -> None:
+    """How long a worker's maintenance keeps finished jobs."""
     flag(
         p,
         "--retain-finished",
@@ -153,18 +179,6 @@ def add_worker(p: argparse.ArgumentParser) -> None:
         7 * 86400.0,
         "keep dead jobs (for inspection and retry) this long before pruning them",
         shown="7d",
-    )
-    p.add_argument(
-        "--no-prefetch",
-        action="store_true",
-        default=env("NO_PREFETCH", boolean, False),
-        help="claim only into free slots, never ahead of them (env FORKLIFT_NO_PREFETCH)",
-    )
-    p.add_argument(
-        "--no-listen",
-        action="store_true",
-        default=env("NO_LISTEN", boolean, False),
-        help="do not LISTEN for new jobs; poll only (env FORKLIFT_NO_LISTEN)",
     )
 
 
@@ -257,6 +271,7 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
         queues=args.queues,
         concurrency=args.concurrency,
         lease=args.lease,
+        effect_statement_timeout=args.effect_statement_timeout,
         poll_interval=args.poll_interval,
         grace=args.grace,
         listen=not args.no_listen,

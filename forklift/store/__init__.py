@@ -214,18 +214,20 @@ class JobStore:
         with translated("completion failed", self.where), self.pool.connection() as conn:
             return {r[0] for r in conn.execute(self.q["job_complete_many"], params)}
 
-    def effect_begin(self, idle_limit: float | None = None) -> Effect:
+    def effect_begin(
+        self, idle_limit: float | None = None, statement_limit: float | None = None
+    ) -> Effect:
         """Open a handler's effect transaction, in which its job's completion will commit;
-        it may sit idle `idle_limit` seconds (default: the session's bound)."""
+        it may sit idle `idle_limit` seconds, and each statement in it may take
+        `statement_limit` seconds (default, either: the session's bound)."""
         pool = self.effects if self.effects is not None else self.pool
         assert isinstance(pool, ConnectionPool), "effects need a pool"
-        effect = Effect(pool, self.q["job_complete_many"])
-        if idle_limit is not None:
+        effect = Effect(pool, self.q["job_complete_many"], self.q["effect_limits_end"])
+        if idle_limit is not None or statement_limit is not None:
+            params = {"idle_ms": _ms(idle_limit), "statement_ms": _ms(statement_limit)}
             try:
                 with translated("effect transaction failed"):
-                    effect.conn.execute(
-                        self.q["effect_idle_limit"], {"ms": str(int(idle_limit * 1000))}
-                    )
+                    effect.conn.execute(self.q["effect_limits"], params)
             except BaseException:
                 effect.rollback()
                 raise
@@ -328,3 +330,8 @@ class JobStore:
                 conn.execute(self.q["jobs_vacuum"], prepare=False)
             finally:
                 conn.execute("RESET statement_timeout")
+
+
+def _ms(seconds: float | None) -> str | None:
+    """A PostgreSQL duration setting in milliseconds (0 would mean no bound: 1 at least)."""
+    return None if seconds is None else str(max(1, int(seconds * 1000)))

@@ -16,9 +16,10 @@ class Effect:
     the connection goes back to the pool.
     """
 
-    def __init__(self, pool: ConnectionPool[Conn], complete_sql: str) -> None:
+    def __init__(self, pool: ConnectionPool[Conn], complete_sql: str, end_limits_sql: str) -> None:
         self._pool = pool
         self._complete_sql = complete_sql
+        self._end_limits_sql = end_limits_sql
         with translated("effect transaction failed"):
             self.conn = pool.getconn()
             try:
@@ -36,7 +37,10 @@ class Effect:
         """
         params = {"ids": [job_id], "attempts": [attempt], "owner": owner}
         try:
-            with translated("completion failed"):
+            with translated("completion failed"), self.conn.pipeline():
+                # The handler's statement bound ends here: the completion is the worker's
+                # statement. Pipelined, the reset costs no round trip of its own.
+                self.conn.execute(self._end_limits_sql)
                 owned = self.conn.execute(self._complete_sql, params).fetchone() is not None
         except BaseException:
             self.rollback()

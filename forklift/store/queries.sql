@@ -140,10 +140,20 @@ FROM mine
 WHERE j.id = mine.id
 RETURNING j.id;
 
--- name: effect_idle_limit
--- How long this effect transaction may sit idle while its handler works (SET LOCAL: for
--- this transaction only; the session keeps its own, shorter, bound).
-SELECT set_config('idle_in_transaction_session_timeout', %(ms)s::text, true);
+-- name: effect_limits
+-- How long this effect transaction may sit idle while its handler works, and how long
+-- one of the handler's statements may take (SET LOCAL: for this transaction only; the
+-- session keeps its own, shorter, bounds for the worker's statements). NULL: unchanged.
+SELECT set_config('idle_in_transaction_session_timeout',
+                  coalesce(%(idle_ms)s::text,
+                           current_setting('idle_in_transaction_session_timeout')), true),
+       set_config('statement_timeout',
+                  coalesce(%(statement_ms)s::text, current_setting('statement_timeout')), true);
+
+-- name: effect_limits_end
+-- The worker's own statement bound again, for the completion that ends the effect
+-- transaction (RESET: the session's value, which is what it keeps after the transaction).
+RESET statement_timeout;
 
 -- name: job_fail
 -- Record a failed attempt: back to ready after `delay` seconds, or dead; fenced. A retry
@@ -169,13 +179,21 @@ FROM failed;
 
 -- name: job_release_many
 -- Give jobs back (graceful stop): ready now, attempt not counted; fenced. Wakes workers.
-WITH released AS (
+-- Rows are locked in id order, as every other write over many jobs locks them (renewal,
+-- completion, an operator's cancel): in any other order two of them could deadlock.
+WITH mine AS (
+    SELECT j.id FROM {schema}.jobs j
+    JOIN unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS h(id, attempt)
+      ON j.id = h.id AND j.attempts = h.attempt
+    WHERE j.state = 'running' AND j.lease_owner = %(owner)s::text
+    ORDER BY j.id
+    FOR UPDATE OF j
+), released AS (
     UPDATE {schema}.jobs AS j SET
         state = 'ready', attempts = j.attempts - 1, available_at = now(),
         lease_owner = NULL, lease_until = NULL
-    FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS h(id, attempt)
-    WHERE j.id = h.id AND j.attempts = h.attempt
-      AND j.state = 'running' AND j.lease_owner = %(owner)s::text
+    FROM mine
+    WHERE j.id = mine.id
     RETURNING j.id, j.queue
 ), woken AS (
     SELECT count(pg_notify('{channel}', q.queue)) AS n

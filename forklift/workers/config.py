@@ -18,6 +18,9 @@ class WorkerConfig:
     # Connections for handlers' ctx.transaction() (plus 3 for claims, renewals and
     # completions); None: min(concurrency, 8). A handler waits for a free one.
     pool: int | None = None
+    # Seconds one statement of a handler's inside ctx.transaction() may take when its
+    # task has no timeout (with one, the task's timeout bounds it instead).
+    effect_statement_timeout: float = 300.0
     # Seconds a claim is good for without renewal; renewed every lease / 3.
     lease: float = 30.0
     # Fallback poll when no notification arrives (NOTIFY is only a hint).
@@ -45,6 +48,8 @@ class WorkerConfig:
             raise ConfigError("pool must be >= 1")
         if self.lease < 1:
             raise ConfigError("lease must be >= 1 second")
+        if self.effect_statement_timeout <= 0:
+            raise ConfigError("effect_statement_timeout must be > 0")
         if self.poll_interval <= 0:
             raise ConfigError("poll_interval must be > 0")
         if self.grace < 0:

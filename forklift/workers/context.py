@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import psycopg
 
+from forklift.errors import DatabaseError
 from forklift.store import ClaimedJob, Effect, JobStore
 
 _EVENT_LOCK = threading.Lock()
@@ -35,9 +36,17 @@ class JobContext:
     effect commits exactly when the job does.
     """
 
-    def __init__(self, job: ClaimedJob, store: JobStore, *, effect_idle: float = 3600.0) -> None:
+    def __init__(
+        self,
+        job: ClaimedJob,
+        store: JobStore,
+        *,
+        effect_idle: float = 3600.0,
+        effect_statement: float = 300.0,
+    ) -> None:
         self.job = job
         self.effect_idle = effect_idle  # seconds its effect transaction may sit idle
+        self.effect_statement = effect_statement  # seconds one statement in it may take
         self._cancelled = False
         self._woken: threading.Event | None = None  # made only for wait_cancelled()
         self.duration = 0.0
@@ -45,7 +54,7 @@ class JobContext:
         # returned; the outcome is written (or refused); the lock held while writing it.
         self.started = False  # its handler was called (on_job_start told)
         self.started_at = 0.0  # when (time.monotonic())
-        self.giving_back = False  # taken to be released before it started
+        self.giving_back = False  # taken to be released: not to start, nor be recorded
         self.slot_freed = False
         self.finished = False
         self.cancel_requested = False  # an operator cancelled it (forklift jobs cancel)
@@ -109,18 +118,32 @@ class JobContext:
 
     @contextmanager
     def transaction(self) -> Iterator[psycopg.Connection[Any]]:
-        """A connection inside the job's effect transaction (a savepoint when nested).
+        """A connection inside the job's effect transaction, like psycopg's
+        `conn.transaction()`: an exception leaving the block undoes the block's writes,
+        whether or not the handler catches it; the writes of blocks that end normally
+        commit with the job's completion.
 
         Leaving the block does not commit: the worker commits after the handler returns,
-        together with the job's completion. If the block or the handler raises, the
-        effect rolls back and the job fails like any other.
+        together with the job's completion. If the handler raises, every block rolls
+        back and the job fails like any other.
         """
-        if self._effect is None:
-            self._effect = self._store.effect_begin(idle_limit=self.effect_idle)
-            yield self._effect.conn
+        if self._effect is not None:
+            with self._effect.conn.transaction():  # a savepoint: undoes only this block
+                yield self._effect.conn
             return
-        with self._effect.conn.transaction():
-            yield self._effect.conn
+        # The first block opens the transaction, and nothing is in it before the block:
+        # rolling all of it back undoes just the block, without a savepoint's round trips
+        # on every job. A later block opens a fresh one.
+        effect = self._effect = self._store.effect_begin(
+            idle_limit=self.effect_idle, statement_limit=self.effect_statement
+        )
+        try:
+            yield effect.conn
+        except BaseException:
+            self._effect = None
+            with suppress(DatabaseError):  # the block's own error is the one to raise
+                effect.rollback()
+            raise
 
     def take_effect(self) -> Effect | None:
         """The effect transaction the handler opened, if any, for the worker to end."""

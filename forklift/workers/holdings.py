@@ -99,6 +99,22 @@ class Holdings:
                 ctx.giving_back = True
             return waiting
 
+    def take_running(self) -> list[JobContext]:
+        """The held jobs whose handler has not returned (or not started), marked so that
+        none is started or has its outcome recorded: to be given back at the stop."""
+        with self._lock:
+            running = [c for c in self._jobs.values() if not c.slot_freed]
+            for ctx in running:
+                ctx.giving_back = True
+            return running
+
+    def keep_waiting(self, contexts: list[JobContext]) -> None:
+        """Jobs `take_waiting` marked stay this worker's after all (their give-back
+        failed): an executor may start them again, or the next give-back take them."""
+        with self._lock:
+            for ctx in contexts:
+                ctx.giving_back = False
+
     def longest_running(self, now: float) -> float:
         """Seconds the longest-running handler has run (0 when none runs)."""
         with self._lock:

@@ -2,19 +2,22 @@
 
 Every write that ends a job's attempt here goes through one of three methods: the
 effect transaction's commit with the completion (`commit_effect`), a failed attempt
-(`fail`), or giving jobs back unfinished (`release`). Group-committed successes go
-through the completer instead. Each write holds the job's outcome lock (or the
-statement lock) so the lease renewer never calls a job lost that just ended.
+(`fail`), or giving jobs back unfinished (`release`, which `give_back_waiting` and
+`release_at_stop` try again when it fails: a job is never forgotten while still
+`running`). Group-committed successes go through the completer instead. Each write
+holds the job's outcome lock (or the statement lock) so the lease renewer never calls a
+job lost that just ended.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from forklift._events import emit
-from forklift.backoff import Backoff
+from forklift.backoff import Backoff, Streak
 from forklift.errors import DatabaseError
 from forklift.store import Effect, JobStore
 from forklift.task import Task
@@ -30,6 +33,14 @@ log = logging.getLogger("forklift.workers.worker")
 # enough for a rolling deploy to bring up workers that know it.
 UNKNOWN_TASK_RETRY = Backoff()
 
+# A failed give-back is tried again after 0.1 s, doubling, at most half a second apart.
+RELEASE_BACKOFF = Backoff(base=0.1, factor=2.0, max=0.5, jitter=0.0)
+
+# How long a stopping worker tries again to give its jobs back when the statement fails
+# (their leases renewed meanwhile), within the supervisor's --kill-grace (3 s). After
+# that the jobs stay `running` until their leases expire, and the attempt counts.
+RELEASE_RETRY = 2.0
+
 
 class Recorder:
     def __init__(self, store: JobStore, owner: str, holdings: Holdings, events: JobEvents) -> None:
@@ -37,6 +48,8 @@ class Recorder:
         self.owner = owner
         self.holdings = holdings
         self.events = events
+        self._give_back_errors = Streak(RELEASE_BACKOFF)
+        self._give_back_at = 0.0  # the next give-back after a failed one (monotonic)
 
     def commit_effect(self, ctx: JobContext, effect: Effect) -> Result | None:
         """Complete the job inside the handler's transaction; commit both or neither.
@@ -84,19 +97,57 @@ class Recorder:
         else:
             self.events.failed(ctx, result.error, dead=dead, retry_in=delay)
 
-    def release(self, contexts: Sequence[JobContext], why: str) -> None:
-        """Give jobs back to ready at once (fenced), without counting the attempt."""
+    def release(self, contexts: Sequence[JobContext], why: str, *, last_try: bool = False) -> bool:
+        """Give jobs back to ready at once (fenced), without counting the attempt.
+
+        False when the statement failed. Then the jobs stay held, their leases renewed,
+        for the caller to try again: forgotten, a job would stay `running` until its
+        lease ran out and cost an attempt without having run. Only on the `last_try`
+        (the worker is exiting) are they forgotten anyway.
+        """
         if not contexts:
-            return
+            return True
+        recorded = True
         with self.holdings.statement_lock:
             try:
                 released = self.store.job_release_many(
                     [(c.job_id, c.attempt) for c in contexts], self.owner
                 )
             except DatabaseError as exc:
-                emit(log, "job.release_failed", logging.ERROR, jobs=len(contexts), error=exc)
-                released = set()
+                level = logging.ERROR if last_try else logging.WARNING
+                emit(log, "job.release_failed", level, jobs=len(contexts), error=exc)
+                if not last_try:
+                    return False
+                released, recorded = set(), False
             for ctx in contexts:
                 ctx.finished = True
         for ctx in contexts:
             self.events.released(ctx, why, recorded=ctx.job_id in released)
+        return recorded
+
+    def give_back_waiting(self, why: str) -> None:
+        """Give back the jobs waiting for a slot. When that fails they stay held (and
+        renewed): an executor may run them after all, or a try a moment later gives
+        them back."""
+        if time.monotonic() < self._give_back_at:
+            return
+        taken = self.holdings.take_waiting()
+        if self.release(taken, why):
+            self._give_back_errors.succeeded()
+        else:
+            self.holdings.keep_waiting(taken)
+            self._give_back_at = time.monotonic() + self._give_back_errors.failed()
+
+    def release_at_stop(self, contexts: list[JobContext], why: str) -> None:
+        """Give jobs back as the worker stops; a failed statement is tried again for up
+        to RELEASE_RETRY seconds (the lease renewer runs until the worker exits)."""
+        retries = Streak(RELEASE_BACKOFF)
+        deadline = time.monotonic() + RELEASE_RETRY
+        while not self.release(contexts, why):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.release(contexts, why, last_try=True)
+                return
+            time.sleep(min(retries.failed(), left))
+            # One whose outcome was recorded just before it was taken is no longer ours.
+            contexts = [c for c in contexts if not c.finished]

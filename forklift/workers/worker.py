@@ -66,6 +66,13 @@ def effect_idle(app: App, job: ClaimedJob, lease: float) -> float:
     return timeout + lease if timeout else EFFECT_IDLE_LIMIT
 
 
+def effect_statement(app: App, job: ClaimedJob, config: WorkerConfig) -> float:
+    """How long one statement of the handler's own in its effect transaction may take:
+    as long as its task may run, or --effect-statement-timeout for a task with none.
+    Never the worker's own bound (a third of the lease), which is for its statements."""
+    return task_timeout(app, job) or config.effect_statement_timeout
+
+
 # After a failed claim: 0.1 s, doubling, at most half a second between tries. A claim
 # against a database that is down fails at once (connection refused, or "starting up");
 # a short cap is what lets work resume within a second of the database's return.
@@ -277,7 +284,7 @@ class Worker:
         if not self.holdings.waiting():
             return
         if self.prefetch.overdue(self.holdings.longest_running(time.monotonic())):
-            self.recorder.release(self.holdings.take_waiting(), "waited too long for a slot")
+            self.recorder.give_back_waiting("waited too long for a slot")
 
     def _idle_wait(self) -> float:
         """Sleep until the next delayed job is due, or the poll interval, whichever first."""
@@ -290,7 +297,12 @@ class Worker:
         return self._busy_wait(min(self.config.poll_interval, due_in + 0.001))
 
     def _adopt(self, job: ClaimedJob) -> JobContext:
-        ctx = JobContext(job, self.store, effect_idle=effect_idle(self.app, job, self.config.lease))
+        ctx = JobContext(
+            job,
+            self.store,
+            effect_idle=effect_idle(self.app, job, self.config.lease),
+            effect_statement=effect_statement(self.app, job, self.config),
+        )
         self.holdings.adopt(ctx)
         if self.tally is not None:
             self.tally.wait(job.queue, job.wait)
@@ -332,7 +344,7 @@ class Worker:
         ctx.duration = time.monotonic() - started
         self.prefetch.observe_job(ctx.duration)  # executor threads race here: a lost sample
         effect = ctx.take_effect()
-        if ctx.finished:  # released while it ran (a stop past grace): nothing to record
+        if ctx.finished or ctx.giving_back:  # released (or being) at a stop past grace
             if effect is not None:
                 effect.rollback()
             return
@@ -361,10 +373,9 @@ class Worker:
             self._wakeup.wait(min(0.5, deadline - time.monotonic()))
         # Jobs whose handler already returned are only waiting for their group commit:
         # the completer flushes them on shutdown. Release the ones still running.
-        left = self.holdings.running()
-        if left:
-            for ctx in left:
-                ctx.cancel()
-            self.recorder.release(
-                left, "stopping past grace" if not self._fast_stop else "fast stop"
-            )
+        left = self.holdings.take_running()
+        for ctx in left:
+            ctx.cancel()
+        self.recorder.release_at_stop(
+            left, "stopping past grace" if not self._fast_stop else "fast stop"
+        )
