@@ -8,8 +8,8 @@ from enum import IntEnum
 
 import psycopg
 
-from forklift import _db
-from forklift.errors import AppImportError, ForkliftError
+from forklift import _db, _display
+from forklift.errors import AppImportError, DsnError, ForkliftError
 
 
 class Exit(IntEnum):
@@ -17,7 +17,7 @@ class Exit(IntEnum):
 
     OK = 0
     ERROR = 1  # the command failed: database, bad job, bad configuration
-    USAGE = 2  # the command line is wrong
+    USAGE = 2  # the command line is wrong, or the database URL does not parse
     APP_IMPORT = 3  # MODULE:APP does not import
     INTERRUPTED = 130  # Ctrl-C
 
@@ -27,12 +27,16 @@ class UsageError(ForkliftError):
 
 
 def report(exc: BaseException, *, debug: bool) -> int:
-    """Print `exc` as one line on stderr (plus its traceback with --debug); the exit code."""
+    """Print `exc` as one line on stderr (plus its traceback with --debug); the exit code.
+    Both are redacted (no DSN password) and escaped (a handler's error may hold escape
+    sequences)."""
     if debug:
-        traceback.print_exception(exc, file=sys.stderr)
+        text = "".join(traceback.format_exception(exc))
+        print(_display.block(_db.redact(text)).rstrip("\n"), file=sys.stderr)
     hint = "; --debug shows the traceback" if isinstance(exc, AppImportError) and not debug else ""
-    print(f"forklift: error: {_db.redact(str(exc))}{hint}", file=sys.stderr)
-    if isinstance(exc, UsageError):
+    message = _display.line(_db.redact(str(exc)))
+    print(f"forklift: error: {message}{hint}", file=sys.stderr)
+    if isinstance(exc, UsageError | DsnError):
         return Exit.USAGE
     if isinstance(exc, AppImportError):
         return Exit.APP_IMPORT
