@@ -238,7 +238,9 @@ _URL_HINT = (
     "percent-encode special characters in the password and user name "
     "(space %20, @ %40, : %3A, / %2F, % %25)"
 )
-_KV_HINT = "quote a value with spaces in single quotes (password='...'), with \\' and \\\\ inside"
+_KV_HINT = (
+    "quote a value with spaces in single quotes, as in dbname='my db', with \\' and \\\\ inside"
+)
 _WHERE = "(the database comes from --dsn, FORKLIFT_DATABASE_URL or DATABASE_URL)"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import traceback
 from enum import IntEnum
@@ -22,6 +23,9 @@ class Exit(IntEnum):
     INTERRUPTED = 130  # Ctrl-C
 
 
+_LINE_BREAK = re.compile(r"[ \t]*\n[ \t]*")
+
+
 class UsageError(ForkliftError):
     """The command line is wrong (exit 2)."""
 
@@ -34,7 +38,9 @@ def report(exc: BaseException, *, debug: bool) -> int:
         text = "".join(traceback.format_exception(exc))
         print(_display.block(_db.redact(text)).rstrip("\n"), file=sys.stderr)
     hint = "; --debug shows the traceback" if isinstance(exc, AppImportError) and not debug else ""
-    message = _display.line(_db.redact(str(exc)))
+    # libpq's messages come in lines ("Connection refused\n\tIs the server running"):
+    # one line of them here; anything else that would move the cursor shows escaped.
+    message = _display.line(_LINE_BREAK.sub(" ", _db.redact(str(exc)).strip()))
     print(f"forklift: error: {message}{hint}", file=sys.stderr)
     if isinstance(exc, UsageError | DsnError):
         return Exit.USAGE
