@@ -52,6 +52,8 @@ class TextFormatter(logging.Formatter):
         text = _display.line(redact(self.formatMessage(record)))
         if record.exc_info:
             text += "\n" + _display.block(redact(self.formatException(record.exc_info)))
+        elif record.exc_text:  # formatted elsewhere already (another handler, a child)
+            text += "\n" + _display.block(redact(record.exc_text))
         if record.stack_info:
             text += "\n" + _display.block(redact(self.formatStack(record.stack_info)))
         return text
