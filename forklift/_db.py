@@ -1,35 +1,42 @@
-"""Database connections: DSN lookup, per-connection timeouts, pools, DSN redaction."""
+"""Database connections: DSN lookup and checks, per-connection timeouts, pools, DSN redaction."""
 
 from __future__ import annotations
 
 import os
 import re
 import select
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from forklift.errors import ConfigError, DatabaseError
+from forklift.errors import ConfigError, DatabaseError, DsnError
 
 _URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
 _KV_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
 
 
 def redact(text: str) -> str:
-    """Hide passwords of any DSN (URL or key=value form) inside `text`."""
-    return _KV_PASSWORD.sub(r"\1***", _URL_PASSWORD.sub(r"\1***@", text))
+    """Hide passwords of any DSN (URL or key=value form) inside `text`, and the password
+    of every DSN this process was given wherever it appears (a malformed DSN's password
+    shows up cut in pieces, as a host name, where no pattern finds it)."""
+    text = _KV_PASSWORD.sub(r"\1***", _URL_PASSWORD.sub(r"\1***@", text))
+    for secret in _SECRETS:
+        text = text.replace(secret, "***")
+    return text
 
 
 def resolve_dsn(dsn: str | None) -> str:
-    """The DSN given, else FORKLIFT_DATABASE_URL, else DATABASE_URL."""
+    """The DSN given, else FORKLIFT_DATABASE_URL, else DATABASE_URL; DsnError if it does
+    not parse (check_dsn)."""
     found = dsn or os.environ.get("FORKLIFT_DATABASE_URL") or os.environ.get("DATABASE_URL")
     if not found:
         raise ConfigError(
             "no database: pass App(dsn=...) or set FORKLIFT_DATABASE_URL (or DATABASE_URL)"
         )
-    return found
+    return check_dsn(found)
 
 
 @dataclass(frozen=True)
@@ -107,12 +114,14 @@ def describe(dsn: str) -> str:
     port = str(info.get("port") or os.environ.get("PGPORT") or 5432)
     user = str(info.get("user") or os.environ.get("PGUSER") or "")
     dbname = str(info.get("dbname") or user)
-    return f"{user + '@' if user else ''}{host}:{port}/{dbname}"
+    return redact(f"{user + '@' if user else ''}{host}:{port}/{dbname}")
 
 
 def probe(dsn: str, timeouts: Timeouts) -> None:
     """Connect once, or raise DatabaseError saying where and why, within the connect
-    timeout (a pool would retry quietly and time out with no cause)."""
+    timeout (a pool would retry quietly and time out with no cause); DsnError, before
+    any attempt, if `dsn` does not parse."""
+    check_dsn(dsn)
     try:
         with psycopg.connect(dsn, **connect_kwargs(timeouts, "forklift-probe")):
             pass
@@ -215,3 +224,73 @@ def make_pool(
         name=name,
         open=False,
     )
+
+
+# Literal pieces of the passwords of the DSNs this process was given, longest first: what
+# redact() hides even where no pattern finds it. Pieces shorter than this are left (they
+# would hide ordinary words everywhere, and say little of the password).
+_SECRETS: tuple[str, ...] = ()
+_SECRET_PIECE = 4
+_CHECKED: set[str] = set()
+_URL_FORM = re.compile(r"^\s*postgres(?:ql)?://", re.IGNORECASE)
+_KV_VALUE = re.compile(
+    r"password\s*=\s*('(?:[^'\\]|\\.)*'?|.*?)(?=\s+\w+\s*=|\s*$)", re.IGNORECASE | re.DOTALL
+)
+_URL_HINT = (
+    "percent-encode special characters in the password and user name "
+    "(space %20, @ %40, : %3A, / %2F, % %25)"
+)
+_KV_HINT = (
+    "quote a value with spaces in single quotes, as in dbname='my db', with \\' and \\\\ inside"
+)
+_WHERE = "(the database comes from --dsn, FORKLIFT_DATABASE_URL or DATABASE_URL)"
+
+
+def _passwords(dsn: str) -> list[str]:
+    """The password(s) `dsn` holds as its writer meant them, parsed or not: for a URL,
+    everything between the user's colon and the last @ (an unencoded @ or space in it
+    is what breaks the parse); for key=value, each password= value."""
+    if _URL_FORM.match(dsn):
+        rest = dsn.partition("://")[2]
+        head = rest.partition("?")[0]
+        userinfo = (head if "@" in head else rest).rpartition("@")[0]
+        found = [userinfo.partition(":")[2]] if ":" in userinfo else []
+    else:
+        found = [m.group(1).strip("'") for m in _KV_VALUE.finditer(dsn)]
+    return [p for p in found if p]
+
+
+def remember_secrets(dsn: str) -> None:
+    """Have redact() hide the password of `dsn`: whole, percent-decoded, parsed, and each
+    piece of it between spaces, @, :, / and quotes."""
+    global _SECRETS
+    found = _passwords(dsn)
+    found += [urllib.parse.unquote(p) for p in found]
+    try:
+        found.append(str(psycopg.conninfo.conninfo_to_dict(dsn).get("password") or ""))
+    except psycopg.ProgrammingError:
+        pass
+    pieces = {*found, *(piece for p in found for piece in re.split(r"[\s@:/'\"\\]+", p))}
+    keep = {p for p in pieces if len(p) >= _SECRET_PIECE} | set(_SECRETS)
+    _SECRETS = tuple(sorted(keep, key=len, reverse=True))
+
+
+def check_dsn(dsn: str) -> str:
+    """`dsn` if it parses as a libpq URL or key=value string, else DsnError saying which
+    form failed and how to write it. The parser's own message is never shown: it quotes
+    the part it choked on, which is usually the password."""
+    if dsn in _CHECKED:
+        return dsn
+    remember_secrets(dsn)
+    url = bool(_URL_FORM.match(dsn))
+    form, hint = ("URL", _URL_HINT) if url else ("key=value string", _KV_HINT)
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        raise DsnError(f"the database {form} does not parse: {hint} {_WHERE}") from None
+    if "@" in str(info.get("host") or ""):
+        # An unencoded @ in a URL's password ends the password early: the rest of it
+        # becomes the host name, which every connection error would then print.
+        raise DsnError(f"the database {form}'s host contains '@': {hint} {_WHERE}")
+    _CHECKED.add(dsn)
+    return dsn

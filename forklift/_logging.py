@@ -1,13 +1,14 @@
-"""Log setup: one JSON object per line (default) or plain text; DSNs always redacted."""
+"""Log setup: one JSON object per line (default) or plain text; DSNs always redacted, and
+what a terminal would act on always escaped."""
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+from forklift import _display
 from forklift._db import redact
 
 
@@ -36,7 +37,7 @@ class JsonFormatter(logging.Formatter):
         entry["pid"] = record.process
         if record.exc_info:
             entry["exc"] = redact(self.formatException(record.exc_info))
-        return json.dumps(entry, ensure_ascii=False)
+        return _display.json_text(entry, indent=None)
 
 
 class TextFormatter(logging.Formatter):
@@ -44,7 +45,18 @@ class TextFormatter(logging.Formatter):
         super().__init__("%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
-        return redact(super().format(record))
+        record.message = record.getMessage()
+        record.asctime = self.formatTime(record, self.datefmt)
+        # The message stays one line whatever it holds (a newline in it would forge a log
+        # line); a traceback keeps its line breaks, and only those.
+        text = _display.line(redact(self.formatMessage(record)))
+        if record.exc_info:
+            text += "\n" + _display.block(redact(self.formatException(record.exc_info)))
+        elif record.exc_text:  # formatted elsewhere already (another handler, a child)
+            text += "\n" + _display.block(redact(record.exc_text))
+        if record.stack_info:
+            text += "\n" + _display.block(redact(self.formatStack(record.stack_info)))
+        return text
 
 
 def setup(level: str = "INFO", fmt: str = "auto", stream: TextIO | None = None) -> None:

@@ -2,8 +2,9 @@
 
 Checked at declaration and at enqueue, never stored when bad: a name is a non-empty
 string of at most its kind's length, with no control character (a newline in a task name
-once reached the supervisor's report pipe) and valid Unicode (no lone surrogate, which
-the database cannot store).
+once reached the supervisor's report pipe), no character that hides or reorders text (a
+bidi override makes one name read as another in every terminal and log) and valid
+Unicode (no lone surrogate, which the database cannot store).
 """
 
 from __future__ import annotations
@@ -11,11 +12,29 @@ from __future__ import annotations
 import unicodedata
 from typing import Any
 
+from forklift import _display
+
 # Task, queue and schedule names appear in logs, metrics labels and process titles:
 # short. Idempotency keys are often built from data (a path, a URL), so they get more
 # room, still well inside a btree index row (2,704 bytes; a UTF-8 character is at most 4).
 MAX_NAME = 200
 MAX_KEY = 512
+
+
+_BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c")
+_ZERO_WIDTH = frozenset("\u200b\u200c\u200d\u2060\ufeff")
+
+
+def _what(ch: str) -> str:
+    if ch in _BIDI:
+        return "a bidi control"
+    if ch in _ZERO_WIDTH:
+        return "a zero-width character"
+    if ch in "\u2028\u2029":
+        return "a line or paragraph separator"
+    if "\ud800" <= ch <= "\udfff":
+        return "a lone surrogate"
+    return "a control character" if unicodedata.category(ch) == "Cc" else "a format character"
 
 
 def _problem(value: Any, limit: int) -> str | None:
@@ -25,10 +44,11 @@ def _problem(value: Any, limit: int) -> str | None:
         return "must not be empty"
     if len(value) > limit:
         return f"is {len(value)} characters long; the limit is {limit}"
+    # What a terminal would act on, or what would hide or reorder text: the characters
+    # the display escapes (forklift._display), so no name needs escaping to be read.
     for i, ch in enumerate(value):
-        if unicodedata.category(ch) in ("Cc", "Cs"):
-            what = "a lone surrogate" if "\ud800" <= ch <= "\udfff" else "a control character"
-            return f"contains {what} (U+{ord(ch):04X}) at position {i}"
+        if _display.unsafe(ch):
+            return f"contains {_what(ch)} (U+{ord(ch):04X}) at position {i}"
     return None
 
 

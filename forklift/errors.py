@@ -11,6 +11,10 @@ class ConfigError(ForkliftError, ValueError):
     """forklift is configured wrongly."""
 
 
+class DsnError(ConfigError):
+    """The database URL (DSN) does not parse, or says something no database can be."""
+
+
 class AppImportError(ForkliftError):
     """The app named MODULE:APP could not be imported."""
 

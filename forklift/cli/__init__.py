@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 import forklift
-from forklift import _db, _logging
+from forklift import _db, _display, _logging
 from forklift.cli import demo, flags, jobs, observe, processes, produce, queues, schedules, top
 from forklift.cli.errors import HANDLED, Exit, report
 from forklift.errors import ForkliftError
@@ -21,7 +21,8 @@ from forklift.errors import ForkliftError
 EPILOG = """\
 The database comes from --dsn, then FORKLIFT_DATABASE_URL, then DATABASE_URL.
 Every flag also reads a FORKLIFT_* environment variable, named in its help.
-Exit codes: 0 ok, 1 error, 2 usage, 3 the app does not import, 130 interrupted.
+Exit codes: 0 ok, 1 error, 2 usage (or a database URL that does not parse), 3 the app
+does not import, 130 interrupted.
 """
 
 COMMAND_GROUPS = (produce, processes, observe, jobs, queues, top, schedules, demo)
@@ -49,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser = build_parser()
         args = parser.parse_args(argv)
     except ForkliftError as exc:  # a bad FORKLIFT_* variable
-        print(f"forklift: error: {_db.redact(str(exc))}", file=sys.stderr)
+        print(f"forklift: error: {_display.line(_db.redact(str(exc)))}", file=sys.stderr)
         return Exit.USAGE
     # Daemons log to stdout (journald, kubectl logs); one-shot commands keep stdout for
     # their answer and log to stderr.

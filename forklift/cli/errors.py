@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import traceback
 from enum import IntEnum
 
 import psycopg
 
-from forklift import _db
-from forklift.errors import AppImportError, ForkliftError
+from forklift import _db, _display
+from forklift.errors import AppImportError, DsnError, ForkliftError
 
 
 class Exit(IntEnum):
@@ -17,9 +18,12 @@ class Exit(IntEnum):
 
     OK = 0
     ERROR = 1  # the command failed: database, bad job, bad configuration
-    USAGE = 2  # the command line is wrong
+    USAGE = 2  # the command line is wrong, or the database URL does not parse
     APP_IMPORT = 3  # MODULE:APP does not import
     INTERRUPTED = 130  # Ctrl-C
+
+
+_LINE_BREAK = re.compile(r"[ \t]*\n[ \t]*")
 
 
 class UsageError(ForkliftError):
@@ -27,12 +31,18 @@ class UsageError(ForkliftError):
 
 
 def report(exc: BaseException, *, debug: bool) -> int:
-    """Print `exc` as one line on stderr (plus its traceback with --debug); the exit code."""
+    """Print `exc` as one line on stderr (plus its traceback with --debug); the exit code.
+    Both are redacted (no DSN password) and escaped (a handler's error may hold escape
+    sequences)."""
     if debug:
-        traceback.print_exception(exc, file=sys.stderr)
+        text = "".join(traceback.format_exception(exc))
+        print(_display.block(_db.redact(text)).rstrip("\n"), file=sys.stderr)
     hint = "; --debug shows the traceback" if isinstance(exc, AppImportError) and not debug else ""
-    print(f"forklift: error: {_db.redact(str(exc))}{hint}", file=sys.stderr)
-    if isinstance(exc, UsageError):
+    # libpq's messages come in lines ("Connection refused\n\tIs the server running"):
+    # one line of them here; anything else that would move the cursor shows escaped.
+    message = _display.line(_LINE_BREAK.sub(" ", _db.redact(str(exc)).strip()))
+    print(f"forklift: error: {message}{hint}", file=sys.stderr)
+    if isinstance(exc, UsageError | DsnError):
         return Exit.USAGE
     if isinstance(exc, AppImportError):
         return Exit.APP_IMPORT

@@ -81,7 +81,7 @@ def cmd_retry(args: argparse.Namespace) -> int:
         print("no dead jobs")
     else:
         for a in acted:
-            print(_retry_line(a))
+            output.say(_retry_line(a))
     return Exit.OK if all(a.done for a in acted) else Exit.ERROR
 
 
@@ -111,7 +111,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         output.print_json([_cancelled(a) for a in acted])
     else:
         for a in acted:
-            print(_cancel_line(a))
+            output.say(_cancel_line(a))
     return Exit.OK if all(a.done for a in acted) else Exit.ERROR
 
 

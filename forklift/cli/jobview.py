@@ -7,7 +7,7 @@ import re
 from datetime import datetime
 from typing import Any
 
-from forklift import _db
+from forklift import _db, _display
 from forklift.admin.rows import JobDetail, JobRow
 from forklift.cli import output
 
@@ -97,33 +97,39 @@ def _at(stamp: Any, now: datetime) -> str:
 
 
 def print_detail(detail: JobDetail) -> None:
-    """`forklift jobs show` for people: the job, then its whole error history."""
+    """`forklift jobs show` for people: the job, then its whole error history. Every
+    value is escaped (`_display.line`): each field stays on its line, and a traceback's
+    lines stay lines of its indented block."""
     job, now = detail.job, detail.now
     args, truncated = safe_args(detail.args)
+    shown = _display.line
     lines = [
-        f"job {job.id}: {job.task} in queue {job.queue}, {job.state}",
+        f"job {job.id}: {shown(job.task)} in queue {shown(job.queue)}, {job.state}",
         f"  attempts     {job.attempts} of {job.max_attempts}",
         f"  crashes      {job.crashes} of {job.max_crashes}",
         f"  priority     {job.priority}",
-        f"  key          {detail.idempotency_key or '-'}",
-        f"  args         {args}{' (truncated)' if truncated else ''}",
+        f"  key          {shown(detail.idempotency_key or '-')}",
+        f"  args         {shown(args)}{' (truncated)' if truncated else ''}",
         f"  timeout      {'-' if detail.timeout is None else f'{detail.timeout:g} s'}",
         f"  enqueued     {output.when(job.created_at, now)}",
         f"  available    {output.when(job.available_at, now)}",
         f"  started      {output.when(job.started_at, now)}",
         f"  completed    {output.when(job.completed_at, now)}",
-        f"  worker       {job.lease_owner or '-'}",
+        f"  worker       {shown(job.lease_owner or '-')}",
         f"  lease until  {output.when(detail.lease_until, now)}",
-        f"  last error   {job.last_error or '-'}",
+        f"  last error   {shown(job.last_error or '-')}",
         f"errors ({len(detail.errors)}, oldest first):" if detail.errors else "errors: none",
     ]
     for entry in map(history_entry, detail.errors):
         lines.append(
-            f"  attempt {entry['attempt']} at {_at(entry['at'], now)} "
-            f"on worker {entry['worker'] or '-'}"
+            shown(
+                f"  attempt {entry['attempt']} at {_at(entry['at'], now)} "
+                f"on worker {entry['worker'] or '-'}"
+            )
         )
-        lines.append(f"    {entry.get('error')}")
+        lines.append(f"    {shown(entry.get('error'))}")
         traceback = entry.get("traceback")
         if traceback:
-            lines += [f"      {line}" for line in str(traceback).rstrip().splitlines()]
+            block = _display.block(str(traceback).rstrip())
+            lines += [f"      {line}" for line in block.split("\n")]
     print("\n".join(lines))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from forklift.admin import AdminStore
 from forklift.cli import flags, output
@@ -14,7 +13,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     app = app_for(args)
     stats = AdminStore(app.dsn, app.schema).queue_stats()
     if args.json:
-        print(json.dumps([vars(s) for s in stats], indent=2))
+        output.print_json([vars(s) for s in stats])
         return 0
     header = (
         "queue", "paused", "ready", "scheduled", "running", "dead", "oldest ready",
@@ -47,7 +46,7 @@ def cmd_ps(args: argparse.Namespace) -> int:
     paused = {q.queue for q in admin.queue_paused_list()}
     if args.json:
         shown = [{**vars(p), "paused_queues": [q for q in p.queues if q in paused]} for p in procs]
-        print(json.dumps(shown, indent=2))
+        output.print_json(shown)
         return 0
     header = ("host", "pid", "kind", "queues", "job", "uptime", "rss", "seen")
     rows = [

@@ -1,12 +1,18 @@
-"""What one-shot commands print: aligned tables for people, JSON for scripts."""
+"""What one-shot commands print: aligned tables for people, JSON for scripts, both safe to
+show on a terminal (forklift._display escapes what a terminal would act on)."""
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
+
+from forklift import _display
+
+# The widest a table cell gets: names may be 200 characters, hosts and errors any length,
+# and escaping makes them longer still; --json has them whole.
+CELL_CHARS = 60
 
 
 def age(seconds: float) -> str:
@@ -19,11 +25,12 @@ def age(seconds: float) -> str:
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[object]], *, empty: str) -> None:
-    """Columns padded to their widest cell; `empty` when there are no rows."""
+    """Columns padded to their widest cell, each cell escaped and cut to CELL_CHARS;
+    `empty` when there are no rows."""
     if not rows:
         print(empty)
         return
-    cells = [[str(c) for c in header], *[[str(c) for c in r] for r in rows]]
+    cells = [[str(c) for c in header], *[[cell(c) for c in r] for r in rows]]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
     for r in cells:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
@@ -43,18 +50,28 @@ def when(t: datetime | None, now: datetime) -> str:
     return f"{t.astimezone(UTC):%Y-%m-%d %H:%M:%S}Z ({relative})"
 
 
+def cell(value: object, width: int = CELL_CHARS) -> str:
+    """One table cell: `value` escaped as one line, at most `width` characters."""
+    shown = _display.line(value)
+    return shown if len(shown) <= width else shown[: width - 1] + "…"
+
+
 def clip(text: str | None, width: int) -> str:
-    """The first line of `text`, at most `width` characters (`-` for none)."""
-    if not text or not text.strip():
-        return "-"
-    line = text.strip().splitlines()[0]
-    return line if len(line) <= width else line[: width - 1] + "…"
+    """`text` escaped as one line (newlines too), at most `width` characters (`-` for
+    none)."""
+    return _display.clip(text, width)
 
 
 def print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2, ensure_ascii=False))
+    """`value` as indented JSON, with everything a terminal acts on escaped."""
+    print(_display.json_text(value))
+
+
+def say(text: str) -> None:
+    """One line for people on stdout, escaped: it may quote names and errors."""
+    print(_display.line(text))
 
 
 def hint(text: str) -> None:
     """A note for people on stderr (stdout keeps what scripts and grep read)."""
-    print(f"forklift: {text}", file=sys.stderr)
+    print(f"forklift: {_display.line(text)}", file=sys.stderr)

@@ -104,7 +104,7 @@ def _act(admin: AdminStore, args: argparse.Namespace) -> int:
     if args.json:
         output.print_json({"queue": queue, "action": args.action, "changed": changed})
     else:
-        print(text)
+        output.say(text)
     return 0
 
 

@@ -7,7 +7,6 @@ keeps, so it needs only the database, not the app.
 from __future__ import annotations
 
 import argparse
-import json
 from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -85,8 +84,7 @@ def _cells(row: ScheduleRow, now: datetime) -> tuple[str, ...]:
     nxt = row.next_fire_at
     error = "-"
     if row.last_error is not None:
-        first = row.last_error.splitlines()[0] if row.last_error.strip() else ""
-        error = f"{_ago(row.last_error_at, now)}: {first[:40]}"
+        error = f"{_ago(row.last_error_at, now)}: {output.clip(row.last_error, 40)}"
     status = "ok"
     if row.seen_ago > DECLARED_WITHIN:
         status = f"not declared for {output.age(row.seen_ago)}"
@@ -108,7 +106,7 @@ def cmd_schedules(args: argparse.Namespace) -> int:
     app = app_for(args)
     rows = ScheduleStore(app.dsn, app.schema, _db.Timeouts()).schedule_list()
     if args.json:
-        print(json.dumps([as_json(r) for r in rows], indent=2))
+        output.print_json([as_json(r) for r in rows])
         return 0
     now = datetime.now(UTC)
     header = (

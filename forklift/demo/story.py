@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from forklift._display import line
 from forklift.demo.database import Snapshot, owner_pid
 
 
@@ -33,7 +34,7 @@ class Story:
             # "WorkerDied: worker process killed by SIGKILL: possibly ..." -> the middle part
             reason = str(entry.get("reason", ""))
             how = (reason.partition(": ")[2] or reason).partition(": ")[0]
-            return f"supervisor reaped worker {self.pids.get(entry.get('index'), '?')}: {how}"
+            return f"supervisor reaped worker {self.pids.get(entry.get('index'), '?')}: {line(how)}"
         return None
 
     def _changed(self, snapshot: Snapshot) -> list[str]:
@@ -41,7 +42,7 @@ class Story:
         for job in snapshot.charged:
             if job.tile not in self.charged:
                 self.charged.add(job.tile)
-                lines.append(f"tile {job.tile} charged: {job.error}")
+                lines.append(f"tile {job.tile} charged: {line(job.error)}")
         for tile, (pid, attempt) in sorted(snapshot.rerendered.items()):
             if tile not in self.rerendered:
                 self.rerendered.add(tile)

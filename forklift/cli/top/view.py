@@ -1,5 +1,7 @@
 """How a frame of `forklift top` is laid out: fixed-width lines that fit an 80x24 terminal
-(wider and taller ones show more), styled with rich, never wrapped."""
+(wider and taller ones show more), styled with rich, never wrapped. Every name, host and
+error is escaped (forklift._display) before it is measured and cut, so what the database
+holds cannot move the cursor or the columns."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from collections.abc import Sequence
 from rich.console import Group
 from rich.text import Text
 
+from forklift._display import line as shown
 from forklift.cli import output
 from forklift.cli.top.frame import Frame, Trends, Worker
 
@@ -30,13 +33,14 @@ def spark(values: Sequence[int], width: int) -> str:
 
 
 def _line(text: str, width: int, style: str = "") -> Text:
-    return Text(text[:width], style=style, no_wrap=True, overflow="crop")
+    return Text(shown(text)[:width], style=style, no_wrap=True, overflow="crop")
 
 
 def _queue_lines(frame: Frame, trends: Trends, width: int, rows: int) -> list[Text]:
     lines = []
     for q in frame.queues[:rows]:
-        name = f"{q.queue[:9]} paused" if q.paused else q.queue[:16]
+        queue = shown(q.queue)
+        name = f"{queue[:9]} paused" if q.paused else queue[:16]
         oldest = "-" if q.oldest_ready_age is None else output.age(q.oldest_ready_age)
         text = (
             f"{name:<16} {q.ready:>6} {q.scheduled:>5} {q.running:>4} {q.dead:>5} {oldest:>6} "
@@ -52,7 +56,7 @@ def _running(worker: Worker) -> tuple[str, str]:
         return "idle", ""
     first = worker.jobs[0]
     tail = f"#{first.id}" + (f" +{len(worker.jobs) - 1}" if len(worker.jobs) > 1 else "")
-    return f"{first.task[: max(1, 34 - len(tail))]}{tail}", output.age(first.running_for)
+    return f"{shown(first.task)[: max(1, 34 - len(tail))]}{tail}", output.age(first.running_for)
 
 
 def _worker_lines(frame: Frame, width: int, rows: int) -> list[Text]:
@@ -60,7 +64,7 @@ def _worker_lines(frame: Frame, width: int, rows: int) -> list[Text]:
     for w in frame.workers[:rows]:
         job, took = _running(w)
         rss = f"{w.rss_bytes / 2**20:.0f} MiB" if w.rss_bytes else "-"
-        text = f"{w.host[:16]:<16} {w.pid:>7}  {job:<34} {took:>6} {rss:>7}"
+        text = f"{shown(w.host)[:16]:<16} {w.pid:>7}  {job:<34} {took:>6} {rss:>7}"
         lines.append(_line(text, width, "" if w.jobs else "dim"))
     return lines
 
@@ -68,7 +72,7 @@ def _worker_lines(frame: Frame, width: int, rows: int) -> list[Text]:
 def _failure_lines(frame: Frame, width: int, rows: int) -> list[Text]:
     lines = []
     for d in frame.failures[:rows]:
-        head = f"#{d.id:<8} {d.task[:16]:<16} {output.age(d.ago) + ' ago':>9}  "
+        head = f"#{d.id:<8} {shown(d.task)[:16]:<16} {output.age(d.ago) + ' ago':>9}  "
         lines.append(_line(head + output.clip(d.error, max(1, width - len(head))), width, "red"))
     return lines
 
@@ -96,7 +100,7 @@ def render(frame: Frame, trends: Trends, width: int, height: int) -> Group:
     """The whole screen for one frame."""
     queues, workers, failures = _rows(frame, height)
     clock = f"{frame.at.astimezone():%H:%M:%S}"
-    head = f"forklift top  {clock}  {frame.where}"
+    head = f"forklift top  {clock}  {shown(frame.where)}"
     quit_hint = "  q quits"
     room = max(0, width - len(quit_hint))
     header = _line(f"{head[:room]:<{room}}{quit_hint}", width, "bold reverse")
