@@ -127,7 +127,7 @@ SELECT count(*) FROM (
 
 -- name: job_purge_batch
 -- Delete up to `limit` jobs of a finished state completed before the cutoff, oldest
--- first through the finished-jobs index (so a batch never rescans the rows earlier
+-- first through the completion-time index (so a batch never rescans the rows earlier
 -- batches deleted); rows another transaction holds are skipped, never waited for.
 DELETE FROM {schema}.jobs
 WHERE id IN (

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from psycopg_pool import ConnectionPool
 
@@ -33,6 +33,14 @@ __all__ = [
 ]
 
 
+_T = TypeVar("_T")
+
+# Rows per statement of a bulk enqueue. Each statement must end within the connection's
+# statement_timeout (10 s for the producer); a keyed insert costs ~35 us a row, so 5,000
+# take ~0.2 s, and 500,000 jobs are 100 statements in the one transaction.
+INSERT_CHUNK = 5_000
+
+
 class ConnSource(Protocol):
     """Where a store takes its connections: a pool, or one held connection (_conns.py)."""
 
@@ -54,11 +62,17 @@ class JobStore:
     """
 
     def __init__(
-        self, pool: ConnSource, schema: str, effects: ConnectionPool[Conn] | None = None
+        self,
+        pool: ConnSource,
+        schema: str,
+        effects: ConnectionPool[Conn] | None = None,
+        *,
+        insert_chunk: int = INSERT_CHUNK,
     ) -> None:
         self.pool = pool
         self.effects = effects
         self.schema = schema
+        self.insert_chunk = insert_chunk
         self.q = _sql.load("forklift.store", "queries.sql", schema)
         conninfo = pool.conninfo  # a str, or a callable that makes one per connection
         self.where = _db.describe(conninfo if isinstance(conninfo, str) else conninfo())
@@ -103,7 +117,9 @@ class JobStore:
         return {key: int(id_) for id_, key in rows}
 
     def job_insert_many(self, jobs: Sequence[NewJob], conn: Conn | None = None) -> list[int]:
-        """Insert jobs in bulk: COPY for plain due-now jobs, one statement for the rest."""
+        """Insert jobs in bulk, all or nothing: COPY for plain due-now jobs, an INSERT for
+        the rest, each in statements of at most `insert_chunk` rows (so none of them runs
+        into the statement timeout, however many jobs), in one transaction."""
         with translated("bulk enqueue failed", self.where):
             if conn is not None:
                 return self._insert_many_on(conn, jobs)
@@ -113,50 +129,49 @@ class JobStore:
     def _insert_many_on(self, conn: Conn, jobs: Sequence[NewJob]) -> list[int]:
         # Unkeyed jobs get reserved ids up front, so every id is known without relying on
         # the order of RETURNING; keyed jobs are looked up by key.
-        unkeyed = [i for i, j in enumerate(jobs) if j.idempotency_key is None]
         ids: list[int | None] = [None] * len(jobs)
-        reserved = (
-            conn.execute(self.q["job_ids_reserve"], {"n": len(unkeyed)}).fetchall()
-            if unkeyed
-            else []
-        )
-        for i, (new_id,) in zip(unkeyed, reserved, strict=True):
-            ids[i] = int(new_id)
-        plain = [i for i in unkeyed if jobs[i].due_now]
-        other = [i for i, j in enumerate(jobs) if not (j.idempotency_key is None and j.due_now)]
-        if plain:
+        unkeyed = [i for i, j in enumerate(jobs) if j.idempotency_key is None]
+        for part in self._chunks(unkeyed):
+            reserved = conn.execute(self.q["job_ids_reserve"], {"n": len(part)}).fetchall()
+            for i, (new_id,) in zip(part, reserved, strict=True):
+                ids[i] = int(new_id)
+        for part in self._chunks([i for i in unkeyed if jobs[i].due_now]):
             with conn.cursor().copy(self.q["job_copy"]) as copy:
-                for i in plain:
+                for i in part:
                     j = jobs[i]
                     row = (ids[i], j.queue, j.task, j.args, j.priority, j.max_attempts)
                     copy.write_row((*row, j.max_crashes, j.timeout))
-        if other:
-            cols: dict[str, list[Any]] = {"id": [ids[i] for i in other]}
-            for k in [
-                "queue",
-                "task",
-                "args",
-                "idempotency_key",
-                "priority",
-                "max_attempts",
-                "max_crashes",
-                "timeout",
-            ]:
-                cols[k] = [getattr(jobs[i], k) for i in other]
-            cols["run_at"] = [jobs[i].run_at for i in other]
-            cols["delay"] = [jobs[i].delay for i in other]
-            rows = conn.execute(self.q["job_insert_many"], cols).fetchall()
-            by_key = {key: int(id_) for id_, key in rows if key is not None}
-            keys = [jobs[i].idempotency_key for i in other]
-            missing = [k for k in keys if k is not None and k not in by_key]
-            if missing:
-                by_key.update(self._ids_by_key(missing, conn))
-            for i in other:
-                key = jobs[i].idempotency_key
-                if key is not None:
-                    ids[i] = by_key[key]
+        other = [i for i, j in enumerate(jobs) if not (j.idempotency_key is None and j.due_now)]
+        by_key: dict[str, int] = {}
+        for part in self._chunks(other):
+            by_key.update(self._insert_rows(conn, [jobs[i] for i in part], [ids[i] for i in part]))
+        # Keys taken already (by a committed job, an earlier chunk, or twice in one chunk).
+        missing = sorted({k for i in other if (k := jobs[i].idempotency_key) and k not in by_key})
+        for keys in self._chunks(missing):
+            by_key.update(self._ids_by_key(keys, conn))
+        for i in other:
+            key = jobs[i].idempotency_key
+            if key is not None:
+                ids[i] = by_key[key]
         assert all(i is not None for i in ids)
         return [int(i) for i in ids]  # type: ignore[arg-type]
+
+    def _insert_rows(
+        self, conn: Conn, jobs: Sequence[NewJob], ids: Sequence[int | None]
+    ) -> dict[str, int]:
+        """One INSERT of keyed or delayed jobs; the ids of the keys it inserted."""
+        cols: dict[str, list[Any]] = {"id": list(ids)}
+        for k in (
+            "queue", "task", "args", "idempotency_key", "priority", "max_attempts",
+            "max_crashes", "timeout", "run_at", "delay",
+        ):  # fmt: skip
+            cols[k] = [getattr(j, k) for j in jobs]
+        rows = conn.execute(self.q["job_insert_many"], cols).fetchall()
+        return {key: int(id_) for id_, key in rows if key is not None}
+
+    def _chunks(self, items: Sequence[_T]) -> Iterator[Sequence[_T]]:
+        for start in range(0, len(items), self.insert_chunk):
+            yield items[start : start + self.insert_chunk]
 
     # -- working -----------------------------------------------------------------------
 

@@ -166,3 +166,65 @@ def test_task_enqueue_refuses_reserved_parameter_names(app: forklift.App) -> Non
 def test_registering_a_name_twice_is_refused(app: forklift.App) -> None:
     with pytest.raises(forklift.ConfigError, match="twice"):
         app.task(name="noop")(lambda ctx: None)
+
+
+def _slow_inserts(db: psycopg.Connection[Any], schema: str, per_row: float) -> None:
+    """Each row inserted into the jobs table takes `per_row` seconds more (a row trigger),
+    so a statement's time grows with its rows whatever the machine's speed."""
+    db.execute(
+        f"""CREATE FUNCTION {schema}.slow() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF NEW.idempotency_key = 'boom' THEN RAISE EXCEPTION 'boom: refused'; END IF;
+            PERFORM pg_sleep({per_row});
+            RETURN NEW;
+        END $$"""
+    )
+    db.execute(
+        f"CREATE TRIGGER slow BEFORE INSERT ON {schema}.jobs FOR EACH ROW EXECUTE FUNCTION "
+        f"{schema}.slow()"
+    )
+
+
+def test_a_keyed_enqueue_many_longer_than_the_statement_timeout_goes_in_whole(
+    app: forklift.App, dsn: str, db: psycopg.Connection[Any], schema: str
+) -> None:
+    existing = [app.enqueue("noop", idempotency_key=f"k{n}") for n in range(0, 1000, 100)]
+    # 1,200 rows: over 2.4 s in one statement; 20 rows a statement, well under the 1 s.
+    _slow_inserts(db, schema, 0.002)
+    app.store.insert_chunk = 20
+    specs: list[forklift.JobSpec | tuple[str, dict[str, Any]]] = [
+        forklift.JobSpec("effect", {"key": str(n)}, idempotency_key=f"k{n}") for n in range(1000)
+    ]
+    specs += [forklift.JobSpec("effect", {"key": "again"}, idempotency_key="k555")]
+    specs += [("effect", {"key": f"plain{n}"}) for n in range(150)]  # COPY, 8 statements
+    specs += [forklift.JobSpec("effect", {"key": f"later{n}"}, delay=60) for n in range(50)]
+    with psycopg.connect(dsn) as conn:
+        conn.execute("SET statement_timeout = '1s'")
+        ids = app.enqueue_many(specs, conn=conn)
+        conn.commit()
+    assert len(ids) == len(specs) == 1201
+    assert ids[:1000:100] == existing
+    assert ids[1000] == ids[555]
+    assert len(set(ids)) == 1200  # 1,000 keys (10 taken before) + 150 + 50
+    args = dict(db.execute(f"SELECT id, args->>'key' FROM {schema}.jobs").fetchall())
+    assert len(args) == 1200
+    for i, spec in enumerate(specs):
+        if i % 100 and i != 1000:  # not a key that was taken before this batch
+            wanted = spec.args["key"] if isinstance(spec, forklift.JobSpec) else spec[1]["key"]
+            assert args[ids[i]] == wanted, i
+
+
+def test_a_chunked_enqueue_many_that_fails_late_inserts_nothing(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    _slow_inserts(db, schema, 0.0)
+    app.store.insert_chunk = 100
+    keyed = [
+        forklift.JobSpec("effect", {"key": str(n)}, idempotency_key=f"k{n}") for n in range(950)
+    ]
+    specs: list[forklift.JobSpec | tuple[str, dict[str, Any]]] = [*keyed]
+    specs += [("effect", {"key": "p"}) for _ in range(300)]
+    specs += [forklift.JobSpec("effect", {"key": "x"}, idempotency_key="boom")]  # 13th chunk
+    with pytest.raises(forklift.DatabaseError, match="boom: refused"):
+        app.enqueue_many(specs)
+    assert count(db, schema) == 0

@@ -78,7 +78,7 @@ class TopReader:
                 frame = Frame(
                     now,
                     self.where,
-                    self.admin.queue_stats(),
+                    self.admin.queue_stats(hour=False),  # top shows the minute only
                     workers_of(procs, self.jobs.job_running_list()),
                     sum(1 for p in procs if p.kind == "supervisor"),
                     self.jobs.job_dead_recent(FAILURES),

@@ -76,7 +76,7 @@ class FakeAdmin(AdminStore):
             raise DatabaseError("database unreachable: it is away")
 
     def queue_stats(
-        self, *, throughput: bool = True, include: Sequence[str] = ()
+        self, *, throughput: bool = True, hour: bool = True, include: Sequence[str] = ()
     ) -> list[QueueStats]:
         if self.down:
             raise DatabaseError("reading queue statistics failed: it is away")

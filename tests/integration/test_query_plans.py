@@ -1,0 +1,137 @@
+"""Every operator and metrics query reads the jobs table through an index, never a
+sequential scan: checked by EXPLAIN on a table holding a day of retained finished jobs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from typing import Any
+
+import psycopg
+import pytest
+
+from forklift import _sql
+
+FINISHED = 200_000  # a day of retained jobs, completed_at spread over the last 24 h
+CHUNK = 1_000_000  # finished rows per INSERT while filling
+
+# Realistic parameters for the queries that take any; every other query takes none.
+# A query added without an entry here fails on its missing parameters, not silently.
+PARAMS: dict[str, list[dict[str, Any]]] = {
+    "queue_finished": [{"window": 60.0}, {"window": 3600.0}],
+    "queue_pause": [{"queue": "q1", "by": "op@host"}],
+    "queue_resume": [{"queue": "q1"}],
+    "job_list": [
+        {"state": s, "queue": q, "task": None, "error": e, "before": None}
+        for s, q, e in [
+            (None, None, None),
+            (None, "q1", None),
+            ("dead", None, "%boom%"),
+            ("ready", "q2", None),
+            ("succeeded", None, None),
+        ]
+    ],
+    "job_get": [{"id": 1234}],
+    "job_retry_many": [{"ids": list(range(50, 550)), "by": "op@host"}],
+    "job_dead_ids": [
+        {"after": 0, "queue": None, "task": None},
+        {"after": 0, "queue": "q1", "task": "t3"},
+    ],
+    "job_cancel_many": [{"ids": list(range(FINISHED, FINISHED + 500)), "by": "op@host"}],
+    "job_purge_cutoff": [{"older": 7 * 86400.0}],
+    "job_purge_count": [
+        {"state": "succeeded", "cap": 1_000_000},
+        {"state": "dead", "cap": 1_000_000},
+    ],
+    "job_purge_batch": [{"state": "succeeded"}, {"state": "dead"}],
+    "job_dead_recent": [{"limit": 5}],
+}
+PARAMS["job_list_window"] = PARAMS["job_list"]
+for p in PARAMS["job_list"]:
+    p.update(window=50_000, limit=51)
+for p in PARAMS["job_purge_count"] + PARAMS["job_purge_batch"] + PARAMS["job_dead_ids"]:
+    p.update(cutoff=None, limit=500)
+
+
+def fill(
+    db: psycopg.Connection[Any],
+    schema: str,
+    finished: int,
+    progress: Callable[[int], None] = lambda done: None,
+) -> None:
+    """`finished` jobs completed over the last day (2% dead, 1% cancelled), 2,000 ready (a
+    quarter delayed), 100 running, in 4 queues; then VACUUM ANALYZE, as autovacuum would.
+
+    The finished rows go in by a million per statement, `progress` told after each.
+    """
+    for lo in range(1, finished + 1, CHUNK):
+        db.execute(
+            f"""INSERT INTO {schema}.jobs
+                (queue, task, state, attempts, created_at, started_at, completed_at, last_error)
+            SELECT 'q' || (i %% 4), 't' || (i %% 7), s.state::{schema}.job_state, 1,
+                   c - interval '2 seconds', c - interval '1 second', c,
+                   CASE WHEN s.state = 'dead' THEN 'boom ' || i END
+            FROM generate_series(%(lo)s::integer, %(hi)s::integer) AS i,
+            LATERAL (SELECT now() - make_interval(secs => (%(n)s - i) * 86400.0 / %(n)s) AS c,
+                     CASE WHEN i %% 50 = 0 THEN 'dead' WHEN i %% 100 = 1 THEN 'cancelled'
+                          ELSE 'succeeded' END AS state) AS s""",
+            {"lo": lo, "hi": min(lo + CHUNK - 1, finished), "n": finished},
+        )
+        progress(min(lo + CHUNK - 1, finished))
+    db.execute(
+        f"""INSERT INTO {schema}.jobs (queue, task, available_at)
+        SELECT 'q' || (i % 4), 't' || (i % 7),
+               now() + make_interval(secs => CASE WHEN i % 4 = 0 THEN 600 ELSE -i END)
+        FROM generate_series(1, 2000) AS i"""
+    )
+    db.execute(
+        f"""INSERT INTO {schema}.jobs
+            (queue, task, state, attempts, lease_owner, lease_until, started_at)
+        SELECT 'q' || (i % 4), 't' || (i % 7), 'running', 1, 'host:' || i || ':w',
+               now() + interval '30 seconds', now() - make_interval(secs => i)
+        FROM generate_series(1, 100) AS i"""
+    )
+    db.execute(f"VACUUM ANALYZE {schema}.jobs")
+
+
+def with_cutoff(params: dict[str, Any], cutoff: datetime) -> dict[str, Any]:
+    """`params` with the purge cutoff (a time the database gives) filled in."""
+    return {k: cutoff if k == "cutoff" else v for k, v in params.items()}
+
+
+def seq_scans(plan: dict[str, Any]) -> Iterator[str]:
+    """The relations a plan (EXPLAIN FORMAT JSON's node) reads by sequential scan."""
+    if plan.get("Node Type") == "Seq Scan":
+        yield str(plan.get("Relation Name"))
+    for child in plan.get("Plans", []):
+        yield from seq_scans(child)
+
+
+def explain(db: psycopg.Connection[Any], sql: str, params: dict[str, Any]) -> dict[str, Any]:
+    row = db.execute("EXPLAIN (FORMAT JSON) " + sql, params).fetchone()
+    assert row is not None
+    plan: dict[str, Any] = row[0][0]["Plan"]
+    return plan
+
+
+@pytest.fixture
+def filled(db: psycopg.Connection[Any], schema: str) -> str:
+    fill(db, schema, FINISHED)
+    return schema
+
+
+@pytest.mark.parametrize("file", ["queries.sql", "jobs.sql"])
+def test_no_operator_query_scans_the_jobs_table(
+    db: psycopg.Connection[Any], filled: str, file: str
+) -> None:
+    queries = _sql.load("forklift.admin", file, filled)
+    cutoff = db.execute("SELECT now() - interval '7 days'").fetchone()
+    assert cutoff is not None
+    scanned = {}
+    for name, sql in queries.items():
+        for params in PARAMS.get(name, [{}]):
+            params = with_cutoff(params, cutoff[0])
+            plan = explain(db, sql, params)
+            if "jobs" in set(seq_scans(plan)):
+                scanned[name] = params
+    assert scanned == {}, f"sequential scans of the jobs table: {scanned}"
