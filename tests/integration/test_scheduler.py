@@ -370,4 +370,3 @@ def test_a_row_written_with_a_fires_key_does_not_stop_the_fire(
     set_state(db, schema, 10, "succeeded")
     s.run_once(at(11))  # settled: its fire row is gone, fired_through still past it
     assert db.execute(f"SELECT count(*) FROM {schema}.jobs WHERE task = 'tick'").fetchone() == (1,)
-
