@@ -19,6 +19,8 @@ from forklift import _display
 # room, still well inside a btree index row (2,704 bytes; a UTF-8 character is at most 4).
 MAX_NAME = 200
 MAX_KEY = 512
+# Idempotency keys forklift writes itself (a schedule's fires): no producer may take one.
+RESERVED_KEY_PREFIX = "forklift:"
 
 
 _BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c")
@@ -63,3 +65,15 @@ def check(kind: str, value: Any, *, limit: int = MAX_NAME) -> str:
         shown = ascii(value)[:80] if isinstance(value, str) else type(value).__name__
         raise ValueError(f"{kind} name {shown} {problem}")
     return str(value)
+
+
+def check_key(value: Any) -> str:
+    """Return `value` if a producer may give it as an idempotency key, else ValueError:
+    a good name (see check) outside forklift's own `forklift:` namespace."""
+    key = check("idempotency key", value, limit=MAX_KEY)
+    if key.startswith(RESERVED_KEY_PREFIX):
+        raise ValueError(
+            f"idempotency key {ascii(key)[:80]} starts with {RESERVED_KEY_PREFIX!r}, "
+            "which forklift reserves for its own jobs (a schedule's fires): choose another"
+        )
+    return key

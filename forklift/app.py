@@ -218,7 +218,7 @@ class App:
             if queue is not None:
                 _names.check("queue", queue)
             if idempotency_key is not None:
-                _names.check("idempotency key", idempotency_key, limit=_names.MAX_KEY)
+                _names.check_key(idempotency_key)
         except ValueError as exc:
             raise ArgumentError(str(exc)) from None
         if run_at is not None and run_at.tzinfo is None:

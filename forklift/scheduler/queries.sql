@@ -1,6 +1,12 @@
 -- The scheduler's queries. Each starts with `-- name: <name>` and a one-line
 -- description; {schema} is replaced by the quoted schema name when loaded. Fire times
--- and `now` come from the scheduler's clock (a parameter, so tests can move it).
+-- and `now` come from the scheduler's clock: the database's (schedule_clock), or a
+-- parameter a test moves.
+
+-- name: schedule_clock
+-- The database's clock, which every scheduling decision of a round is made on (so a
+-- replica whose host clock is wrong fires on time all the same).
+SELECT clock_timestamp();
 
 -- name: schedule_sync_many
 -- Upsert the definitions this scheduler declares, in name order (no deadlock between
@@ -43,24 +49,33 @@ WHERE name = %(name)s::text
 FOR UPDATE SKIP LOCKED;
 
 -- name: schedule_fire
--- Enqueue the job of one fire time and note the fire in flight; nothing if the key is
--- taken (another replica enqueued it). With `exclusive` (overlap=False), nothing while
--- an earlier fire's job is in progress: running, due and waiting, or retrying. Returns
--- (busy, the new job's id or NULL).
+-- Enqueue the job of one fire time and note the fire in flight. Nothing if the fire is
+-- already in flight, or its key is held by a job of this schedule's task, queue and
+-- arguments (another replica enqueued it). A key held by any other job (a row written
+-- by hand: producers cannot enqueue `forklift:` keys) does not stop the fire: its job
+-- goes in without a key. With `exclusive` (overlap=False), nothing while an earlier
+-- fire's job is unfinished (ready or running). Returns (busy, the new job's id or
+-- NULL, whether the key was held by a job not of this schedule).
 WITH busy AS (
     SELECT 1 FROM {schema}.schedule_fires f JOIN {schema}.jobs j ON j.id = f.job_id
     WHERE %(exclusive)s::boolean AND f.schedule = %(name)s::text
-      AND f.fire_at < %(fire_at)s::timestamptz
-      AND (j.state = 'running' OR (j.state = 'ready'
-           AND (j.attempts > 0 OR j.available_at <= %(now)s::timestamptz)))
+      AND f.fire_at < %(fire_at)s::timestamptz AND j.state IN ('ready', 'running')
     LIMIT 1
+), holder AS (
+    SELECT j.task = %(task)s::text AND j.queue = %(queue)s::text
+           AND j.args = %(args)s::jsonb AS ours
+    FROM {schema}.jobs j WHERE j.idempotency_key = %(key)s::text
 ), job AS (
     INSERT INTO {schema}.jobs
         (queue, task, args, idempotency_key, priority, max_attempts, timeout, available_at)
-    SELECT %(queue)s::text, %(task)s::text, %(args)s::jsonb, %(key)s::text,
+    SELECT %(queue)s::text, %(task)s::text, %(args)s::jsonb,
+           CASE WHEN EXISTS (SELECT 1 FROM holder) THEN NULL ELSE %(key)s::text END,
            %(priority)s::smallint, %(max_attempts)s::integer, %(timeout)s::float8,
            %(fire_at)s::timestamptz
     WHERE NOT EXISTS (SELECT 1 FROM busy)
+      AND NOT EXISTS (SELECT 1 FROM holder WHERE ours)
+      AND NOT EXISTS (SELECT 1 FROM {schema}.schedule_fires f
+                      WHERE f.schedule = %(name)s::text AND f.fire_at = %(fire_at)s::timestamptz)
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id
 ), fire AS (
@@ -69,7 +84,8 @@ WITH busy AS (
     ON CONFLICT DO NOTHING
     RETURNING job_id
 )
-SELECT EXISTS (SELECT 1 FROM busy), (SELECT id FROM job);
+SELECT EXISTS (SELECT 1 FROM busy), (SELECT id FROM job),
+       coalesce((SELECT NOT ours FROM holder), false);
 
 -- name: schedule_advance
 -- Move a schedule's high-water mark forward, unless its definition changed meanwhile.

@@ -7,6 +7,19 @@ re-plans from the row's high-water mark, and enqueues each fire time's job under
 made of the schedule's name and the fire time. A replica that lost a race, or a round
 that is repeated after a crash, inserts nothing. Last, it settles finished fires into
 each schedule's last success and last error.
+
+Every decision of a round is made on the database's clock, read once at its start (the
+host's may be minutes off), and a job's due time is its fire time on that clock, which
+is also the clock workers claim by: a replica with a wrong clock neither skips, doubles
+nor delays a fire.
+
+overlap=False is decided when a fire is due, not when it could be enqueued ahead: while
+an earlier fire's job is unfinished, a later fire is not enqueued ahead (the round stops
+that schedule just before it and plans it again next round); once its time has come,
+it is skipped if that job is still unfinished, else enqueued. So two jobs of such a
+schedule never run at once, and a fire whose predecessor finished in time still starts
+on time (it is enqueued ahead in the first round after the predecessor finished, or at
+the latest in the first round past its time).
 """
 
 from __future__ import annotations
@@ -16,16 +29,17 @@ import logging
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timedelta
 
 from forklift._events import emit
 from forklift._service import TestSignal
 from forklift.errors import ConfigError, DatabaseError
 from forklift.scheduler.plan import Plan, plan
 from forklift.scheduler.schedule import Schedule
-from forklift.scheduler.store import ScheduleSession, ScheduleStore, Synced
+from forklift.scheduler.store import Fired, ScheduleSession, ScheduleStore, Synced
 
 log = logging.getLogger(__name__)
+JUST_BEFORE = timedelta(microseconds=1)  # fire times are whole seconds
 
 
 @dataclass(frozen=True)
@@ -99,13 +113,13 @@ class Scheduler:
         self.schedules = tuple(schedules)
 
     def run_once(self, now: datetime | None = None) -> Round:
-        """One round at `now` (default: the wall clock); DatabaseError if it failed."""
+        """One round at `now` (default: the database's clock); DatabaseError if it failed."""
         schedules = self.schedules
         if not schedules:
             return Round()
-        now = now or datetime.now(UTC)
         fires: list[Fire] = []
         with self.store.session() as session:
+            now = now or session.schedule_clock()
             synced = session.schedule_sync_many(schedules, now)
             for schedule in schedules:
                 fires += self._fire(session, schedule, synced[schedule.name], now)
@@ -127,8 +141,8 @@ class Scheduler:
                 if row is None or row.definition_hash != schedule.definition_hash:
                     return []  # another replica is on it, or runs another definition
                 todo = self._plan(schedule, row.fired_through, now)
-                fires = [self._enqueue(session, schedule, at, now) for at in todo.fires]
-                session.schedule_advance(schedule, todo.through)
+                fires, through = self._enqueue(session, schedule, todo, now)
+                session.schedule_advance(schedule, through)
         except DatabaseError as exc:
             self._count([Fire(schedule.name, None, Outcome.FAILED)])
             emit(log, "schedule.failed", logging.WARNING, schedule=schedule.name, error=exc)
@@ -144,18 +158,18 @@ class Scheduler:
         return plan(schedule.times, schedule.catchup, fired_through, now, cfg.ahead, cfg.max_fires)
 
     @staticmethod
-    def _enqueue(session: ScheduleSession, schedule: Schedule, at: datetime, now: datetime) -> Fire:
-        busy, job_id = session.schedule_fire(schedule, at, now)
-        if busy:
-            emit(log, "schedule.skipped_overlap", schedule=schedule.name, fire=at.isoformat())
-            return Fire(schedule.name, at, Outcome.SKIPPED_OVERLAP)
-        if job_id is None:
-            return Fire(schedule.name, at, Outcome.DUPLICATE)
-        emit(
-            log, "schedule.enqueued", logging.DEBUG, schedule=schedule.name, job=job_id,
-            fire=at.isoformat(),
-        )  # fmt: skip
-        return Fire(schedule.name, at, Outcome.ENQUEUED, job_id)
+    def _enqueue(
+        session: ScheduleSession, schedule: Schedule, todo: Plan, now: datetime
+    ) -> tuple[list[Fire], datetime]:
+        """Enqueue the plan's fire times; (what became of each, handled through when)."""
+        fires: list[Fire] = []
+        for at in todo.fires:
+            fired = session.schedule_fire(schedule, at)
+            if fired.busy and at > now:
+                # overlap=False: the earlier job may yet finish in time; decide at `at`.
+                return fires, at - JUST_BEFORE
+            fires.append(_outcome(schedule, at, fired))
+        return fires, todo.through
 
     def _count(self, fires: Iterable[Fire]) -> None:
         with self._lock:
@@ -167,3 +181,21 @@ class Scheduler:
         """The fires counted so far, by (schedule, outcome) (for /metrics)."""
         with self._lock:
             return dict(self.counts)
+
+
+def _outcome(schedule: Schedule, at: datetime, fired: Fired) -> Fire:
+    if fired.key_taken:
+        emit(
+            log, "schedule.key_taken", logging.WARNING, schedule=schedule.name,
+            fire=at.isoformat(), key=schedule.key(at),
+        )  # fmt: skip
+    if fired.busy:
+        emit(log, "schedule.skipped_overlap", schedule=schedule.name, fire=at.isoformat())
+        return Fire(schedule.name, at, Outcome.SKIPPED_OVERLAP)
+    if fired.job_id is None:
+        return Fire(schedule.name, at, Outcome.DUPLICATE)
+    emit(
+        log, "schedule.enqueued", logging.DEBUG, schedule=schedule.name, job=fired.job_id,
+        fire=at.isoformat(),
+    )  # fmt: skip
+    return Fire(schedule.name, at, Outcome.ENQUEUED, fired.job_id)

@@ -28,6 +28,16 @@ class Synced(NamedTuple):
     redefined: bool
 
 
+class Fired(NamedTuple):
+    """What schedule_fire did: skipped for an unfinished earlier fire (overlap=False),
+    the new job's id (None: not enqueued), and whether a job not of this schedule held
+    its key (the fire's job then went in without one)."""
+
+    busy: bool
+    job_id: int | None
+    key_taken: bool
+
+
 class Locked(NamedTuple):
     """A schedule's row locked for a round of firing."""
 
@@ -92,6 +102,12 @@ class ScheduleSession:
         self.conn = conn
         self.q = q
 
+    def schedule_clock(self) -> datetime:
+        """The database's clock: the `now` of a round."""
+        row = self.conn.execute(self.q["schedule_clock"]).fetchone()
+        assert row is not None
+        return row[0]  # type: ignore[no-any-return]
+
     def schedule_sync_many(self, schedules: Sequence[Schedule], now: datetime) -> dict[str, Synced]:
         params: dict[str, Any] = {
             "now": now,
@@ -116,15 +132,12 @@ class ScheduleSession:
             row = self.conn.execute(self.q["schedule_lock"], {"name": name}).fetchone()
             yield None if row is None else Locked(*row)
 
-    def schedule_fire(
-        self, schedule: Schedule, fire_at: datetime, now: datetime
-    ) -> tuple[bool, int | None]:
-        """Enqueue `fire_at`'s job: (skipped for overlap, the new job's id or None)."""
+    def schedule_fire(self, schedule: Schedule, fire_at: datetime) -> Fired:
+        """Enqueue `fire_at`'s job (see the query for when it does not)."""
         params = {
             "name": schedule.name,
             "exclusive": not schedule.overlap,
             "fire_at": fire_at,
-            "now": now,
             "queue": schedule.queue,
             "task": schedule.task,
             "args": schedule.args,
@@ -135,7 +148,7 @@ class ScheduleSession:
         }
         row = self.conn.execute(self.q["schedule_fire"], params).fetchone()
         assert row is not None
-        return bool(row[0]), row[1]
+        return Fired(bool(row[0]), row[1], bool(row[2]))
 
     def schedule_advance(self, schedule: Schedule, through: datetime) -> None:
         params = {

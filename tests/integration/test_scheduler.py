@@ -6,6 +6,8 @@ Several Scheduler instances in one process stand for replicas: each has its own 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -207,11 +209,32 @@ def test_without_overlap_a_fire_is_skipped_while_the_previous_job_runs(
     (s,) = replicas(1, every=10, overlap=False)
     s.run_once(at(8))
     set_state(db, schema, 10, "running")
-    skipped = s.run_once(at(18))
+    assert s.run_once(at(18)).outcomes("tick") == {}  # 20 not enqueued ahead: 10 may end
+    assert seconds(fired(db, schema)) == [10]
+    skipped = s.run_once(at(20))  # its time has come, and 10 still runs
     assert skipped.outcomes("tick") == {Outcome.SKIPPED_OVERLAP: 1}
     set_state(db, schema, 10, "succeeded")
     s.run_once(at(28))
     assert seconds(fired(db, schema)) == [10, 30]
+
+
+def test_without_overlap_only_one_fire_waits_ahead_and_the_next_follows_when_it_ends(
+    db: Conn, schema: str, replicas: Replicas
+) -> None:
+    (s,) = replicas(1, every=1, overlap=False)
+    s.run_once(at(0.5))  # 1, 2 and 3 within the 3 s margin: only 1 goes in ahead
+    assert seconds(fired(db, schema)) == [1]
+    s.run_once(at(0.9))
+    assert seconds(fired(db, schema)) == [1]  # 2 still waits for 1
+    set_state(db, schema, 1, "succeeded")
+    assert s.run_once(at(1.5)).outcomes("tick") == {Outcome.ENQUEUED: 1}
+    assert seconds(fired(db, schema)) == [1, 2]  # 2 ahead, on time
+    set_state(db, schema, 2, "running")
+    assert s.run_once(at(3)).outcomes("tick") == {Outcome.SKIPPED_OVERLAP: 1}  # 3
+    set_state(db, schema, 2, "succeeded")
+    assert s.run_once(at(3.5)).outcomes("tick") == {Outcome.ENQUEUED: 1}  # 4, ahead
+    assert seconds(fired(db, schema)) == [1, 2, 4]
+    assert s.counted().get(("tick", Outcome.SKIPPED_MISFIRE), 0) == 0
 
 
 def test_with_overlap_a_fire_is_enqueued_whatever_the_previous_job_does(
@@ -301,3 +324,49 @@ def test_metrics_show_declared_schedules_last_success_or_first_declaration(
     }
     s.use([])  # removed from the code: no series to alert on
     assert gauge(collector, "forklift_cron_last_success_timestamp_seconds") == {}
+
+
+# -- the scheduler's idempotency keys -----------------------------------------------------
+
+
+def test_a_producer_cannot_enqueue_with_a_key_of_forklifts_own(
+    dsn: str, db: Conn, schema: str, env: dict[str, str]
+) -> None:
+    app = ticking_app(dsn, schema)
+    key = f"forklift:schedule:tick:{at(10):%Y-%m-%dT%H:%M:%SZ}"
+    with pytest.raises(forklift.ArgumentError, match="reserves"):
+        app.enqueue("tick", idempotency_key=key)
+    with pytest.raises(forklift.ArgumentError, match="reserves"):
+        app.tasks["tick"].enqueue(idempotency_key="forklift:anything")
+    with pytest.raises(forklift.ArgumentError, match="reserves"):
+        app.enqueue_many([forklift.JobSpec("tick", {}, idempotency_key=key)])
+    result = subprocess.run(
+        [sys.executable, "-m", "forklift", "enqueue", "tests.apps.scheduled:app", "tick",
+         "--key", key],
+        env=env, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert result.returncode != 0 and "reserves" in result.stderr, result.stderr
+    assert app.enqueue("tick", idempotency_key="my:forklift:key") > 0  # only the prefix
+    count = db.execute(f"SELECT count(*) FROM {schema}.jobs").fetchone()
+    assert count == (1,)
+
+
+def test_a_row_written_with_a_fires_key_does_not_stop_the_fire(
+    db: Conn, schema: str, replicas: Replicas
+) -> None:
+    (s,) = replicas(1, every=10)
+    key = f"forklift:schedule:tick:{at(10).astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}"
+    db.execute(
+        f"INSERT INTO {schema}.jobs (task, idempotency_key, available_at)"
+        " VALUES ('other', %s, now() + interval '1 day')",
+        (key,),
+    )
+    assert s.run_once(at(8)).outcomes("tick") == {Outcome.ENQUEUED: 1}
+    rows = db.execute(
+        f"SELECT available_at, idempotency_key FROM {schema}.jobs WHERE task = 'tick'"
+    ).fetchall()
+    assert rows == [(at(10), None)]  # enqueued all the same, without the taken key
+    assert s.run_once(at(9)).outcomes("tick") == {}  # and once: in flight, not again
+    set_state(db, schema, 10, "succeeded")
+    s.run_once(at(11))  # settled: its fire row is gone, fired_through still past it
+    assert db.execute(f"SELECT count(*) FROM {schema}.jobs WHERE task = 'tick'").fetchone() == (1,)

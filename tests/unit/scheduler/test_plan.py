@@ -26,7 +26,7 @@ def test_nothing_due_is_an_empty_round_that_keeps_the_mark() -> None:
     p = plan(MINUTE, None, fired_through=at(10), now=at(10), ahead=3.0, limit=100)
     assert p.fires == ()
     assert p.through == at(13)
-    # Another replica (its clock ahead) has handled further already.
+    # Another replica (a later round, or a longer --schedule-ahead) has handled further.
     assert plan(MINUTE, None, at(100), at(10), 3.0, 100).through == at(100)
 
 
