@@ -75,7 +75,7 @@ class Supervisor:
         self.children = Children(send)
         self.signals = SignalQueue()
         self.notifier = Notifier()
-        self.totals = Totals()
+        self.totals = Totals(app.tasks)  # other task names share one label
         timeouts = _db.Timeouts.for_lease(cfg.worker.lease)
         self.store = SupervisorStore(app.dsn, app.schema, timeouts)
         self.attribution = Attribution(self.store, self.totals)
@@ -239,6 +239,7 @@ class Supervisor:
             gc.collect()
             gc.freeze()
             self.scheduler.use(self.app.schedules.values())
+            self.totals.declare(self.app.tasks)
         self.generation += 1
         emit(log, "supervisor.reload", generation=self.generation)
 

@@ -1,9 +1,10 @@
-"""The supervisor's helper threads: the HTTP server (/metrics, /healthz, /readyz), the
-process registry heartbeat, and the services passed in (the cron scheduler).
+"""The supervisor's helper threads: the HTTP server (/metrics, /healthz, /readyz; see
+http.py), the process registry heartbeat, and the services passed in (the cron scheduler).
 
-All do their work under `fork_lock`, which the loop takes around each fork: a child is
-never forked while one of them is mid-request or holds a connection. They read only the
-published snapshot (see snapshot.py), never the loop's live state.
+The database work is done under `fork_lock`, which the loop takes around each fork: a
+child is never forked while one of them holds a connection. HTTP takes no lock at all: it
+answers from memory (the probes' cache, refreshed here like any other service). They read
+only the published snapshot (see snapshot.py), never the loop's live state.
 """
 
 from __future__ import annotations
@@ -13,21 +14,16 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, HTTPServer
-from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
-from forklift._events import emit
 from forklift._service import run_every
 from forklift.errors import ConfigError, ForkliftError
-from forklift.supervisor.probes import Probes
+from forklift.supervisor.http import HttpServer, Route, routes_for
+from forklift.supervisor.probes import REFRESH_EVERY, Probes
 from forklift.supervisor.registry import ProcessRegistry
 
 log = logging.getLogger(__name__)
-
-Route = Callable[[], tuple[int, str, bytes]]
 
 
 @dataclass(frozen=True)
@@ -60,37 +56,23 @@ class OpsServer:
         self.addr = parse_addr(addr) if addr else None
         self.fork_lock = threading.Lock()
         self.registry = registry
-        self.services = tuple(services)
-        self.routes: dict[str, Route] = {
-            "/metrics": lambda: (200, CONTENT_TYPE_LATEST, generate_latest(metrics)),
-            "/healthz": lambda: _text(probes.health()),
-            "/readyz": lambda: _text(probes.readiness()),
-        }
-        self._server: _Server | None = None
+        self.probes = probes
+        self.routes: dict[str, Route] = routes_for(probes, metrics)
+        # What the routes answer is read from the database here, off the request path.
+        refresh = OpsService("probes", REFRESH_EVERY, probes.refresh)
+        self.services = (*services, refresh) if self.addr else tuple(services)
+        self._http: HttpServer | None = None
         self._stopped = threading.Event()
         self._threads: list[threading.Thread] = []
         self.bound: tuple[str, int] | None = None
 
     def start(self) -> None:
         if self.addr is not None:
-            self._server = self._bind(self.addr)
-            self._spawn_thread("forklift-http", self._server.serve_forever, 0.5)
+            self._http = HttpServer(self.addr, self.routes)
+            self.bound = self._http.start()
         self._spawn_thread("forklift-registry", self._heartbeat_loop)
         for service in self.services:
             self._spawn_thread(f"forklift-{service.name}", self._service_loop, service)
-
-    def _bind(self, addr: tuple[str, int]) -> _Server:
-        try:
-            server = _Server(addr, _handler_for(self.routes), self.fork_lock)
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot serve metrics on {addr[0]}:{addr[1]}: {exc.strerror or exc} "
-                "(choose another --metrics-addr, or 'off')"
-            ) from None
-        host, port = server.server_address[:2]
-        self.bound = (str(host), int(port))
-        emit(log, "supervisor.http", addr=f"{self.bound[0]}:{self.bound[1]}")
-        return server
 
     def _spawn_thread(self, name: str, target: Callable[..., object], *args: object) -> None:
         thread = threading.Thread(target=target, args=args, name=name, daemon=True)
@@ -129,92 +111,16 @@ class OpsServer:
                 log.exception("%s: round failed; next round as usual", service.name)
 
     def close_in_child(self) -> None:
-        """After fork: the child must not keep the parent's listening socket open."""
-        if self._server is not None:
-            self._server.socket.close()
+        """After fork: the child must keep none of the HTTP server's sockets."""
+        if self._http is not None:
+            self._http.close_in_child()
 
     def stop(self) -> None:
         """Stop both threads, then deregister (after any heartbeat still in flight)."""
         self._stopped.set()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+        if self._http is not None:
+            self._http.stop()
         for thread in self._threads:
             thread.join(timeout=10)
         with self.fork_lock:
             self.registry.deregister()
-
-
-class _Server(HTTPServer):
-    def __init__(
-        self,
-        addr: tuple[str, int],
-        handler: type[BaseHTTPRequestHandler],
-        fork_lock: threading.Lock,
-    ) -> None:
-        self.fork_lock = fork_lock
-        super().__init__(addr, handler)
-
-    def _handle_request_noblock(self) -> None:
-        # Accept, answer and close the client socket inside fork_lock: a child never
-        # inherits a half-served connection.
-        with self.fork_lock:
-            super()._handle_request_noblock()  # type: ignore[misc]
-
-
-def _handler_for(routes: dict[str, Route]) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        """GET and HEAD on the known paths; 404 on any other path, 405 for any other
-        method on a known one: nothing here changes anything, so nothing else is taken."""
-
-        timeout = 5.0  # a slow client cannot hold the HTTP thread (nor fork_lock) long
-
-        def do_GET(self) -> None:
-            self._answer(with_body=True)
-
-        def do_HEAD(self) -> None:
-            self._answer(with_body=False)
-
-        def __getattr__(self, name: str) -> Any:
-            # http.server looks up do_<METHOD> for each request (501 when missing): every
-            # other method, standard or made up, gets the same refusal.
-            if name.startswith("do_"):
-                return self._refuse
-            raise AttributeError(name)
-
-        def _route(self) -> Route | None:
-            return routes.get(self.path.split("?", 1)[0])
-
-        def _answer(self, *, with_body: bool) -> None:
-            route = self._route()
-            if route is None:
-                self._send(404, "text/plain", b"try /metrics, /healthz or /readyz\n", with_body)
-            else:
-                self._send(*route(), with_body)  # under fork_lock (see _Server)
-
-        def _refuse(self) -> None:
-            if self._route() is None:
-                self._send(404, "text/plain", b"try /metrics, /healthz or /readyz\n", True)
-            else:
-                self._send(405, "text/plain", b"only GET and HEAD\n", True, allow="GET, HEAD")
-
-        def _send(
-            self, status: int, ctype: str, body: bytes, with_body: bool, allow: str = ""
-        ) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            if allow:
-                self.send_header("Allow", allow)
-            self.end_headers()
-            if with_body:
-                self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass  # scrapes every few seconds would drown the log
-
-    return Handler
-
-
-def _text(result: tuple[int, str]) -> tuple[int, str, bytes]:
-    return result[0], "text/plain; charset=utf-8", result[1].encode()

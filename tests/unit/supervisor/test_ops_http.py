@@ -31,6 +31,7 @@ def server() -> Iterator[tuple[str, int]]:
     registry = QuietRegistry(FakeStore(), board, Totals())
     ops = OpsServer("127.0.0.1:0", probes, metrics_registry(Totals(), probes), registry)
     ops.start()
+    ops.probes.refresh()  # what the ops thread does at once; here before the first request
     assert ops.bound is not None
     yield ops.bound
     ops.stop()
@@ -53,6 +54,8 @@ def test_get_and_head_answer_on_the_known_paths(server: tuple[str, int], path: s
     head_status, head_body, head_headers = ask(server, "HEAD", path)
     assert head_status == 200 and head_body == b""
     assert head_headers["Content-Type"] == headers["Content-Type"]
+    assert head_headers["Content-Length"] == str(len(body))
+    assert "Server" not in headers and "Server" not in head_headers  # no versions shown
 
 
 @pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "FOO"])
