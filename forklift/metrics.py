@@ -4,6 +4,10 @@ A worker keeps small local tallies (`Tally`) and hands the supervisor the deltas
 half second over its report pipe; the supervisor adds them into `Totals`, which it
 owns, so a child's crash or recycling never makes a counter go down and nothing is
 written to disk. `Totals` is exposed through a prometheus-client collector.
+
+Its task label is bounded: a task the app does not declare is counted as
+task="(unknown)", and past MAX_TASK_LABELS distinct names further ones as
+task="(other)" (a job's task name is whatever a producer wrote; series are never pruned).
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import bisect
 import math
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +55,10 @@ WAIT_BUCKETS = (
     1800.0,
     3600.0,
 )
+
+MAX_TASK_LABELS = 200  # distinct task label values; the rest are counted as OTHER_TASK
+UNKNOWN_TASK = "(unknown)"  # a task the app does not declare (no task name has parentheses
+OTHER_TASK = "(other)"  # around it by convention; a collision would only merge two counts)
 
 OUTCOMES = ("succeeded", "failed", "dead", "released", "lease_lost", "cancelled", "crashed")
 
@@ -148,11 +156,40 @@ class Tally:
             return delta
 
 
-class Totals:
-    """The supervisor's running sums of every child's deltas (never reset)."""
+class TaskLabels:
+    """The task label a name is counted under: itself while it is declared (or nothing
+    is declared) and fewer than `limit` names have labels, else UNKNOWN_TASK or OTHER_TASK."""
 
-    def __init__(self) -> None:
+    def __init__(self, declared: Iterable[str] | None = None, limit: int = MAX_TASK_LABELS):
+        self.declared = None if declared is None else set(declared)
+        self.limit = limit
+        self.given: set[str] = set()
+
+    def declare(self, names: Iterable[str]) -> None:
+        """More declared names (a reloaded app's); the old ones stay declared."""
+        if self.declared is not None:
+            self.declared.update(names)
+
+    def __call__(self, task: str) -> str:
+        if task in self.given:
+            return task
+        if self.declared is not None and task not in self.declared:
+            return UNKNOWN_TASK
+        if len(self.given) >= self.limit:
+            return OTHER_TASK
+        self.given.add(task)
+        return task
+
+
+class Totals:
+    """The supervisor's running sums of every child's deltas (never reset), with a
+    bounded set of task labels (see TaskLabels)."""
+
+    def __init__(
+        self, tasks: Iterable[str] | None = None, max_task_labels: int = MAX_TASK_LABELS
+    ) -> None:
         self.lock = threading.Lock()
+        self.task_label = TaskLabels(tasks, max_task_labels)
         self.jobs: dict[tuple[str, str, str], int] = {}
         self.durations: dict[tuple[str, str], Histo] = {}
         self.waits: dict[str, Histo] = {}
@@ -174,9 +211,11 @@ class Totals:
         except (TypeError, ValueError, ArithmeticError, AttributeError) as exc:
             raise ValueError(f"malformed metric deltas: {type(exc).__name__}: {exc}") from None
         with self.lock:
-            for key, n in jobs:
+            for (queue, task, outcome), n in jobs:
+                key = (queue, self.task_label(task), outcome)
                 self.jobs[key] = self.jobs.get(key, 0) + n
-            for pair, h in durations:
+            for (queue, task), h in durations:
+                pair = (queue, self.task_label(task))
                 self.durations.setdefault(pair, Histo.empty(DURATION_BUCKETS)).add(h)
             for queue, h in waits:
                 self.waits.setdefault(queue, Histo.empty(WAIT_BUCKETS)).add(h)
@@ -187,9 +226,15 @@ class Totals:
         with self.lock:
             self.malformed_reports += n
 
+    def declare(self, tasks: Iterable[str]) -> None:
+        """Tasks a reloaded app declares, counted under their own names from now on."""
+        with self.lock:
+            self.task_label.declare(tasks)
+
     def job(self, queue: str, task: str, outcome: str) -> None:
         with self.lock:
-            self.jobs[(queue, task, outcome)] = self.jobs.get((queue, task, outcome), 0) + 1
+            key = (queue, self.task_label(task), outcome)
+            self.jobs[key] = self.jobs.get(key, 0) + 1
 
     def restart(self, reason: str) -> None:
         with self.lock:

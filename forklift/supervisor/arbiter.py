@@ -37,7 +37,7 @@ from forklift.supervisor.death import signal_name
 from forklift.supervisor.deaths import Attribution, OnDbThread, VanishedOwners
 from forklift.supervisor.ops import OpsServer
 from forklift.supervisor.police import Police
-from forklift.supervisor.probes import Probes, metrics_registry
+from forklift.supervisor.probes import REFRESH_EVERY, Probes, metrics_registry
 from forklift.supervisor.progress import ProgressReporter
 from forklift.supervisor.reaper import Reaper
 from forklift.supervisor.registry import ProcessRegistry
@@ -81,7 +81,7 @@ class Supervisor:
         self.children = Children(send)
         self.signals = SignalQueue()
         self.notifier = Notifier()
-        self.totals = Totals()
+        self.totals = Totals(app.tasks)  # other task names share one label
         timeouts = _db.Timeouts.for_lease(cfg.worker.lease)
         # The parent's two connections: the database thread's, and the session's.
         held = HeldConnection(app.dsn, timeouts, "forklift-supervisor")
@@ -97,11 +97,9 @@ class Supervisor:
         self.restarts = RestartSchedule(self.notifier)
         self.reaper = Reaper(self.children, deaths, self.totals, self.restarts)
         self.police = Police(cfg, self.children, deaths)
-        admin = AdminStore(app.dsn, app.schema)
-        probes = Probes(self.board, admin, cfg.worker.queues)
-        metrics = metrics_registry(self.totals, probes, CronCollector(self.scheduler))
+        metrics = metrics_registry(self.totals, self.probes, CronCollector(self.scheduler))
         self.ops = OpsServer(
-            cfg.metrics_addr, probes, metrics, self.registry, self.db, self.session
+            cfg.metrics_addr, self.probes, metrics, self.registry, self.db, self.session
         )
         self.spawner = Spawner(
             cfg,
@@ -127,6 +125,8 @@ class Supervisor:
         )
         admin = AdminStore(app.dsn, app.schema, connector=Connector(app.dsn, timeouts, held))
         progress = ProgressReporter(self.totals, admin, cfg.worker.queues)
+        # What /readyz and /metrics answer, read here (HTTP answers from memory).
+        self.probes = Probes(self.board, admin, cfg.worker.queues)
         w = cfg.worker
         maintenance = Maintenance(
             JobStore(held, app.schema),
@@ -143,6 +143,8 @@ class Supervisor:
             DbService("progress", progress.every, progress.run_once),
             DbService("autoscale", AUTOSCALE_EVERY, self.scaling.read_backlog),
         ]
+        if cfg.metrics_addr:
+            services.append(DbService("probes", REFRESH_EVERY, self.probes.refresh))
         if w.maintenance:
             services.append(DbService("maintenance", 0.5, maintenance.run_due))
         return services
@@ -279,6 +281,7 @@ class Supervisor:
             gc.collect()
             gc.freeze()
             self.scheduler.use(self.app.schedules.values())
+            self.totals.declare(self.app.tasks)
         self.generation += 1
         emit(log, "supervisor.reload", generation=self.generation)
 

@@ -1,7 +1,8 @@
 """What /healthz, /readyz and the live gauges of /metrics answer.
 
-All of it is read from the loop's published snapshot and, cached for a second or two,
-from the database; nothing here touches the loop's live state.
+Each answer is read from memory: the loop's published snapshot, and the database's last
+answers, which `refresh()` gathers on an ops thread (never on the request path). Nothing
+here touches the loop's live state.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from forklift.supervisor.snapshot import SnapshotBoard
 
 log = logging.getLogger(__name__)
 
-GAUGE_TTL = 2.0  # queue gauges are read from the database at most this often
-READY_TTL = 1.0  # and the readiness ping
+REFRESH_EVERY = 1.0  # the database is read for the probes this often (an ops thread)
+STALE_AFTER = 10.0  # an answer older than this is no answer (the refresher is stuck)
 STALLED_AFTER = 10.0  # a loop silent this long fails /healthz
 
 T = TypeVar("T")
@@ -35,17 +36,21 @@ class _Cached(Generic[T]):
     value: T | None = None  # None: the read failed (or none was made yet)
     at: float = float("-inf")
 
+    def fresh(self, now: float) -> T | None:
+        return self.value if now - self.at <= STALE_AFTER else None
+
 
 class Probes:
-    """Health and readiness answers, and the database reads behind them (HTTP thread)."""
+    """Health and readiness answers from memory; `refresh()` reads the database for them."""
 
     def __init__(self, board: SnapshotBoard, admin: AdminStore, queues: Sequence[str] = ()) -> None:
         self.board = board
         self.admin = admin
-        self.queues = tuple(queues)  # served here: their gauges read 0 when empty
+        self.queues = tuple(queues)  # served here: the only queues with gauges
         self._stats: _Cached[list[QueueStats]] = _Cached()
         self._db_ready: _Cached[bool] = _Cached()
-        self._db_problem = "database unreachable"
+        self._db_problem = "database not checked yet"
+        self._prefetched: list[Prefetched] = []
 
     def health(self) -> tuple[int, str]:
         silent = time.monotonic() - self.board.read().last_tick
@@ -63,28 +68,44 @@ class Probes:
         if snapshot.live_workers == 0 and not snapshot.stopping:  # stopping: they finish
             reasons.append("no worker process alive")
         if not self.database_ready():
-            reasons.append(self._db_problem)
+            reasons.append(self._database_problem())
         if reasons:
             return 503, "not ready: " + "; ".join(reasons) + "\n"
         return 200, "ready\n"
 
     def queue_stats(self) -> list[QueueStats] | None:
-        """Per-queue counts, at most GAUGE_TTL old; None while the database is away."""
-        now = time.monotonic()
-        if now - self._stats.at > GAUGE_TTL:
-            try:
-                stats = self.admin.queue_stats(throughput=False, include=self.queues)
-                self._stats = _Cached(stats, now)
-            except DatabaseError as exc:
-                emit(log, "metrics.queue_stats_failed", logging.WARNING, error=exc)
-                self._stats = _Cached(None, now)
-        return self._stats.value
+        """The served queues' counts as last read; None while the database is away."""
+        return self._stats.fresh(time.monotonic())
 
     def database_ready(self) -> bool:
-        """Whether the database answered a ping at most READY_TTL ago; logs changes only."""
-        now = time.monotonic()
-        if now - self._db_ready.at <= READY_TTL:
-            return bool(self._db_ready.value)
+        """Whether the database answered the last ping, at most STALE_AFTER ago."""
+        return bool(self._db_ready.fresh(time.monotonic()))
+
+    def _database_problem(self) -> str:
+        age = time.monotonic() - self._db_ready.at
+        if self._db_ready.value and age > STALE_AFTER:
+            return f"database not checked for {age:.0f} s"
+        return self._db_problem
+
+    def prefetch(self, collector: Collector) -> Prefetched:
+        """`collector` (which may read the database) collected by `refresh()`, not by a
+        scrape."""
+        wrapped = Prefetched(collector)
+        self._prefetched.append(wrapped)
+        return wrapped
+
+    def refresh(self) -> None:
+        """Ping the database and, if it answers, read the served queues' counts and the
+        prefetched collectors (the ops thread's work, every REFRESH_EVERY s); logs a change
+        of reachability only."""
+        if not self._ping():
+            self._stats = _Cached(None, time.monotonic())
+            return
+        self._read_stats()
+        for collector in self._prefetched:
+            collector.refresh()
+
+    def _ping(self) -> bool:
         before = self._db_ready.value
         try:
             self.admin.ping()
@@ -97,27 +118,55 @@ class Probes:
                 )
                 emit(log, event, logging.WARNING, error=exc)
             self._db_problem = problem
-            self._db_ready = _Cached(False, now)
-        else:
-            if before is False:
-                emit(log, "supervisor.database_reachable")
-            self._db_ready = _Cached(True, now)
-        return bool(self._db_ready.value)
+            self._db_ready = _Cached(False, time.monotonic())
+            return False
+        if before is False:
+            emit(log, "supervisor.database_reachable")
+        self._db_ready = _Cached(True, time.monotonic())
+        return True
+
+    def _read_stats(self) -> None:
+        try:
+            stats = self.admin.queue_stats(throughput=False, include=self.queues)
+        except DatabaseError as exc:
+            emit(log, "metrics.queue_stats_failed", logging.WARNING, error=exc)
+            self._stats = _Cached(None, time.monotonic())
+            return
+        # The jobs table may hold any number of queues nobody here serves: their labels
+        # would grow /metrics without bound, and another replica reports them anyway.
+        served = set(self.queues)
+        self._stats = _Cached([s for s in stats if s.queue in served], time.monotonic())
 
 
 def metrics_registry(totals: Totals, probes: Probes, *more: Collector) -> CollectorRegistry:
     """What /metrics serves: the children's summed counters, the live gauges, and `more`
-    (the scheduler's)."""
+    (the scheduler's, which reads the database: collected by `probes.refresh()`). A scrape
+    reads memory only."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(TotalsCollector(totals))
     registry.register(LiveCollector(probes))
     for collector in more:
-        registry.register(collector)
+        registry.register(probes.prefetch(collector))
     return registry
 
 
+class Prefetched(Collector):
+    """Another collector's metrics as of its last `refresh()` (none before the first)."""
+
+    def __init__(self, collector: Collector) -> None:
+        self.collector = collector
+        self._metrics: tuple[Metric, ...] = ()
+
+    def refresh(self) -> None:
+        self._metrics = tuple(self.collector.collect())
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._metrics)
+
+
 class LiveCollector(Collector):
-    """Gauges read at scrape time: queue depth from the database, workers from the snapshot."""
+    """Gauges of the served queues (the probes' cached counts) and of the workers (the
+    snapshot)."""
 
     def __init__(self, probes: Probes) -> None:
         self.probes = probes

@@ -72,8 +72,9 @@ def _supervisor(app: forklift.App) -> Supervisor:
 def exported_metrics(dsn: str, schema: str) -> set[str]:
     """Every series name a supervisor's /metrics can expose (`forklift_jobs_total`,
     `forklift_job_duration_seconds_bucket`, ...), from its own registry."""
-    route = _supervisor(forklift.App(dsn, schema=schema)).ops.routes["/metrics"]
-    status, _, body = route()
+    ops = _supervisor(forklift.App(dsn, schema=schema)).ops
+    ops.probes.refresh()  # what the ops thread reads from the database for the scrapes
+    status, _, body = ops.routes["/metrics"]()
     assert status == 200
     names: set[str] = set()
     for family in text_string_to_metric_families(body.decode()):

@@ -6,7 +6,15 @@ import json
 
 import pytest
 
-from forklift.metrics import DURATION_BUCKETS, Tally, Totals, TotalsCollector
+from forklift.metrics import (
+    DURATION_BUCKETS,
+    MAX_TASK_LABELS,
+    OTHER_TASK,
+    UNKNOWN_TASK,
+    Tally,
+    Totals,
+    TotalsCollector,
+)
 
 
 def test_take_returns_nothing_when_nothing_happened_and_resets_after() -> None:
@@ -57,3 +65,44 @@ def test_a_malformed_delta_adds_nothing() -> None:
         with pytest.raises((ValueError, TypeError)):
             totals.add(bad)
     assert totals.jobs == {} and totals.durations == {} and totals.renewals == 0
+
+
+def series(totals: Totals) -> list[tuple[str, dict[str, str]]]:
+    return [(s.name, s.labels) for f in TotalsCollector(totals).collect() for s in f.samples]
+
+
+def tally_of(names: list[str]) -> Tally:
+    tally = Tally()
+    for name in names:
+        tally.job("default", name, "dead", 0.01)
+        tally.wait("default", 0.5)
+    return tally
+
+
+def test_thousands_of_undeclared_task_names_share_one_label() -> None:
+    totals = Totals(tasks=["render", "resize"])
+    delta = tally_of([f"typo-{i}" for i in range(5000)] + ["render"]).take()
+    assert delta is not None
+    totals.add(delta)
+    totals.job("default", "another-typo", "crashed")
+    tasks = {labels["task"] for _, labels in series(totals) if "task" in labels}
+    assert tasks == {UNKNOWN_TASK, "render"}
+    exposed = len(series(totals))
+    assert exposed < 100, exposed
+    unknown = totals.jobs[("default", UNKNOWN_TASK, "dead")]
+    assert unknown == 5000  # nothing is lost, only folded
+
+
+def test_past_the_cap_further_task_names_fold_into_other() -> None:
+    totals = Totals()  # nothing declared: every name gets a label while there is room
+    for i in range(0, 3000, 500):
+        delta = tally_of([f"task-{j}" for j in range(i, i + 500)]).take()
+        assert delta is not None
+        totals.add(delta)
+    tasks = {labels["task"] for _, labels in series(totals) if "task" in labels}
+    assert len(tasks) == MAX_TASK_LABELS + 1 and OTHER_TASK in tasks
+    assert "task-0" in tasks and "task-2999" not in tasks
+    assert sum(n for (_, t, _), n in totals.jobs.items()) == 3000
+    totals.declare(["late"])  # a reload's declarations do not lift the cap
+    totals.job("default", "late", "succeeded")
+    assert ("default", OTHER_TASK, "succeeded") in totals.jobs

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import http.client
+import socket
 import time
 from collections.abc import Iterator
 
 import pytest
 
 from forklift.metrics import Totals
+from forklift.supervisor import http as ops_http
 from forklift.supervisor.ops import OpsServer
 from forklift.supervisor.probes import Probes, metrics_registry
 from forklift.supervisor.registry import ProcessRegistry
@@ -31,6 +33,7 @@ def server() -> Iterator[tuple[str, int]]:
     registry = QuietRegistry(FakeStore(), board)
     ops = OpsServer("127.0.0.1:0", probes, metrics_registry(Totals(), probes), registry)
     ops.start()
+    ops.probes.refresh()  # what the ops thread does at once; here before the first request
     assert ops.bound is not None
     yield ops.bound
     ops.stop()
@@ -53,6 +56,8 @@ def test_get_and_head_answer_on_the_known_paths(server: tuple[str, int], path: s
     head_status, head_body, head_headers = ask(server, "HEAD", path)
     assert head_status == 200 and head_body == b""
     assert head_headers["Content-Type"] == headers["Content-Type"]
+    assert head_headers["Content-Length"] == str(len(body))
+    assert "Server" not in headers and "Server" not in head_headers  # no versions shown
 
 
 @pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "FOO"])
@@ -78,3 +83,22 @@ def test_the_server_binds_loopback_by_default() -> None:
 
     args = build_parser().parse_args(["run", "x:app"])
     assert args.metrics_addr.startswith("127.0.0.1:")
+
+
+def test_a_client_that_drips_is_cut_off_at_the_connection_deadline(
+    server: tuple[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ops_http, "CONNECTION_DEADLINE", 1.0)
+    with socket.create_connection(server, timeout=5) as sock:
+        sock.settimeout(0.3)
+        deadline = time.monotonic() + 10
+        closed = False
+        while not closed and time.monotonic() < deadline:
+            try:
+                sock.send(b"G")  # never idle for waitress: one byte every 0.3 s
+                closed = sock.recv(1024) == b""
+            except TimeoutError:
+                continue
+            except OSError:
+                closed = True
+        assert closed, "a dripping client kept its connection past the deadline"

@@ -10,7 +10,7 @@ import pytest
 
 from forklift.admin import QueueStats
 from forklift.metrics import Totals
-from forklift.supervisor.probes import LiveCollector, Probes, metrics_registry
+from forklift.supervisor.probes import STALE_AFTER, LiveCollector, Probes, metrics_registry
 from forklift.supervisor.snapshot import Snapshot, SnapshotBoard
 from tests.unit.supervisor.conftest import FakeAdmin
 
@@ -18,8 +18,11 @@ READY = Snapshot(last_tick=0.0, supervisor_id="s", live_workers=2, busy=1, idle=
 
 
 def probes_for(snapshot: Snapshot, admin: FakeAdmin | None = None) -> Probes:
+    """Probes serving "default", their database answers read once (as the ops thread does)."""
     fresh = replace(snapshot, last_tick=time.monotonic())
-    return Probes(SnapshotBoard(fresh), admin or FakeAdmin())
+    probes = Probes(SnapshotBoard(fresh), admin or FakeAdmin(), ["default"])
+    probes.refresh()
+    return probes
 
 
 def test_ready() -> None:
@@ -41,14 +44,45 @@ def test_not_ready_says_why(changes: dict[str, Any], reason: str) -> None:
     assert status == 503 and body == f"not ready: {reason}\n"
 
 
-def test_not_ready_without_the_database_and_the_ping_is_cached() -> None:
+def test_not_ready_without_the_database_and_no_probe_asks_it() -> None:
     admin = FakeAdmin()
     probes = probes_for(READY, admin)
-    admin.down = True
-    assert probes.readiness() == (503, "not ready: database unreachable\n")
-    admin.down = False
-    assert probes.readiness()[0] == 503  # within READY_TTL: the cached answer
     assert admin.pings == 1
+    admin.down = True
+    for _ in range(3):  # the answers come from memory: no request waits on the database
+        assert probes.readiness() == (200, "ready\n")
+        assert probes.health() == (200, "ok\n")
+    assert admin.pings == 1
+    probes.refresh()
+    assert probes.readiness() == (503, "not ready: database unreachable\n")
+    assert probes.queue_stats() is None
+    admin.down = False
+    probes.refresh()
+    assert probes.readiness() == (200, "ready\n")
+
+
+def test_not_ready_before_the_first_check_and_once_the_checks_go_stale() -> None:
+    probes = Probes(SnapshotBoard(replace(READY, last_tick=time.monotonic())), FakeAdmin())
+    assert probes.readiness() == (503, "not ready: database not checked yet\n")
+    probes.refresh()
+    assert probes.readiness()[0] == 200
+    probes._db_ready = replace(probes._db_ready, at=time.monotonic() - STALE_AFTER - 1)
+    status, body = probes.readiness()
+    assert status == 503 and body.startswith("not ready: database not checked for 11 s")
+
+
+def test_gauges_only_for_the_served_queues() -> None:
+    admin = FakeAdmin()
+    admin.stats = [QueueStats(f"q{i}", 1, 0, 0, 0, 1.0, 0) for i in range(3000)]
+    admin.stats.append(QueueStats("default", 3, 1, 2, 4, 5.5, 0))
+    registry = metrics_registry(Totals(), probes_for(READY, admin))
+    queues = {
+        s.labels["queue"]
+        for family in registry.collect()
+        for s in family.samples
+        if "queue" in s.labels
+    }
+    assert queues == {"default"}
 
 
 def test_health_fails_once_the_loop_stalls() -> None:
