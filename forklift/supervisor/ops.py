@@ -16,7 +16,6 @@ from collections.abc import Callable
 
 from prometheus_client.registry import CollectorRegistry
 
-from forklift._events import emit
 from forklift.errors import ConfigError
 from forklift.supervisor.dbthread import DbThread
 from forklift.supervisor.http import HttpServer, Route, routes_for
@@ -25,6 +24,7 @@ from forklift.supervisor.registry import ProcessRegistry
 from forklift.supervisor.session import SupervisorSession
 
 log = logging.getLogger(__name__)
+
 
 def parse_addr(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")

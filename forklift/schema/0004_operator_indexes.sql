@@ -1,4 +1,4 @@
--- forklift 0005: indexes that keep the operator's and the metrics' counts off the finished
+-- forklift 0004: indexes that keep the operator's and the metrics' counts off the finished
 -- rows a day of retention piles up (at 2,000 jobs/s, ~170 M of them).
 -- {schema} is replaced by the quoted schema name when the migration is applied.
 --
