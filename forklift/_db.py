@@ -6,6 +6,8 @@ import os
 import re
 import select
 import urllib.parse
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,6 +94,18 @@ class Timeouts:
         }
         return " ".join(f"-c {k}={v}" for k, v in settings.items())
 
+    def set_config(self, *, local: bool) -> str:
+        """One statement that sets the server side of these bounds: for the transaction
+        (`local`, how they reach a transaction-mode pooler's backend) or the session."""
+        settings = {
+            "statement_timeout": int(self.statement * 1000),
+            "lock_timeout": int(self.lock * 1000),
+            "idle_in_transaction_session_timeout": int(self.idle_in_transaction * 1000),
+        }
+        flag = "true" if local else "false"
+        calls = ", ".join(f"set_config('{k}', '{v}', {flag})" for k, v in settings.items())
+        return f"SELECT {calls}"
+
     def client(self) -> dict[str, Any]:
         """The client side of these bounds, as libpq connection parameters."""
         return {
@@ -123,7 +137,7 @@ def probe(dsn: str, timeouts: Timeouts) -> None:
     any attempt, if `dsn` does not parse."""
     check_dsn(dsn)
     try:
-        with psycopg.connect(dsn, **connect_kwargs(timeouts, "forklift-probe")):
+        with psycopg.connect(dsn, **connect_kwargs(timeouts, "forklift-probe", dsn)):
             pass
     except psycopg.Error as exc:
         cause = " ".join(str(exc).split()) or type(exc).__name__
@@ -133,19 +147,91 @@ def probe(dsn: str, timeouts: Timeouts) -> None:
         ) from exc
 
 
-def connect_kwargs(timeouts: Timeouts, application_name: str = "forklift") -> dict[str, Any]:
-    return {
-        **timeouts.client(),
-        "options": timeouts.options(),
-        "application_name": application_name,
-    }
+def connect_kwargs(
+    timeouts: Timeouts, application_name: str = "forklift", dsn: str | None = None
+) -> dict[str, Any]:
+    """libpq's parameters for a bounded connection; behind a pooler (`pooled(dsn)`), no
+    startup options (it refuses or drops them) and no server-side prepared statements
+    (a transaction-mode pooler hands each transaction to any backend)."""
+    kwargs: dict[str, Any] = {**timeouts.client(), "application_name": application_name}
+    if dsn is not None and pooled(dsn):
+        kwargs["prepare_threshold"] = None
+    else:
+        kwargs["options"] = timeouts.options()
+    return kwargs
 
 
 def connect(
     dsn: str, timeouts: Timeouts, *, autocommit: bool = True, application_name: str = "forklift"
 ) -> psycopg.Connection[Any]:
-    """One bounded connection (for LISTEN, migrations, advisory locks)."""
-    return psycopg.connect(dsn, autocommit=autocommit, **connect_kwargs(timeouts, application_name))
+    """One bounded connection (for LISTEN, migrations, advisory locks). Behind a pooler
+    its bounds are set once the session starts (a session-mode pooler resets them when
+    the client leaves)."""
+    conn = psycopg.connect(
+        dsn, autocommit=autocommit, **connect_kwargs(timeouts, application_name, dsn)
+    )
+    if pooled(dsn):
+        try:
+            conn.execute(timeouts.set_config(local=False))
+            if not autocommit:
+                conn.commit()
+        except BaseException:
+            conn.close()
+            raise
+    return conn
+
+
+# -- connection poolers (PgBouncer) ---------------------------------------------------
+
+SESSION_URL_ENV = "FORKLIFT_SESSION_DATABASE_URL"
+
+# DSN -> whether it leads through a pooler that refuses or drops startup options.
+_POOLED: dict[str, bool] = {}
+
+
+def session_dsn(dsn: str) -> str:
+    """Where session-level work goes (LISTEN, liveness and singleton locks, the
+    supervisor's own statements): FORKLIFT_SESSION_DATABASE_URL when set (a direct URL,
+    or one through a session-mode pooler), else `dsn` itself."""
+    return os.environ.get(SESSION_URL_ENV) or dsn
+
+
+def pooled(dsn: str) -> bool:
+    """Whether `dsn` was found to lead through a connection pooler (`detect_pooler`)."""
+    return _POOLED.get(dsn, False)
+
+
+def detect_pooler(dsn: str, timeouts: Timeouts) -> bool:
+    """Whether `dsn` leads through a connection pooler such as PgBouncer, found by the
+    startup options forklift sends: refused (`unsupported startup parameter`) or dropped
+    (the statement timeout reads 0). Asked once per DSN and process; DatabaseError if the
+    database cannot be reached at all."""
+    if dsn in _POOLED:
+        return _POOLED[dsn]
+    kwargs = {**timeouts.client(), "options": timeouts.options(), "application_name": "forklift"}
+    try:
+        with psycopg.connect(dsn, autocommit=True, **kwargs) as conn:
+            row = conn.execute("SHOW statement_timeout").fetchone()
+        found = row is not None and row[0] == "0"
+    except psycopg.OperationalError as exc:
+        if "unsupported startup parameter" not in str(exc):
+            raise DatabaseError(f"cannot connect to PostgreSQL at {describe(dsn)}") from exc
+        found = True
+    _POOLED[dsn] = found
+    return found
+
+
+def needs_session_url(dsn: str, timeouts: Timeouts, who: str) -> None:
+    """Refuse to run `who` (a supervisor, a worker of its own) through a transaction
+    pooler without a session URL: its LISTEN and advisory locks would land on whichever
+    backend serves each statement."""
+    if detect_pooler(dsn, timeouts) and session_dsn(dsn) == dsn:
+        raise ConfigError(
+            f"{who}: the database URL ({describe(dsn)}) goes through a connection pooler "
+            "(it refused or dropped forklift's startup options, as PgBouncer does): set "
+            f"{SESSION_URL_ENV} to a direct URL, or one through a session-mode pooler, for "
+            "LISTEN and advisory locks (see README, PgBouncer)"
+        )
 
 
 # psycopg_pool retries a failed connection attempt on a schedule of its own (1, 2, 4 s,
@@ -180,13 +266,25 @@ class LivePool(ConnectionPool[psycopg.Connection[Any]]):
     the background, and the caller takes a fresh connection.
     """
 
-    def __init__(self, conninfo: str, **kwargs: Any) -> None:
+    def __init__(self, conninfo: str, *, set_local: str | None = None, **kwargs: Any) -> None:
         super().__init__(
             conninfo,
             reconnect_timeout=RECONNECT_GIVE_UP,
             reconnect_failed=LivePool._try_again,
             **kwargs,
         )
+        # Behind a transaction pooler: each use is one transaction that sets its bounds.
+        self.set_local = set_local
+
+    @contextmanager
+    def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection[Any]]:
+        with super().connection(timeout) as conn:
+            if self.set_local is None:
+                yield conn
+                return
+            with conn.transaction():
+                conn.execute(self.set_local)
+                yield conn
 
     @staticmethod
     def _try_again(pool: ConnectionPool[Any]) -> None:
@@ -217,9 +315,10 @@ def make_pool(
     With `min_size` 0 it connects only when a connection is first asked for."""
     return LivePool(
         dsn,
+        set_local=timeouts.set_config(local=True) if pooled(dsn) else None,
         min_size=min_size,
         max_size=max_size,
-        kwargs={"autocommit": True, **connect_kwargs(timeouts, application_name)},
+        kwargs={"autocommit": True, **connect_kwargs(timeouts, application_name, dsn)},
         timeout=timeouts.connect * 2,
         name=name,
         open=False,

@@ -170,7 +170,9 @@ class App:
             _names.check("singleton", name)
         except ValueError as exc:
             raise ArgumentError(str(exc)) from None
-        return _singleton.singleton(self.dsn, _db.Timeouts(), f"singleton:{self.schema}:{name}")
+        return _singleton.singleton(
+            _db.session_dsn(self.dsn), _db.Timeouts(), f"singleton:{self.schema}:{name}"
+        )
 
     def _task_for_enqueue(self, name: str) -> Task[Any, Any] | None:
         """The registered task `name`; None for a producer-only app (no tasks), which may

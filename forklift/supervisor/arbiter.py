@@ -25,6 +25,7 @@ from forklift._events import emit
 from forklift.admin import AdminStore
 from forklift.admin._connect import Connector
 from forklift.app import App
+from forklift.errors import DatabaseError
 from forklift.metrics import Totals
 from forklift.scheduler.metrics import CronCollector
 from forklift.scheduler.service import Scheduler
@@ -83,13 +84,15 @@ class Supervisor:
         self.notifier = Notifier()
         self.totals = Totals(app.tasks)  # other task names share one label
         timeouts = _db.Timeouts.for_lease(cfg.worker.lease)
-        # The parent's two connections: the database thread's, and the session's.
-        held = HeldConnection(app.dsn, timeouts, "forklift-supervisor")
+        # The parent's two connections: the database thread's, and the session's. Both
+        # go to the session URL when there is one (the workers' URL may be a pooler's).
+        session_dsn = _db.session_dsn(app.dsn)
+        held = HeldConnection(session_dsn, timeouts, "forklift-supervisor")
         self.store = SupervisorStore(app.dsn, app.schema, timeouts, held)
         self.attribution = Attribution(self.store, self.totals)
         self.fanout = HintFanout()
         self.session = SupervisorSession(
-            app.dsn, timeouts, app.schema, cfg.worker.queues, self.fanout
+            session_dsn, timeouts, app.schema, cfg.worker.queues, self.fanout
         )
         self.board = SnapshotBoard(Snapshot(last_tick=time.monotonic()))
         self.db = DbThread(self._db_services(cfg, held, timeouts))
@@ -152,6 +155,7 @@ class Supervisor:
     # -- the loop -----------------------------------------------------------------------
 
     def run(self) -> int:
+        self.refuse_a_pooler_alone()
         self.identity = Identity.new(self.config.worker.queues, time.monotonic())
         self.session.supervisor_id = self.identity.id  # its liveness lock vouches for all
         self.spawner.supervisor_id = self.identity.id
@@ -173,6 +177,15 @@ class Supervisor:
             self.ops.stop()  # and deregisters this supervisor and its workers
         emit(log, "supervisor.stopped", pid=os.getpid())
         return 0
+
+    def refuse_a_pooler_alone(self) -> None:
+        """ConfigError if the workers' URL leads through a pooler and no session URL was
+        given. A database not answering yet is no reason to refuse: the children find out
+        at their boot."""
+        try:
+            _db.needs_session_url(self.app.dsn, self.store.timeouts, "forklift run")
+        except DatabaseError as exc:
+            emit(log, "supervisor.pooler_unknown", logging.WARNING, error=exc)
 
     def _loop(self) -> None:
         while True:

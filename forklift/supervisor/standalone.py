@@ -21,7 +21,7 @@ from forklift._events import emit
 from forklift._ids import make_owner
 from forklift._service import run_every
 from forklift.app import App
-from forklift.errors import ForkliftError
+from forklift.errors import DatabaseError, ForkliftError
 from forklift.store import ClaimedJob
 from forklift.supervisor.rss import rss_of
 from forklift.supervisor.store import ProcessInfo, SupervisorStore
@@ -51,6 +51,10 @@ class StandaloneWorker:
         self._stopped = threading.Event()
 
     def run(self) -> int:
+        try:
+            _db.needs_session_url(self.worker.app.dsn, self.store.timeouts, "forklift worker")
+        except DatabaseError as exc:  # not answering yet: the worker waits for it
+            emit(log, "worker.pooler_unknown", logging.WARNING, error=exc)
         self._handle_signals()
         self.title.update()
         beat = threading.Thread(target=self._register_loop, name="forklift-registry", daemon=True)

@@ -75,7 +75,7 @@ class Services:
         self.listener = (
             Listener(
                 d.store,
-                d.dsn,
+                _db.session_dsn(d.dsn),
                 d.timeouts,
                 config.queues,
                 d.wakeup,
@@ -93,8 +93,11 @@ class Services:
             MaintenanceConfig(config.maintenance_interval, config.keep_finished, config.keep_dead),
         )
         self._maintain = config.maintenance
+        session_dsn = _db.session_dsn(d.dsn)
         self.liveness = (
-            LivenessLock(d.dsn, d.timeouts, d.store.schema, d.owner, application_name(d.owner))
+            LivenessLock(
+                session_dsn, d.timeouts, d.store.schema, d.owner, application_name(d.owner)
+            )
             if d.hints is None
             else None
         )

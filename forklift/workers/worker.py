@@ -142,6 +142,7 @@ class Worker:
         if self._stopping:
             self._wakeup.set()
         self._timeouts = _db.Timeouts.for_lease(cfg.lease)
+        self._detect_pooler()
         # One connection for the worker's own statements (claims, renewals, completions);
         # handlers' effect transactions take theirs from a pool of their own, opened
         # lazily, so the worker's statements never wait behind a handler.
@@ -185,6 +186,23 @@ class Worker:
         if self.on_booted is not None:
             self.on_booted()
         self.booted.emit(None)
+
+    def _detect_pooler(self) -> None:
+        """Whether the workers' URL leads through a pooler (PgBouncer): its connections
+        then set their bounds per transaction and prepare no statements. Asked until the
+        database answers (or a stop), since the pools' connections depend on it."""
+        repeats = Repeats()
+        while True:
+            try:
+                _db.detect_pooler(self.app.dsn, self._timeouts)
+                return
+            except DatabaseError as exc:
+                if self._stopping:
+                    return
+                if repeats.worth_logging(exc):
+                    emit(log, "worker.database_unreachable", logging.WARNING, error=exc)
+                assert self._wakeup is not None
+                self._wakeup.wait(0.5)
 
     def _shutdown(self) -> None:
         for _ in range(self.config.concurrency):
