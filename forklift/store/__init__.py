@@ -238,11 +238,16 @@ class JobStore:
         pool = self.effects if self.effects is not None else self.pool
         assert isinstance(pool, ConnectionPool), "effects need a pool"
         effect = Effect(pool, self.q["job_complete_many"], self.q["effect_limits_end"])
-        if idle_limit is not None or statement_limit is not None:
+        set_local = getattr(pool, "set_local", None)  # behind a pooler: the bounds, per txn
+        limited = idle_limit is not None or statement_limit is not None
+        if set_local or limited:
             params = {"idle_ms": _ms(idle_limit), "statement_ms": _ms(statement_limit)}
             try:
                 with translated("effect transaction failed"):
-                    effect.conn.execute(self.q["effect_limits"], params)
+                    if set_local:
+                        effect.conn.execute(set_local)
+                    if limited:
+                        effect.conn.execute(self.q["effect_limits"], params)
             except BaseException:
                 effect.rollback()
                 raise

@@ -15,7 +15,6 @@ Everything is created in run(), after any fork.
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import random
 import threading
@@ -30,9 +29,10 @@ from forklift.app import App
 from forklift.backoff import Backoff, Streak
 from forklift.errors import DatabaseError, SchemaMissing
 from forklift.metrics import Tally
-from forklift.store import ClaimedJob, JobStore
+from forklift.store import ClaimedJob
 from forklift.workers import executor
 from forklift.workers.config import WorkerConfig
+from forklift.workers.connections import WorkerConnections, detect_pooler
 from forklift.workers.context import JobContext
 from forklift.workers.events import JobEvents, Outcome
 from forklift.workers.holdings import Holdings
@@ -142,22 +142,11 @@ class Worker:
         if self._stopping:
             self._wakeup.set()
         self._timeouts = _db.Timeouts.for_lease(cfg.lease)
-        self._detect_pooler()
-        # One connection for the worker's own statements (claims, renewals, completions);
-        # handlers' effect transactions take theirs from a pool of their own, opened
-        # lazily, so the worker's statements never wait behind a handler.
-        name = application_name(self.owner)
-        self._pool = _db.make_pool(
-            self.app.dsn, self._timeouts, max_size=1, name=f"worker-{os.getpid()}",
-            application_name=name,
-        )  # fmt: skip
-        self._effects = _db.make_pool(
-            self.app.dsn, self._timeouts, max_size=cfg.pool_size, min_size=0,
-            name=f"effects-{os.getpid()}", application_name=name,
-        )  # fmt: skip
-        self._pool.open(wait=False)
-        self._effects.open(wait=False)
-        self.store = JobStore(self._pool, self.app.schema, effects=self._effects)
+        detect_pooler(self.app.dsn, self._timeouts, lambda: self._stopping, self._wakeup.wait)
+        self._conns = WorkerConnections.open(
+            self.app.dsn, self._timeouts, application_name(self.owner), cfg.pool_size
+        )
+        self.store = self._conns.store(self.app.schema)
         self.holdings = Holdings(cfg.concurrency)
         self.prefetch = Prefetch(cfg.concurrency)
         self.events = JobEvents(
@@ -187,29 +176,11 @@ class Worker:
             self.on_booted()
         self.booted.emit(None)
 
-    def _detect_pooler(self) -> None:
-        """Whether the workers' URL leads through a pooler (PgBouncer): its connections
-        then set their bounds per transaction and prepare no statements. Asked until the
-        database answers (or a stop), since the pools' connections depend on it."""
-        repeats = Repeats()
-        while True:
-            try:
-                _db.detect_pooler(self.app.dsn, self._timeouts)
-                return
-            except DatabaseError as exc:
-                if self._stopping:
-                    return
-                if repeats.worth_logging(exc):
-                    emit(log, "worker.database_unreachable", logging.WARNING, error=exc)
-                assert self._wakeup is not None
-                self._wakeup.wait(0.5)
-
     def _shutdown(self) -> None:
         for _ in range(self.config.concurrency):
             self._work.put(None)
         self.services.stop(timeout=self._timeouts.statement + 1)
-        self._pool.close(timeout=2.0)
-        self._effects.close(timeout=2.0)
+        self._conns.close()
         assert self._wakeup is not None
         self._wakeup.close()
         emit(log, "worker.stopped", owner=self.owner, jobs=self.holdings.ended)
