@@ -21,7 +21,11 @@ def tool(name: str, *, install: str) -> str:
     found = shutil.which(
         name,
         path=os.pathsep.join(
-            [str(Path(sys.executable).parent), *(os.environ.get("PATH", "").split(os.pathsep))]
+            [
+                str(Path(sys.executable).parent),
+                *(os.environ.get("PATH", "").split(os.pathsep)),
+                "/usr/sbin",  # Debian puts daemons there (pgbouncer), off a user's PATH
+            ]
         ),
     )
     if found is None:

@@ -396,3 +396,43 @@ def test_the_sessions_of_a_killed_child_end_with_it(
         os.kill(grandchild, signal.SIGKILL)
     sup.stop_cleanly(timeout=15)
     app.close()
+
+
+def test_a_timeout_kill_charges_the_overdue_job_and_no_bystander(
+    dsn: str, schema: str, db: psycopg.Connection[Any], forklift_cli: Any
+) -> None:
+    """The overdue job holds the GIL in native code, so its process cannot answer for
+    itself; its sessions are ended at the kill. Before, a peer's check (and its own
+    supervisor's) took that for a vanished worker and charged the bystander a crash."""
+    app = forklift.App(dsn, schema=schema)
+    args = ("--workers", "1", "--concurrency", "2", "--kill-grace", "3")
+    home = forklift_cli("run", "tests.apps.basic:app", *args)
+    # A peer replica serving another queue: it claims none of these, but looks after all.
+    other = forklift_cli("run", "tests.apps.basic:app", "--workers", "1", "--queues", "other")
+    bystander = app.enqueue("sleep", {"seconds": 30.0})
+    wait_state(db, schema, bystander, "running")
+    owner = scalar(db, f"SELECT lease_owner FROM {schema}.jobs WHERE id = %s", bystander)
+    victim_pid = int(owner.split(":")[1])
+    overdue = app.enqueue("backtrack", max_attempts=1)
+    wait_state(db, schema, overdue, "running")
+    wait_for(lambda: victim_pid not in home.children(), timeout=20, what="the kill")
+    row = db.execute(
+        f"SELECT state, crashes, last_error FROM {schema}.jobs WHERE id = %s", (overdue,)
+    ).fetchone()
+    assert row is not None and row[0] == "dead" and row[1] == 0, row
+    assert "timed out after 1 s" in row[2]
+    wait_for(
+        lambda: (
+            scalar(db, f"SELECT attempts FROM {schema}.jobs WHERE id = %s", bystander) >= 1
+            and scalar(db, f"SELECT lease_owner FROM {schema}.jobs WHERE id = %s", bystander)
+            != owner
+        ),
+        timeout=20,
+        what="the bystander given back",
+    )
+    crashes, errors = db.execute(
+        f"SELECT crashes, errors FROM {schema}.jobs WHERE id = %s", (bystander,)
+    ).fetchone() or (None, None)
+    assert crashes == 0 and errors == [], (crashes, errors)
+    assert "WorkerLost" not in home.output() + other.output()
+    app.close()

@@ -150,3 +150,10 @@ def scribble(ctx: forklift.JobContext) -> None:
                     view = view[os.write(fd, view) :]
         except OSError:
             continue  # gone, or a non-blocking pipe that is full
+
+
+@app.task(name="backtrack", max_attempts=2, timeout=1.0)
+def backtrack(ctx: forklift.JobContext, *, n: int = 32) -> None:
+    """A regex that backtracks for minutes inside the C engine, holding the GIL: nothing
+    else in its process runs (no lease renewal, no liveness retake) until it is killed."""
+    re.fullmatch(r"(a+)+b", "a" * n)

@@ -72,8 +72,13 @@ def _supervisor(app: forklift.App) -> Supervisor:
 def exported_metrics(dsn: str, schema: str) -> set[str]:
     """Every series name a supervisor's /metrics can expose (`forklift_jobs_total`,
     `forklift_job_duration_seconds_bucket`, ...), from its own registry."""
-    ops = _supervisor(forklift.App(dsn, schema=schema)).ops
-    ops.probes.refresh()  # what the ops thread reads from the database for the scrapes
+    sup = _supervisor(forklift.App(dsn, schema=schema))
+    ops = sup.ops
+    try:
+        ops.probes.refresh()  # what the database thread reads for the scrapes
+    finally:
+        assert sup.store.held is not None
+        sup.store.held.close()  # the database thread's connection, opened by the refresh
     status, _, body = ops.routes["/metrics"]()
     assert status == 200
     names: set[str] = set()

@@ -1,0 +1,151 @@
+"""forklift behind Debian's PgBouncer, with server connections recycled every 3 s.
+
+The workers' URL goes through the bouncer (transaction mode: any statement may reach
+any backend; it refuses libpq's `options`), the session-level work through
+FORKLIFT_SESSION_DATABASE_URL (direct here). Effects once each, no job charged while
+its worker lives, deaths recovered as fast as without a bouncer, singletons exclusive.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import forklift
+from forklift import _locks
+from forklift.embedded import Cluster
+from forklift.errors import ConfigError
+from forklift.testing import wait_for
+from tests.faults.bouncer import PgBouncer
+from tests.faults.harness import REPO, Fleet, Workload
+from tests.faults.test_recovery import running_on, seconds_until_rerun
+
+
+@pytest.fixture(params=["transaction", "session"])
+def bouncer(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[PgBouncer]:
+    with PgBouncer(cluster.dsn, str(request.param), server_lifetime=3) as b:
+        yield b
+
+
+@pytest.fixture
+def pooled_fleet(workload: Workload, bouncer: PgBouncer, tmp_path: Path) -> Iterator[Fleet]:
+    args = ["--workers", "2", "--concurrency", "2", "--lease", "5s", "--grace", "5s"]
+    fleet = Fleet.for_workload(workload, tmp_path, args, dsn=bouncer.dsn)
+    fleet.env["FORKLIFT_SESSION_DATABASE_URL"] = workload.dsn
+    yield fleet
+    fleet.kill()
+
+
+def charged(workload: Workload) -> int:
+    return int(workload.scalar("SELECT count(*) FROM {s}.jobs WHERE crashes > 0") or 0)
+
+
+def test_a_thousand_jobs_commit_their_effects_once_and_none_is_charged(
+    workload: Workload, pooled_fleet: Fleet
+) -> None:
+    workload.enqueue(1000, spins=2000)
+    workload.enqueue(2, spins=1000, pause=8.0, tag="long")  # outlives server_lifetime twice
+    pooled_fleet.start(2)
+    workload.wait_finished(timeout=120, check=pooled_fleet.procs)
+    verdict = workload.verdict()
+    assert verdict.problems == []
+    assert verdict.succeeded == 1002 and verdict.max_attempts_used == 1
+    assert charged(workload) == 0
+    output = pooled_fleet.output()
+    for sign in ("does not exist", "WorkerLost", "liveness_lost", "unsupported startup"):
+        assert sign not in output, sign
+
+
+def test_a_killed_workers_job_runs_again_within_a_second(
+    workload: Workload, pooled_fleet: Fleet
+) -> None:
+    workload.enqueue(1, spins=1000, pause=5.0)
+    (sup,) = pooled_fleet.start()
+    pooled_fleet.wait_ready()
+    held = wait_for(lambda: running_on(workload, sup), 20, 0.05, "the job running")
+    owner = workload.scalar("SELECT lease_owner FROM {s}.jobs WHERE id = %s", held[0])
+    os.kill(int(owner.split(":")[1]), signal.SIGKILL)
+    took = seconds_until_rerun(workload, held)
+    print(f"SIGKILLed worker's job running again after {took:.3f} s")
+    assert took < 1.0
+
+
+def test_a_killed_supervisor_groups_jobs_run_again_on_a_peer_within_two_seconds(
+    workload: Workload, pooled_fleet: Fleet
+) -> None:
+    workload.enqueue(2, spins=1000, pause=5.0)
+    (doomed,) = pooled_fleet.start()
+    pooled_fleet.wait_ready()
+    held = wait_for(lambda: len(i := running_on(workload, doomed)) == 2 and i, 20, 0.05)
+    pooled_fleet.start()
+    pooled_fleet.wait_ready()
+    doomed.kill_group()
+    took = seconds_until_rerun(workload, held)
+    print(f"killed supervisor group's jobs running again after {took:.3f} s")
+    assert took < 2.0
+
+
+def test_a_supervisor_through_a_transaction_pooler_alone_refuses_to_start(
+    workload: Workload, bouncer: PgBouncer
+) -> None:
+    if bouncer.mode != "transaction":
+        pytest.skip("a session-mode pooler keeps sessions: the refusal is for transaction mode")
+    env = dict(os.environ, FORKLIFT_DATABASE_URL=bouncer.dsn, FORKLIFT_SCHEMA=workload.schema)
+    env.pop("FORKLIFT_SESSION_DATABASE_URL", None)
+    env["PYTHONPATH"] = str(REPO)
+    done = subprocess.run(
+        [sys.executable, "-m", "forklift", "run", "tests.faults.workload:app"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "FORKLIFT_SESSION_DATABASE_URL" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_singletons_stay_exclusive_and_need_a_session(
+    workload: Workload, bouncer: PgBouncer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = forklift.App(bouncer.dsn, schema=workload.schema)
+    monkeypatch.delenv("FORKLIFT_SESSION_DATABASE_URL", raising=False)
+    if bouncer.mode == "transaction":
+        refused = pytest.raises(ConfigError, match="FORKLIFT_SESSION_DATABASE_URL")
+        with refused, app.singleton("x"):
+            pass
+        monkeypatch.setenv("FORKLIFT_SESSION_DATABASE_URL", workload.dsn)
+    inside = 0
+    most = 0
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def contend() -> None:
+        nonlocal inside, most
+        try:
+            for _ in range(20):
+                with app.singleton("x") as mine:
+                    if mine:
+                        with lock:
+                            inside += 1
+                            most = max(most, inside)
+                        threading.Event().wait(0.005)
+                        with lock:
+                            inside -= 1
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=contend) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert errors == [] and most == 1
+    with psycopg.connect(workload.dsn, autocommit=True) as db:  # no lock left behind
+        assert _locks.held_by_anyone(db, [f"singleton:{workload.schema}:x"]) == set()
+    app.close()
