@@ -137,6 +137,10 @@ def probe(dsn: str, timeouts: Timeouts) -> None:
     any attempt, if `dsn` does not parse."""
     check_dsn(dsn)
     try:
+        detect_pooler(dsn, timeouts)
+    except DatabaseError:
+        pass  # the connect below says why
+    try:
         with psycopg.connect(dsn, **connect_kwargs(timeouts, "forklift-probe", dsn)):
             pass
     except psycopg.Error as exc:
@@ -167,6 +171,11 @@ def connect(
     """One bounded connection (for LISTEN, migrations, advisory locks). Behind a pooler
     its bounds are set once the session starts (a session-mode pooler resets them when
     the client leaves)."""
+    if dsn not in _POOLED:
+        try:
+            detect_pooler(dsn, timeouts)
+        except DatabaseError:
+            pass  # the connect below says why
     conn = psycopg.connect(
         dsn, autocommit=autocommit, **connect_kwargs(timeouts, application_name, dsn)
     )
@@ -222,10 +231,11 @@ def detect_pooler(dsn: str, timeouts: Timeouts) -> bool:
 
 
 def needs_session_url(dsn: str, timeouts: Timeouts, who: str) -> None:
-    """Refuse to run `who` (a supervisor, a worker of its own) through a transaction
-    pooler without a session URL: its LISTEN and advisory locks would land on whichever
-    backend serves each statement."""
-    if detect_pooler(dsn, timeouts) and session_dsn(dsn) == dsn:
+    """Refuse to run `who` (a supervisor, a worker of its own, a singleton) through a
+    pooler without a session URL: through a transaction-mode one its LISTEN and advisory
+    locks would land on whichever backend serves each statement. (A session-mode pooler
+    cannot be told apart: name it as the session URL too.)"""
+    if not os.environ.get(SESSION_URL_ENV) and detect_pooler(dsn, timeouts):
         raise ConfigError(
             f"{who}: the database URL ({describe(dsn)}) goes through a connection pooler "
             "(it refused or dropped forklift's startup options, as PgBouncer does): set "

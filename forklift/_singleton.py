@@ -14,7 +14,6 @@ import psycopg
 
 from forklift import _db, _locks
 from forklift._events import emit
-from forklift.errors import ConfigError
 from forklift.store import translated
 
 log = logging.getLogger(__name__)
@@ -30,12 +29,9 @@ def singleton(dsn: str, timeouts: _db.Timeouts, name: str) -> Iterator[bool]:
     the release itself fails. The block's own exceptions pass through untouched.
     """
     with translated(f"singleton {name}"):
-        if _db.detect_pooler(dsn, timeouts):
-            # Each statement may reach another backend: the lock would stay held on one.
-            raise ConfigError(
-                f"singleton {name}: {_db.describe(dsn)} goes through a connection pooler; "
-                f"advisory locks need a session: set {_db.SESSION_URL_ENV}"
-            )
+        # Through a transaction pooler each statement may reach another backend: the
+        # lock would stay held on one of them.
+        _db.needs_session_url(dsn, timeouts, f"singleton {name}")
         conn = _db.connect(dsn, timeouts, application_name="forklift-singleton")
     try:
         with translated(f"singleton {name}"):
