@@ -42,19 +42,19 @@ class DbThread:
         self._due = [0.0] * len(self.services)
         self._stopped = threading.Event()
         self._repeats = Repeats()
-        self.last_ok: float | None = None  # monotonic time of the last round that worked
-        self.last_error: str | None = None  # the last round's failure, None once one works
 
     def submit(self, name: str, work: Callable[[], object]) -> None:
         self._work.put((name, work))
 
     def stop(self) -> None:
-        self._stopped.set()
+        """Stop once what was submitted before has run."""
         self._work.put(None)
 
     def run(self) -> None:
         while not self._stopped.is_set():
             self._run_submitted(self._next_wait())
+            if self._stopped.is_set():
+                return
             now = time.monotonic()
             for i, service in enumerate(self.services):
                 if self._stopped.is_set():
@@ -63,17 +63,6 @@ class DbThread:
                     self._due[i] = now + service.every
                     self._attempt(service.name, service.run_once)
                     self._run_submitted(0.0)  # the loop's work never waits behind a round
-
-    def drain(self, timeout: float) -> None:
-        """Run what was submitted until the queue is empty or `timeout` passes (a stop)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                item = self._work.get_nowait()
-            except queue.Empty:
-                return
-            if item is not None:
-                self._attempt(*item)
 
     def _next_wait(self) -> float:
         if not self.services:
@@ -85,7 +74,10 @@ class DbThread:
             item = self._work.get(timeout=wait) if wait > 0 else self._work.get_nowait()
         except queue.Empty:
             return
-        while item is not None:
+        while True:
+            if item is None:  # stop(): everything submitted before it has run
+                self._stopped.set()
+                return
             self._attempt(*item)
             try:
                 item = self._work.get_nowait()
@@ -96,12 +88,9 @@ class DbThread:
         try:
             work()
         except ForkliftError as exc:
-            self.last_error = f"{name}: {exc}"
             if self._repeats.worth_logging(exc):  # an outage: said once, then every 30 s
                 emit(log, f"{name}.failed", logging.WARNING, error=exc)
             return
         except Exception:  # a bug: logged, outlived
             log.exception("%s: round failed; next round as usual", name)
-            return
-        self.last_ok = time.monotonic()
         self.last_error = None

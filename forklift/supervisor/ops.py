@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from prometheus_client.registry import CollectorRegistry
@@ -76,15 +77,20 @@ class OpsServer:
         if self._http is not None:
             self._http.close_in_child()
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop the threads (the database thread after what the loop submitted, its
-        last attributions among them), then deregister; within about `timeout` s."""
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the threads: the database thread after what the loop submitted (its last
+        attributions among them) and the deregistration. Within `timeout` s whatever the
+        database does: what is left then dies with the process (leases and the liveness
+        lock cover it)."""
         if self._http is not None:
             self._http.stop()
         if self.db is not None:
+            self.db.submit("registry", self.registry.deregister)
             self.db.stop()
+        else:
+            self.registry.deregister()
         if self.session is not None:
             self.session.stop()
+        deadline = time.monotonic() + timeout
         for thread in self._threads:
-            thread.join(timeout=timeout)
-        self.registry.deregister()
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))

@@ -181,3 +181,37 @@ def test_healthz_answers_while_the_database_never_answers(
         proxy.restore()
     sup.stop_cleanly(timeout=SupervisorConfig().shutdown_budget)
     proxy.cut()
+
+
+def test_a_death_and_a_stop_while_the_database_never_answers(
+    dsn: str, forklift_cli: Any, env: dict[str, str]
+) -> None:
+    """The loop hands the death's database work to its database thread and goes on:
+    the replacement is forked at once, /healthz answers, and the stop keeps its budget
+    though the database thread is stuck waiting on the silent database."""
+    proxy = Proxy.to(dsn)
+    env["FORKLIFT_DATABASE_URL"] = proxy.dsn_through(dsn)
+    sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "1")
+    url = metrics_url(sup)
+    wait_for(lambda: get(url + "/readyz")[0] == 200, timeout=20, what="ready")
+    [victim] = wait_for(lambda: sup.children(), timeout=10, what="a worker")
+    proxy.stall()
+    try:
+        killed = time.monotonic()
+        os.kill(victim, signal.SIGKILL)
+        wait_for(
+            lambda: (kids := sup.children()) and victim not in kids,
+            timeout=5,
+            interval=0.01,
+            what="a replacement",
+        )
+        replaced = time.monotonic() - killed
+        print(f"replaced {replaced:.3f} s after the SIGKILL, the database silent")
+        status, took = probe(url + "/healthz")
+        assert status == 200 and took < 1.0
+        budget = SupervisorConfig().shutdown_budget
+        took = sup.stop_cleanly(timeout=budget)
+        print(f"stopped {took:.2f} s after SIGTERM, the database silent (budget {budget:.0f} s)")
+    finally:
+        proxy.restore()
+        proxy.cut()
