@@ -18,7 +18,7 @@ from forklift.admin.rows import (
     JobPage,
     JobRow,
     Purged,
-    RunningJob,
+    RunningJobRow,
 )
 from forklift.errors import JobNotFound
 
@@ -138,9 +138,9 @@ class JobAdmin:
                 batches += 1
         return Purged(state, row[0], total, batches)
 
-    def job_running_list(self) -> list[RunningJob]:
+    def job_running_list(self) -> list[RunningJobRow]:
         with self.connector.conn("reading running jobs failed") as conn:
-            return [RunningJob(*r) for r in conn.execute(self.q["job_running_list"])]
+            return [RunningJobRow(*r) for r in conn.execute(self.q["job_running_list"])]
 
     def job_dead_recent(self, limit: int) -> list[DeadJob]:
         with self.connector.conn("reading dead jobs failed") as conn:

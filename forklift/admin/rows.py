@@ -93,7 +93,7 @@ class Purged:
 
 
 @dataclass(frozen=True)
-class RunningJob:
+class RunningJobRow:
     """A job some worker is running, for `forklift top`."""
 
     id: int

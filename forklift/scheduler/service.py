@@ -57,7 +57,7 @@ class SchedulerConfig:
             raise ConfigError("schedule_ahead must be at least the scheduler's tick")
 
 
-class Outcome(enum.StrEnum):
+class FireOutcome(enum.StrEnum):
     """What became of one fire time on this replica (forklift_cron_fires_total)."""
 
     ENQUEUED = "enqueued"
@@ -71,7 +71,7 @@ class Outcome(enum.StrEnum):
 class Fire:
     schedule: str
     at: datetime | None  # None for a count of misfires
-    outcome: Outcome
+    outcome: FireOutcome
     job_id: int | None = None
     count: int = 1
 
@@ -83,8 +83,8 @@ class Round:
     fires: tuple[Fire, ...] = ()
     settled: int = 0
 
-    def outcomes(self, schedule: str) -> dict[Outcome, int]:
-        counts: dict[Outcome, int] = {}
+    def outcomes(self, schedule: str) -> dict[FireOutcome, int]:
+        counts: dict[FireOutcome, int] = {}
         for f in self.fires:
             if f.schedule == schedule:
                 counts[f.outcome] = counts.get(f.outcome, 0) + f.count
@@ -104,7 +104,7 @@ class Scheduler:
         self.store = store
         self.config = config or SchedulerConfig()
         self.schedules = tuple(schedules)
-        self.counts: dict[tuple[str, Outcome], int] = {}
+        self.counts: dict[tuple[str, FireOutcome], int] = {}
         self._lock = threading.Lock()
         self.ran: TestSignal[Round] = TestSignal()  # each finished round, for tests
 
@@ -144,12 +144,12 @@ class Scheduler:
                 fires, through = self._enqueue(session, schedule, todo, now)
                 session.schedule_advance(schedule, through)
         except DatabaseError as exc:
-            self._count([Fire(schedule.name, None, Outcome.FAILED)])
+            self._count([Fire(schedule.name, None, FireOutcome.FAILED)])
             emit(log, "schedule.failed", logging.WARNING, schedule=schedule.name, error=exc)
             raise
         if todo.missed:
             emit(log, "schedule.missed", logging.WARNING, schedule=schedule.name, n=todo.missed)
-            fires.append(Fire(schedule.name, None, Outcome.SKIPPED_MISFIRE, count=todo.missed))
+            fires.append(Fire(schedule.name, None, FireOutcome.SKIPPED_MISFIRE, count=todo.missed))
         self._count(fires)  # now: a later schedule's failure must not lose these
         return fires
 
@@ -177,7 +177,7 @@ class Scheduler:
                 key = (f.schedule, f.outcome)
                 self.counts[key] = self.counts.get(key, 0) + f.count
 
-    def counted(self) -> dict[tuple[str, Outcome], int]:
+    def counted(self) -> dict[tuple[str, FireOutcome], int]:
         """The fires counted so far, by (schedule, outcome) (for /metrics)."""
         with self._lock:
             return dict(self.counts)
@@ -191,11 +191,11 @@ def _outcome(schedule: Schedule, at: datetime, fired: Fired) -> Fire:
         )  # fmt: skip
     if fired.busy:
         emit(log, "schedule.skipped_overlap", schedule=schedule.name, fire=at.isoformat())
-        return Fire(schedule.name, at, Outcome.SKIPPED_OVERLAP)
+        return Fire(schedule.name, at, FireOutcome.SKIPPED_OVERLAP)
     if fired.job_id is None:
-        return Fire(schedule.name, at, Outcome.DUPLICATE)
+        return Fire(schedule.name, at, FireOutcome.DUPLICATE)
     emit(
         log, "schedule.enqueued", logging.DEBUG, schedule=schedule.name, job=fired.job_id,
         fire=at.isoformat(),
     )  # fmt: skip
-    return Fire(schedule.name, at, Outcome.ENQUEUED, fired.job_id)
+    return Fire(schedule.name, at, FireOutcome.ENQUEUED, fired.job_id)

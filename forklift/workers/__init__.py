@@ -1,4 +1,4 @@
-"""The worker: claim → heartbeat → handle, in one process."""
+"""The worker: claim → renew → handle, in one process."""
 
 from __future__ import annotations
 

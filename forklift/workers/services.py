@@ -117,7 +117,7 @@ class Services:
 
     def start(self) -> None:
         threads = [
-            threading.Thread(target=self.renewer.run, name="forklift-heartbeat", daemon=True),
+            threading.Thread(target=self.renewer.run, name="forklift-renewer", daemon=True),
             self._completing,
         ]
         if self._keeping is not None:

@@ -19,7 +19,7 @@ import pytest
 import forklift
 from forklift import _db
 from forklift.scheduler.metrics import CronCollector
-from forklift.scheduler.service import Outcome, Round, Scheduler, SchedulerConfig
+from forklift.scheduler.service import FireOutcome, Round, Scheduler, SchedulerConfig
 from forklift.scheduler.store import ScheduleRow, ScheduleStore
 
 # A fake clock near the real one, on a whole minute (so jobs due "now" really are).
@@ -77,7 +77,7 @@ def seconds(times: Sequence[datetime]) -> list[int]:
     return [int((t - T0).total_seconds()) for t in times]
 
 
-def total(rounds: Sequence[Round], outcome: Outcome) -> int:
+def total(rounds: Sequence[Round], outcome: FireOutcome) -> int:
     return sum(r.outcomes("tick").get(outcome, 0) for r in rounds)
 
 
@@ -90,8 +90,8 @@ def test_three_replicas_enqueue_one_job_per_fire_time(
     three = replicas(3)
     rounds = [s.run_once(at(t / 2)) for t in range(40) for s in three]  # 20 s, 0.5 s apart
     assert seconds(fired(db, schema)) == list(range(1, 23))  # to 19.5 s + 3 s ahead
-    assert total(rounds, Outcome.ENQUEUED) == 22
-    assert total(rounds, Outcome.SKIPPED_MISFIRE) == 0
+    assert total(rounds, FireOutcome.ENQUEUED) == 22
+    assert total(rounds, FireOutcome.SKIPPED_MISFIRE) == 0
 
 
 def test_replicas_racing_in_threads_still_enqueue_each_fire_time_once(
@@ -113,7 +113,7 @@ def test_replicas_racing_in_threads_still_enqueue_each_fire_time_once(
         for t in threads:
             t.join(timeout=30)
     assert seconds(fired(db, schema)) == list(range(1, 13))
-    assert total(rounds, Outcome.ENQUEUED) == 12  # the others were no-ops
+    assert total(rounds, FireOutcome.ENQUEUED) == 12  # the others were no-ops
 
 
 def test_a_replica_that_is_down_is_covered_by_the_others(
@@ -148,7 +148,7 @@ def test_after_downtime_the_most_recent_missed_fire_time_runs_once(
     s.run_once(at(8))  # enqueues 10
     after = s.run_once(at(75.5))  # down from 8 s to 75.5 s: 20 ... 70 missed
     assert seconds(fired(db, schema)) == [10, 70]
-    assert after.outcomes("tick") == {Outcome.ENQUEUED: 1, Outcome.SKIPPED_MISFIRE: 5}
+    assert after.outcomes("tick") == {FireOutcome.ENQUEUED: 1, FireOutcome.SKIPPED_MISFIRE: 5}
     s.run_once(at(77.5))
     assert seconds(fired(db, schema)) == [10, 70, 80]
 
@@ -160,7 +160,7 @@ def test_with_catchup_every_missed_fire_time_in_the_window_runs(
     s.run_once(at(8))
     after = s.run_once(at(75.5))  # the window reaches back to 30.5 s
     assert seconds(fired(db, schema)) == [10, 40, 50, 60, 70]
-    assert after.outcomes("tick") == {Outcome.ENQUEUED: 4, Outcome.SKIPPED_MISFIRE: 2}
+    assert after.outcomes("tick") == {FireOutcome.ENQUEUED: 4, FireOutcome.SKIPPED_MISFIRE: 2}
 
 
 def test_a_changed_definition_starts_afresh_without_the_old_ones_misses(
@@ -212,7 +212,7 @@ def test_without_overlap_a_fire_is_skipped_while_the_previous_job_runs(
     assert s.run_once(at(18)).outcomes("tick") == {}  # 20 not enqueued ahead: 10 may end
     assert seconds(fired(db, schema)) == [10]
     skipped = s.run_once(at(20))  # its time has come, and 10 still runs
-    assert skipped.outcomes("tick") == {Outcome.SKIPPED_OVERLAP: 1}
+    assert skipped.outcomes("tick") == {FireOutcome.SKIPPED_OVERLAP: 1}
     set_state(db, schema, 10, "succeeded")
     s.run_once(at(28))
     assert seconds(fired(db, schema)) == [10, 30]
@@ -227,14 +227,14 @@ def test_without_overlap_only_one_fire_waits_ahead_and_the_next_follows_when_it_
     s.run_once(at(0.9))
     assert seconds(fired(db, schema)) == [1]  # 2 still waits for 1
     set_state(db, schema, 1, "succeeded")
-    assert s.run_once(at(1.5)).outcomes("tick") == {Outcome.ENQUEUED: 1}
+    assert s.run_once(at(1.5)).outcomes("tick") == {FireOutcome.ENQUEUED: 1}
     assert seconds(fired(db, schema)) == [1, 2]  # 2 ahead, on time
     set_state(db, schema, 2, "running")
-    assert s.run_once(at(3)).outcomes("tick") == {Outcome.SKIPPED_OVERLAP: 1}  # 3
+    assert s.run_once(at(3)).outcomes("tick") == {FireOutcome.SKIPPED_OVERLAP: 1}  # 3
     set_state(db, schema, 2, "succeeded")
-    assert s.run_once(at(3.5)).outcomes("tick") == {Outcome.ENQUEUED: 1}  # 4, ahead
+    assert s.run_once(at(3.5)).outcomes("tick") == {FireOutcome.ENQUEUED: 1}  # 4, ahead
     assert seconds(fired(db, schema)) == [1, 2, 4]
-    assert s.counted().get(("tick", Outcome.SKIPPED_MISFIRE), 0) == 0
+    assert s.counted().get(("tick", FireOutcome.SKIPPED_MISFIRE), 0) == 0
 
 
 def test_with_overlap_a_fire_is_enqueued_whatever_the_previous_job_does(
@@ -278,8 +278,11 @@ def test_a_round_counts_what_it_did_for_the_metrics(schema: str, replicas: Repli
     a, b = replicas(2, every=10)
     a.run_once(at(8))
     b.run_once(at(75.5))
-    assert a.counted() == {("tick", Outcome.ENQUEUED): 1}
-    assert b.counted() == {("tick", Outcome.ENQUEUED): 1, ("tick", Outcome.SKIPPED_MISFIRE): 5}
+    assert a.counted() == {("tick", FireOutcome.ENQUEUED): 1}
+    assert b.counted() == {
+        ("tick", FireOutcome.ENQUEUED): 1,
+        ("tick", FireOutcome.SKIPPED_MISFIRE): 5,
+    }
 
 
 def test_misses_outside_the_catchup_window_are_counted_even_with_nothing_to_enqueue(
@@ -288,7 +291,7 @@ def test_misses_outside_the_catchup_window_are_counted_even_with_nothing_to_enqu
     (s,) = replicas(1, every=60, catchup=10)
     s.run_once(at(58))  # enqueues 60
     later = s.run_once(at(200))  # 120 and 180 missed, outside the 10 s window
-    assert later.outcomes("tick") == {Outcome.SKIPPED_MISFIRE: 2}
+    assert later.outcomes("tick") == {FireOutcome.SKIPPED_MISFIRE: 2}
     assert s.run_once(at(201)).outcomes("tick") == {}  # counted once
     assert seconds(fired(db, schema)) == [60]
 
@@ -361,7 +364,7 @@ def test_a_row_written_with_a_fires_key_does_not_stop_the_fire(
         " VALUES ('other', %s, now() + interval '1 day')",
         (key,),
     )
-    assert s.run_once(at(8)).outcomes("tick") == {Outcome.ENQUEUED: 1}
+    assert s.run_once(at(8)).outcomes("tick") == {FireOutcome.ENQUEUED: 1}
     rows = db.execute(
         f"SELECT available_at, idempotency_key FROM {schema}.jobs WHERE task = 'tick'"
     ).fetchall()

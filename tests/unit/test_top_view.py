@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from rich.console import Console
 
 from forklift.admin import ProcessRow, QueueStats
-from forklift.admin.rows import DeadJob, RunningJob
+from forklift.admin.rows import DeadJob, RunningJobRow
 from forklift.cli.top.frame import Frame, Trends, Worker, workers_of
 from forklift.cli.top.view import render, spark
 
@@ -25,7 +25,7 @@ def busy_frame() -> Frame:
     workers = [
         Worker(
             f"a-rather-long-host-name.example.com:{4000 + i}:abc", "a-rather-long-host-name",
-            4000 + i, [RunningJob(10_000 + i, "q", "t" * 80, "h", 1, 5000.0)] if i % 2 else [],
+            4000 + i, [RunningJobRow(10_000 + i, "q", "t" * 80, "h", 1, 5000.0)] if i % 2 else [],
             812 * 2**20,
         )
         for i in range(40)
@@ -77,8 +77,8 @@ def test_workers_come_from_the_registry_and_from_running_jobs_owners() -> None:
         ProcessRow("h:3:c", "worker", "h", 3, "h:1:a", ["q"], None, None, 9.0, 1.0),
     ]
     running = [
-        RunningJob(7, "q", "render", "h:3:c", 1, 2.0),
-        RunningJob(8, "q", "x", "n:9:d", 1, 1),
+        RunningJobRow(7, "q", "render", "h:3:c", 1, 2.0),
+        RunningJobRow(8, "q", "x", "n:9:d", 1, 1),
     ]
     workers = workers_of(procs, running)
     assert [(w.id, [j.id for j in w.jobs], w.registered) for w in workers] == [

@@ -10,7 +10,7 @@ from typing import Any
 
 from forklift import _db
 from forklift.admin import AdminStore, Connector, JobAdmin, ProcessRow, QueueStats
-from forklift.admin.rows import DeadJob, RunningJob
+from forklift.admin.rows import DeadJob, RunningJobRow
 from forklift.cli import output
 from forklift.errors import DatabaseError
 
@@ -25,7 +25,7 @@ class Worker:
     id: str
     host: str
     pid: int
-    jobs: list[RunningJob]
+    jobs: list[RunningJobRow]
     rss_bytes: int | None = None
     registered: bool = True
 
@@ -41,10 +41,10 @@ class Frame:
     error: str | None = None  # the last read failed: this is the frame before it
 
 
-def workers_of(procs: list[ProcessRow], running: list[RunningJob]) -> list[Worker]:
+def workers_of(procs: list[ProcessRow], running: list[RunningJobRow]) -> list[Worker]:
     """Every worker with the jobs it runs; a running job's owner not registered yet (the
     registry is written every few seconds) is shown too, from its owner id host:pid:x."""
-    by_owner: dict[str, list[RunningJob]] = {}
+    by_owner: dict[str, list[RunningJobRow]] = {}
     for job in running:
         by_owner.setdefault(job.owner, []).append(job)
     shown = [
