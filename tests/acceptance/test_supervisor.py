@@ -436,3 +436,36 @@ def test_a_timeout_kill_charges_the_overdue_job_and_no_bystander(
     assert crashes == 0 and errors == [], (crashes, errors)
     assert "WorkerLost" not in home.output() + other.output()
     app.close()
+
+
+def test_long_effect_transactions_never_starve_lease_renewal(
+    dsn: str, schema: str, db: psycopg.Connection[Any], forklift_cli: Any
+) -> None:
+    """Every effect connection is taken by a handler holding its transaction, more wait
+    for one: the worker's own statements (renewals) have a connection of their own.
+    Before, they shared one pool and the leases ran out under running handlers."""
+    app = forklift.App(dsn, schema=schema)
+    ids = [app.enqueue("hold", {"key": f"k{i}", "seconds": 6.0}) for i in range(8)]
+    args = ("--workers", "1", "--concurrency", "8", "--pool", "2", "--lease", "3s")
+    sup = forklift_cli("run", "tests.apps.basic:app", *args)
+    running = f"SELECT count(*) FROM {schema}.jobs WHERE state = 'running'"
+    wait_for(lambda: scalar(db, running) == 8, timeout=20, what="all eight running")
+    expired = (
+        f"SELECT count(*) FROM {schema}.jobs WHERE state = 'running'"
+        " AND lease_until < clock_timestamp()"
+    )
+    deadline = time.monotonic() + 5.0  # past the lease: only renewals keep them held
+    while time.monotonic() < deadline:
+        assert scalar(db, expired) == 0, "a running job's lease ran out"
+        time.sleep(0.1)
+    wait_for(
+        lambda: scalar(db, f"SELECT count(*) FROM {schema}.jobs WHERE state = 'running'") == 0,
+        timeout=30,
+        what="the jobs ended",
+    )
+    held = db.execute(
+        f"SELECT id FROM {schema}.jobs WHERE id = ANY(%s) AND state = 'succeeded'", (ids,)
+    ).fetchall()
+    assert len(held) >= 2  # those that got an effect connection committed
+    sup.stop_cleanly(timeout=30)
+    app.close()
