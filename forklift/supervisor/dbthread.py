@@ -88,7 +88,9 @@ class DbThread:
         try:
             work()
         except ForkliftError as exc:
-            if self._repeats.worth_logging(exc):  # an outage: said once, then every 30 s
+            # An outage fails every service the same way underneath: said once for all
+            # of them, then every 30 s, not once per service and round.
+            if self._repeats.worth_logging(exc.__cause__ or exc):
                 emit(log, f"{name}.failed", logging.WARNING, error=exc)
             return
         except Exception:  # a bug: logged, outlived

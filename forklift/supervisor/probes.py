@@ -17,6 +17,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from forklift._events import emit
+from forklift._service import Repeats
 from forklift.admin import AdminStore, QueueStats
 from forklift.errors import DatabaseError, SchemaMissing
 from forklift.metrics import Totals, TotalsCollector
@@ -51,6 +52,7 @@ class Probes:
         self._db_ready: _Cached[bool] = _Cached()
         self._db_problem = "database not checked yet"
         self._prefetched: list[Prefetched] = []
+        self._said = Repeats()  # the same database problem again: every 30 s
 
     def health(self) -> tuple[int, str]:
         silent = time.monotonic() - self.board.read().last_tick
@@ -111,8 +113,9 @@ class Probes:
             self.admin.ping()
         except DatabaseError as exc:
             missing = isinstance(exc, SchemaMissing)
-            problem = str(exc) if missing else "database unreachable"
-            if before is not False or problem != self._db_problem:
+            problem = str(exc) if missing else _unreachable(exc)
+            again = self._said.worth_logging(exc)
+            if before is not False or problem != self._db_problem or again:
                 event = (
                     "supervisor.schema_missing" if missing else "supervisor.database_unreachable"
                 )
@@ -208,3 +211,16 @@ class LiveCollector(Collector):
         yield depth
         yield oldest
         yield paused
+
+
+# What PostgreSQL says when it takes no more connections (max_connections, reserved
+# slots, a role's or a database's CONNECTION LIMIT): the supervisor's own connections
+# and its workers' may well go on working, so readiness says that, not "unreachable".
+_FULL = ("too many connections", "remaining connection slots", "connection limit")
+
+
+def _unreachable(exc: DatabaseError) -> str:
+    text = str(exc).lower()
+    if any(sign in text for sign in _FULL):
+        return "database refuses new connections (max_connections or a CONNECTION LIMIT reached)"
+    return "database unreachable"
