@@ -55,6 +55,7 @@ class JobContext:
         self.started = False  # its handler was called (on_job_start told)
         self.started_at = 0.0  # when (time.monotonic())
         self.giving_back = False  # taken to be released: not to start, nor be recorded
+        self.passed_over = False  # an executor skipped it while giving_back (holdings.py)
         self.slot_freed = False
         self.finished = False
         self.cancel_requested = False  # an operator cancelled it (forklift jobs cancel)

@@ -81,7 +81,10 @@ class Holdings:
         """Mark a claimed job started (its handler is about to run); False if it was
         taken to be given back while it waited (`take_waiting`)."""
         with self._lock:
-            if ctx.finished or ctx.job_id not in self._jobs or ctx.giving_back:
+            if ctx.giving_back:
+                ctx.passed_over = True  # `keep_waiting` hands it back to an executor
+                return False
+            if ctx.finished or ctx.job_id not in self._jobs:
                 return False
             ctx.started, ctx.started_at = True, now
             return True
@@ -108,12 +111,16 @@ class Holdings:
                 ctx.giving_back = True
             return running
 
-    def keep_waiting(self, contexts: list[JobContext]) -> None:
+    def keep_waiting(self, contexts: list[JobContext]) -> list[JobContext]:
         """Jobs `take_waiting` marked stay this worker's after all (their give-back
-        failed): an executor may start them again, or the next give-back take them."""
+        failed): an executor may start them, or the next give-back take them. Returns
+        those an executor passed over meanwhile, to be queued for one again (else they
+        would hold their slots for good, run by no one)."""
         with self._lock:
+            passed = [c for c in contexts if c.passed_over]
             for ctx in contexts:
-                ctx.giving_back = False
+                ctx.giving_back = ctx.passed_over = False
+            return passed
 
     def longest_running(self, now: float) -> float:
         """Seconds the longest-running handler has run (0 when none runs)."""

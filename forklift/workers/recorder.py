@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from forklift._events import emit
@@ -125,17 +125,18 @@ class Recorder:
             self.events.released(ctx, why, recorded=ctx.job_id in released)
         return recorded
 
-    def give_back_waiting(self, why: str) -> None:
+    def give_back_waiting(self, why: str, requeue: Callable[[JobContext], None]) -> None:
         """Give back the jobs waiting for a slot. When that fails they stay held (and
-        renewed): an executor may run them after all, or a try a moment later gives
-        them back."""
+        renewed): an executor may run them after all (`requeue` queues again those one
+        passed over meanwhile), or a try a moment later gives them back."""
         if time.monotonic() < self._give_back_at:
             return
         taken = self.holdings.take_waiting()
         if self.release(taken, why):
             self._give_back_errors.succeeded()
         else:
-            self.holdings.keep_waiting(taken)
+            for ctx in self.holdings.keep_waiting(taken):
+                requeue(ctx)
             self._give_back_at = time.monotonic() + self._give_back_errors.failed()
 
     def release_at_stop(self, contexts: list[JobContext], why: str) -> None:

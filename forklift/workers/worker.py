@@ -273,7 +273,7 @@ class Worker:
         if not self.holdings.waiting():
             return
         if self.prefetch.overdue(self.holdings.longest_running(time.monotonic())):
-            self.recorder.give_back_waiting("waited too long for a slot")
+            self.recorder.give_back_waiting("waited too long for a slot", self._work.put)
 
     def _idle_wait(self) -> float:
         """Sleep until the next delayed job is due, or the poll interval, whichever first."""

@@ -53,3 +53,17 @@ def test_end_forgets_only_the_context_it_is_given() -> None:
     h.adopt(new)
     h.end(old)
     assert h.snapshot() == [new]
+
+
+def test_a_failed_give_back_hands_back_the_jobs_an_executor_passed_over() -> None:
+    """A give-back whose statement failed keeps its jobs; one an executor skipped while
+    it was being given back must be queued again, or its slot would be held for good
+    (seen under a database outage: a worker stuck with every slot taken, running none)."""
+    h = Holdings(concurrency=1)
+    a, b = held(1), held(2)
+    h.adopt(a)
+    h.adopt(b)
+    assert h.take_waiting() == [a, b]
+    assert not h.start(a, 1.0)  # dequeued while taken: passed over
+    assert h.keep_waiting([a, b]) == [a]  # b is still in the queue: not again
+    assert h.start(a, 2.0) and h.start(b, 2.0)
