@@ -67,6 +67,16 @@ def add_database(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_session_database(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--session-dsn",
+        help="PostgreSQL URL for session-level work (LISTEN, liveness and singleton locks, "
+        "the supervisor's own statements) when --dsn goes through a pooler such as "
+        "PgBouncer: a direct URL or a session-mode pool (env FORKLIFT_SESSION_DATABASE_URL; "
+        "default: --dsn itself)",
+    )
+
+
 def operator_command(
     actions: argparse._SubParsersAction[argparse.ArgumentParser],
     common: list[argparse.ArgumentParser],

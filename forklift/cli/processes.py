@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 
-from forklift import _config
+from forklift import _config, _db
 from forklift.cli import flags
 from forklift.cli.apps import app_for
 
@@ -16,9 +17,17 @@ RUN_DESCRIPTION = (
 )
 
 
+def _use_session_dsn(args: argparse.Namespace) -> None:
+    # One place says where session-level work goes (_db.session_dsn), for this process
+    # and the workers it forks: the environment.
+    if args.session_dsn:
+        os.environ[_db.SESSION_URL_ENV] = args.session_dsn
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     from forklift.supervisor.standalone import StandaloneWorker
 
+    _use_session_dsn(args)
     return StandaloneWorker(app_for(args), flags.worker_config(args)).run()
 
 
@@ -31,6 +40,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.dsn:
         app._dsn = args.dsn
     app.dsn  # noqa: B018 - fail now, not in every child, when no database is configured
+    _use_session_dsn(args)
     config = flags.supervisor_config(args)
     return Supervisor(app, config, app_target=args.app, reimport=reimport).run()
 
@@ -51,6 +61,7 @@ def register(
     flags.add_scheduling(p)
     flags.add_worker(p)
     flags.add_database(p)
+    flags.add_session_database(p)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser(
@@ -61,4 +72,5 @@ def register(
     p.add_argument("app", metavar="MODULE:APP", help="the app, e.g. myproject.jobs:app")
     flags.add_worker(p)
     flags.add_database(p)
+    flags.add_session_database(p)
     p.set_defaults(func=cmd_worker)

@@ -38,11 +38,13 @@ def bouncer(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[PgBoun
 @pytest.fixture
 def pooled_fleet(workload: Workload, bouncer: PgBouncer, tmp_path: Path) -> Iterator[Fleet]:
     args = ["--workers", "2", "--concurrency", "2", "--lease", "5s", "--grace", "5s"]
+    # Transaction mode: session-level work straight to PostgreSQL (the flag). Session
+    # mode: through the same bouncer, named as the session URL too (the variable).
+    if bouncer.mode == "transaction":
+        args += ["--session-dsn", workload.dsn]
     fleet = Fleet.for_workload(workload, tmp_path, args, dsn=bouncer.dsn)
-    # Transaction mode: session-level work straight to PostgreSQL. Session mode: through
-    # the same bouncer, named as the session URL too.
-    direct = workload.dsn if bouncer.mode == "transaction" else bouncer.dsn
-    fleet.env["FORKLIFT_SESSION_DATABASE_URL"] = direct
+    if bouncer.mode == "session":
+        fleet.env["FORKLIFT_SESSION_DATABASE_URL"] = bouncer.dsn
     yield fleet
     fleet.kill()
 
