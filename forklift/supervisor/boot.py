@@ -165,8 +165,9 @@ class JobHooks:
 class ParentHeartbeat:
     """A thread that reports to the parent every half second: RSS, metric deltas.
 
-    It also stops the worker when the parent is gone (getppid() changed) or the child's
-    RSS passed the soft memory limit (the worker finishes its job, exits, is replaced).
+    It also stops the worker: at once, its jobs given back, when the parent is gone
+    (getppid() changed); after its job when the child's RSS passed the soft memory limit
+    (it exits and is replaced).
     """
 
     def __init__(
@@ -202,8 +203,10 @@ class ParentHeartbeat:
             self._send_metrics()
             self.report.heartbeat(rss, self.hooks.flush())
             if os.getppid() != self.spec.parent_pid:
-                log.error("supervisor %s is gone; stopping", self.spec.parent_pid)
-                self.worker.request_stop()
+                # Its supervisor's liveness lock vouched for it: with the supervisor gone,
+                # peers charge its jobs within seconds. Give them back now (fast stop).
+                log.error("supervisor %s is gone; releasing and stopping", self.spec.parent_pid)
+                self.worker.request_stop(fast=True)
             if self.soft_limit is not None and rss > self.soft_limit and not self.worker.stopping:
                 log.warning(
                     "worker %s: RSS %.0f MiB past the %.0f MiB limit; recycling after its job",
