@@ -153,7 +153,7 @@ class Listener:
             if channel == self.control:
                 if self.on_control is not None:
                     self.on_control(queue)
-            elif queue in self.queues:
+            elif queue in self.queues or not queue:  # no queue: "look now" (a reconnect)
                 self.wakeup.set()
                 self.woken.emit(queue)
                 woken += 1
