@@ -30,7 +30,11 @@ log = logging.getLogger(__name__)
 
 # A hint line: one kind letter, then the payload. `q`: a queue got a job; `c`: an order.
 QUEUE, ORDER = "q", "c"
-RECONNECT = Backoff(base=0.2, factor=2.0, max=5.0, jitter=0.0)
+# A lost session is retried every tick, never backing off: the liveness lock must be back
+# within a fifth of a second of the database answering, long before a peer's second
+# sighting (a second apart) would take this supervisor's workers for dead. A refused
+# connection costs next to nothing; a stalled one is bounded by the connect timeout.
+RECONNECT = Backoff(base=0.2, factor=1.0, max=0.2, jitter=0.0)
 
 
 class HintFanout:

@@ -89,13 +89,16 @@ def test_a_vanished_process_groups_jobs_run_again_within_two_seconds(
     assert errors and all(e.startswith("WorkerLost") for e in errors), errors
 
 
-@pytest.mark.parametrize("fault", [Fault.DB_RESTART, Fault.TCP_STALL, Fault.TERMINATE])
+@pytest.mark.parametrize(
+    "fault", [Fault.DB_RESTART, Fault.DB_OUTAGE, Fault.TCP_STALL, Fault.TERMINATE]
+)
 def test_no_live_worker_is_declared_vanished(
     fault: Fault, workload: Workload, fleet: Fleet, injector: Injector
 ) -> None:
-    # Every session (liveness locks included) ends in a restart or a storm, and a stall
-    # holds them silent: a live worker must take its lock back long before a peer
-    # would charge its jobs.
+    # Every session (liveness locks included) ends in a restart, an outage of seconds or
+    # a storm, and a stall holds them silent: a live supervisor must take its lock back
+    # long before a peer would charge its workers' jobs (after an outage too: no backoff
+    # may outgrow the peer's second sighting).
     workload.enqueue(60, spins=1000, pause=2.0)
     fleet.start(2)
     fleet.wait_ready()
@@ -106,6 +109,8 @@ def test_no_live_worker_is_declared_vanished(
         20,
         0.05,
     )
+    if fault is Fault.DB_OUTAGE:
+        injector.outage = 12.0  # long enough for any reconnect backoff to outgrow a second
     for _ in range(2):
         injector.inject(fault)
         time.sleep(1.5)  # past the confirmation time of a peer's check
