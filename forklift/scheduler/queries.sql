@@ -44,7 +44,9 @@ RETURNING s.name, s.fired_through, s.defined_at = %(now)s::timestamptz;
 
 -- name: schedule_lock
 -- Lock one schedule for a round of firing; no row if another replica is firing it now.
-SELECT fired_through, definition_hash FROM {schema}.schedules
+-- With the transaction's start (`now()`, the created_at of the jobs it enqueues): what
+-- the round plans from, so a fire planned ahead is enqueued ahead of its time.
+SELECT fired_through, definition_hash, now() FROM {schema}.schedules
 WHERE name = %(name)s::text
 FOR UPDATE SKIP LOCKED;
 

@@ -118,18 +118,24 @@ class Scheduler:
         if not schedules:
             return Round()
         fires: list[Fire] = []
+        told = now is not None  # a test's clock: plan by it alone
         with self.store.session() as session:
             now = now or session.schedule_clock()
             synced = session.schedule_sync_many(schedules, now)
             for schedule in schedules:
-                fires += self._fire(session, schedule, synced[schedule.name], now)
+                fires += self._fire(session, schedule, synced[schedule.name], now, told)
             settled = session.schedule_settle(now)
         result = Round(tuple(fires), settled)
         self.ran.emit(result)
         return result
 
     def _fire(
-        self, session: ScheduleSession, schedule: Schedule, synced: Synced, now: datetime
+        self,
+        session: ScheduleSession,
+        schedule: Schedule,
+        synced: Synced,
+        now: datetime,
+        told: bool = False,
     ) -> list[Fire]:
         if synced.redefined:
             emit(log, "schedule.defined", schedule=schedule.name, definition=schedule.describe())
@@ -140,8 +146,11 @@ class Scheduler:
             with session.schedule_lock(schedule.name) as row:
                 if row is None or row.definition_hash != schedule.definition_hash:
                     return []  # another replica is on it, or runs another definition
-                todo = self._plan(schedule, row.fired_through, now)
-                fires, through = self._enqueue(session, schedule, todo, now)
+                # Planned from the moment of enqueueing (the lock's transaction), not the
+                # round's start: a fire due in between would otherwise go in after its time.
+                at = now if told else max(now, row.now)
+                todo = self._plan(schedule, row.fired_through, at)
+                fires, through = self._enqueue(session, schedule, todo, at)
                 session.schedule_advance(schedule, through)
         except DatabaseError as exc:
             self._count([Fire(schedule.name, None, FireOutcome.FAILED)])

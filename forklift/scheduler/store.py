@@ -43,6 +43,7 @@ class Locked(NamedTuple):
 
     fired_through: datetime
     definition_hash: str
+    now: datetime  # the locking transaction's start, on the database's clock
 
 
 @dataclass(frozen=True)
