@@ -24,17 +24,11 @@ import psycopg
 from forklift import _db, _locks, _sql
 from forklift._events import emit
 from forklift._service import TestSignal
-from forklift.backoff import Backoff, Streak
 
 log = logging.getLogger(__name__)
 
 # A hint line: one kind letter, then the payload. `q`: a queue got a job; `c`: an order.
 QUEUE, ORDER = "q", "c"
-# A lost session is retried every tick, never backing off: the liveness lock must be back
-# within a fifth of a second of the database answering, long before a peer's second
-# sighting (a second apart) would take this supervisor's workers for dead. A refused
-# connection costs next to nothing; a stalled one is bounded by the connect timeout.
-RECONNECT = Backoff(base=0.2, factor=1.0, max=0.2, jitter=0.0)
 
 
 class HintFanout:
@@ -80,7 +74,11 @@ class HintFanout:
 
 @dataclass(frozen=True)
 class SessionConfig:
-    tick: float = 0.2  # a lost session is retaken within this of the database answering
+    # A lost session is retried every tick, never backing off: the liveness lock must be
+    # back within a tick of the database answering, long before a peer's second sighting
+    # (a second apart) would take this supervisor's workers for dead. A refused connection
+    # costs next to nothing; a stalled one is bounded by the connect timeout.
+    tick: float = 0.2
     ping_every: float = 2.0  # a round trip that proves the lock is still held
     maintenance_every: float = 5.0  # how often a replica not maintaining tries the lock
 
@@ -111,7 +109,6 @@ class SupervisorSession:
         self._q = _sql.load("forklift.store", "queries.sql", schema)
         self._control = _sql.control_channel_name(schema)
         self._stopped = threading.Event()
-        self._reconnect = Streak(RECONNECT)
 
     @property
     def liveness_lock(self) -> str:
@@ -147,7 +144,6 @@ class SupervisorSession:
         if self.error is not None:
             emit(log, "supervisor.session_back")
         self.error = None
-        self._reconnect.succeeded()
         self.taken.emit(None)
         self.fanout.send(QUEUE, "")  # whatever came while we were away: look now
         next_ping = next_try = time.monotonic()
@@ -173,9 +169,8 @@ class SupervisorSession:
             self.fanout.send(QUEUE, payload)
 
     def _lost(self, exc: psycopg.Error) -> None:
-        delay = self._reconnect.failed()
         cause = " ".join(str(exc).split()) or type(exc).__name__
         if self.error is None:  # once per outage
             emit(log, "supervisor.session_lost", logging.WARNING, error=_db.redact(cause))
         self.error = _db.redact(cause)
-        self._stopped.wait(delay)
+        self._stopped.wait(self.config.tick)
