@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from forklift.errors import ArgumentError
+from forklift.errors import ArgumentError, ResultError
 
 _MAX_DEPTH = 100
 
@@ -103,3 +103,22 @@ def dumps_args(args: Mapping[str, Any]) -> str:
         )
     check(args)
     return _ENCODER.encode(args)
+
+
+def dumps_result(value: Any, max_bytes: int) -> str:
+    """Validate a handler's return value and encode it as JSON text of at most
+    `max_bytes` bytes (UTF-8); ResultError says what is wrong with it."""
+    try:
+        _check(value, 0)
+    except _Refused as refused:
+        path = "".join(reversed(refused.path)) or "the result"
+        raise ResultError(f"{path}: {refused.reason}") from None
+    text = _ENCODER.encode(value)
+    size = len(text) if text.isascii() else len(text.encode("utf-8"))
+    if size > max_bytes:
+        raise ResultError(
+            f"the result is {size:,} bytes of JSON, more than the {max_bytes:,} a job may "
+            "return (App(max_result_bytes=...)); store big outputs elsewhere and return "
+            "where they are"
+        )
+    return text

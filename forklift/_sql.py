@@ -8,8 +8,8 @@ from importlib import resources
 
 from forklift.errors import ConfigError
 
-# 58 characters at most: the notification channels, "<schema>_jobs" and "<schema>_ctl",
-# must fit the 63 bytes of a PostgreSQL identifier.
+# 58 characters at most: the notification channels, "<schema>_jobs", "<schema>_ctl" and
+# "<schema>_done", must fit the 63 bytes of a PostgreSQL identifier.
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,57}$")
 _HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
@@ -38,17 +38,25 @@ def control_channel_name(schema: str) -> str:
     return f"{check_schema_name(schema)}_ctl"
 
 
+def done_channel_name(schema: str) -> str:
+    """The channel on which waiters hear that a job (`j<id>`) or a batch (`b<id>`) ended:
+    only a hint, re-read from the tables (app.result(), Batch.wait())."""
+    return f"{check_schema_name(schema)}_done"
+
+
 def render(text: str, schema: str) -> str:
     """Fill the placeholders of a query or migration.
 
-    `{schema}` becomes the quoted schema name; `{channel}` the notification channel and
-    `{control_channel}` the operators' one, plain lower-case identifiers, so each serves
-    both `LISTEN {channel}` and `pg_notify('{channel}', ...)`.
+    `{schema}` becomes the quoted schema name; `{channel}` the notification channel,
+    `{control_channel}` the operators' one and `{done_channel}` the waiters', plain
+    lower-case identifiers, so each serves both `LISTEN {channel}` and
+    `pg_notify('{channel}', ...)`.
     """
     return (
         text.replace("{schema}", f'"{check_schema_name(schema)}"')
         .replace("{channel}", channel_name(schema))
         .replace("{control_channel}", control_channel_name(schema))
+        .replace("{done_channel}", done_channel_name(schema))
     )
 
 

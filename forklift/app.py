@@ -9,21 +9,25 @@ from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, ParamSpec, TypeVar, Unpack, cast, overload
+from typing import Any, ParamSpec, TypedDict, TypeVar, Unpack, cast, overload
 
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from forklift import _db, _json, _names, _singleton, _sql
+from forklift import _db, _json, _names, _singleton, _sql, batch
 from forklift.backoff import Backoff
+from forklift.batch import Batch
 from forklift.errors import ArgumentError, ConfigError, UnknownTaskError
 from forklift.scheduler import declare
 from forklift.scheduler.schedule import Schedule
 from forklift.store import JobStore, NewJob, short_connection, translated
+from forklift.store.batches import BatchStore
 from forklift.task import Task, check_priority
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+MAX_RESULT_BYTES = 1 << 20  # 1 MiB of JSON
 
 
 def _seconds(delay: float | timedelta | None) -> float:
@@ -33,6 +37,74 @@ def _seconds(delay: float | timedelta | None) -> float:
     if seconds < 0:
         raise ArgumentError(f"delay must be >= 0 seconds, got {seconds}")
     return seconds
+
+
+class JobOptions(TypedDict, total=False):
+    """How one job is enqueued, besides its task and arguments."""
+
+    idempotency_key: str | None
+    run_at: datetime | None
+    delay: float | timedelta | None
+    priority: int | None
+    queue: str | None
+    max_attempts: int | None
+
+
+def build_job(
+    task: Task[Any, Any] | None,
+    task_name: str,
+    args: Mapping[str, Any] | None,
+    *,
+    idempotency_key: str | None = None,
+    run_at: datetime | None = None,
+    delay: float | timedelta | None = None,
+    priority: int | None = None,
+    queue: str | None = None,
+    max_attempts: int | None = None,
+) -> NewJob:
+    """The job to insert, validated: `task` is the app's task of that name (None for a
+    producer-only app)."""
+    args = {} if args is None else args
+    text = _json.dumps_args(args)
+    if task is not None:
+        task.check_args(args)
+    try:
+        if queue is not None:
+            _names.check("queue", queue)
+        if idempotency_key is not None:
+            _names.check_key(idempotency_key)
+    except ValueError as exc:
+        raise ArgumentError(str(exc)) from None
+    if run_at is not None and run_at.tzinfo is None:
+        raise ArgumentError("run_at must be timezone-aware (e.g. datetime.now(timezone.utc))")
+    if priority is not None:
+        check_priority(priority)
+    if max_attempts is not None and max_attempts < 1:
+        raise ArgumentError("max_attempts must be >= 1")
+    if task is None:
+        return NewJob(
+            task_name,
+            text,
+            queue or "default",
+            priority or 0,
+            max_attempts or 5,
+            None,
+            idempotency_key,
+            run_at,
+            _seconds(delay),
+        )
+    return NewJob(
+        task_name,
+        text,
+        queue or task.queue,
+        task.priority if priority is None else priority,
+        max_attempts or task.max_attempts,
+        task.timeout,
+        idempotency_key,
+        run_at,
+        _seconds(delay),
+        task.max_crashes,
+    )
 
 
 @dataclass(frozen=True)
@@ -48,6 +120,12 @@ class JobSpec:
     queue: str | None = None
     max_attempts: int | None = None
 
+    def options(self) -> JobOptions:
+        return JobOptions(
+            idempotency_key=self.idempotency_key, run_at=self.run_at, delay=self.delay,
+            priority=self.priority, queue=self.queue, max_attempts=self.max_attempts,
+        )  # fmt: skip
+
 
 class App:
     """A forklift application: where the database is, and which tasks exist.
@@ -56,8 +134,19 @@ class App:
     that uses them, so an App can be imported before a fork.
     """
 
-    def __init__(self, dsn: str | None = None, *, schema: str | None = None) -> None:
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        schema: str | None = None,
+        max_result_bytes: int = MAX_RESULT_BYTES,
+    ) -> None:
+        if max_result_bytes < 1:
+            raise ConfigError(f"max_result_bytes must be >= 1, got {max_result_bytes}")
         self._dsn = dsn
+        # A handler's return value, as JSON, may be this big; a bigger one ends the job
+        # dead with a ResultError (it would not shrink on a retry).
+        self.max_result_bytes = max_result_bytes
         self.schema = _sql.check_schema_name(
             schema or os.environ.get("FORKLIFT_SCHEMA", "forklift")
         )
@@ -203,56 +292,9 @@ class App:
         self,
         task_name: str,
         args: Mapping[str, Any] | None,
-        *,
-        idempotency_key: str | None = None,
-        run_at: datetime | None = None,
-        delay: float | timedelta | None = None,
-        priority: int | None = None,
-        queue: str | None = None,
-        max_attempts: int | None = None,
+        **options: Unpack[JobOptions],
     ) -> NewJob:
-        task = self._task_for_enqueue(task_name)
-        args = {} if args is None else args
-        text = _json.dumps_args(args)
-        if task is not None:
-            task.check_args(args)
-        try:
-            if queue is not None:
-                _names.check("queue", queue)
-            if idempotency_key is not None:
-                _names.check_key(idempotency_key)
-        except ValueError as exc:
-            raise ArgumentError(str(exc)) from None
-        if run_at is not None and run_at.tzinfo is None:
-            raise ArgumentError("run_at must be timezone-aware (e.g. datetime.now(timezone.utc))")
-        if priority is not None:
-            check_priority(priority)
-        if max_attempts is not None and max_attempts < 1:
-            raise ArgumentError("max_attempts must be >= 1")
-        if task is None:
-            return NewJob(
-                task_name,
-                text,
-                queue or "default",
-                priority or 0,
-                max_attempts or 5,
-                None,
-                idempotency_key,
-                run_at,
-                _seconds(delay),
-            )
-        return NewJob(
-            task_name,
-            text,
-            queue or task.queue,
-            task.priority if priority is None else priority,
-            max_attempts or task.max_attempts,
-            task.timeout,
-            idempotency_key,
-            run_at,
-            _seconds(delay),
-            task.max_crashes,
-        )
+        return build_job(self._task_for_enqueue(task_name), task_name, args, **options)
 
     def enqueue(
         self,
@@ -272,16 +314,11 @@ class App:
         With an idempotency key that a job already has, no job is added and that job's
         id is returned. With `conn`, the insert joins the caller's transaction.
         """
-        job = self._new_job(
-            task_name,
-            args,
-            idempotency_key=idempotency_key,
-            run_at=run_at,
-            delay=delay,
-            priority=priority,
-            queue=queue,
-            max_attempts=max_attempts,
-        )
+        options = JobOptions(
+            idempotency_key=idempotency_key, run_at=run_at, delay=delay, priority=priority,
+            queue=queue, max_attempts=max_attempts,
+        )  # fmt: skip
+        job = self._new_job(task_name, args, **options)  # refused before any connection
         return self.store.job_insert(job, conn)
 
     def enqueue_many(
@@ -298,24 +335,58 @@ class App:
         there are; a batch is bounded by memory (every job is validated and held first) and
         by your transaction's time, not by that timeout: 500,000 keyed jobs take about 20 s.
         """
-        new = [
-            self._new_job(*spec)
-            if isinstance(spec, tuple)
-            else self._new_job(
-                spec.task,
-                spec.args,
-                idempotency_key=spec.idempotency_key,
-                run_at=spec.run_at,
-                delay=spec.delay,
-                priority=spec.priority,
-                queue=spec.queue,
-                max_attempts=spec.max_attempts,
-            )
-            for spec in jobs
-        ]
+        new = self._new_jobs(jobs)
         if not new:
             return []
         return self.store.job_insert_many(new, conn)
+
+    def _new_jobs(self, jobs: Iterable[JobSpec | tuple[str, Mapping[str, Any]]]) -> list[NewJob]:
+        return [
+            self._new_job(*spec)
+            if isinstance(spec, tuple)
+            else self._new_job(spec.task, spec.args, **spec.options())
+            for spec in jobs
+        ]
+
+    # -- batches and results -------------------------------------------------------------
+
+    def enqueue_batch(
+        self,
+        jobs: Iterable[JobSpec | tuple[str, Mapping[str, Any]]],
+        *,
+        on_complete: Task[Any, Any] | str | None = None,
+        on_complete_args: Mapping[str, Any] | None = None,
+        conn: psycopg.Connection[Any] | None = None,
+    ) -> Batch:
+        """Enqueue `jobs` (what enqueue_many takes; no idempotency keys) as one sealed
+        batch, in one transaction (yours with `conn`). Once every job in it has succeeded,
+        gone dead or been cancelled, `on_complete` (a task or a task name) is enqueued
+        with `on_complete_args`, exactly once; its handler sees the batch as `ctx.batch`."""
+        return batch.enqueue_batch(self, jobs, on_complete, on_complete_args, conn)
+
+    def batch(
+        self,
+        *,
+        on_complete: Task[Any, Any] | str | None = None,
+        on_complete_args: Mapping[str, Any] | None = None,
+    ) -> batch.BatchWriter:
+        """`with app.batch(on_complete=...) as b: b.enqueue(task, **args)`: a batch whose
+        jobs are added (and committed) in chunks, sealed when the block ends; see
+        BatchWriter for what a block that raises does."""
+        return batch.BatchWriter(self, batch.callback_spec(self, on_complete, on_complete_args))
+
+    def get_batch(self, batch_id: int) -> Batch:
+        """The batch `batch_id` (BatchNotFound if there is none)."""
+        found = Batch(batch_id, self.batches, self.dsn)
+        found.status()  # it exists
+        return found
+
+    def result(self, job_id: int, timeout: float = 30.0) -> Any:
+        """The result of job `job_id` once it succeeded (None: its handler returned
+        none), waiting up to `timeout` seconds (0: not at all) while it is ready or
+        running, woken by its end. Raises JobFailed (dead; `.error`: its last error),
+        JobCancelled, JobNotFound (never enqueued, or pruned) or TimeoutError."""
+        return batch.result(self, job_id, timeout)
 
     # -- database ----------------------------------------------------------------------
 
@@ -332,6 +403,11 @@ class App:
                 self._pool_pid = os.getpid()
                 self._store = JobStore(self._pool, self.schema)
             return self._store
+
+    @property
+    def batches(self) -> BatchStore:
+        """The producer's batch store, on the producer's pool."""
+        return BatchStore(self.store.pool.connection, self.schema)
 
     def migrate(self) -> list[int]:
         """Apply pending schema migrations; return the versions applied."""

@@ -36,7 +36,35 @@ class ArgumentError(ForkliftError, ValueError):
 
 
 class JobNotFound(ForkliftError, LookupError):
-    """No job has that id."""
+    """No job has that id (never enqueued, or pruned after its retention)."""
+
+
+class BatchNotFound(ForkliftError, LookupError):
+    """No batch has that id (never made, or pruned after its retention)."""
+
+
+class ResultError(ForkliftError, ValueError):
+    """A handler returned a value that cannot be stored as its result (not JSON, or
+    larger than App(max_result_bytes=...)): the job ends dead."""
+
+
+class JobFailed(ForkliftError):
+    """The job is dead: it failed every attempt (or was given up). `.error` is its last
+    error."""
+
+    def __init__(self, job_id: int, error: str | None) -> None:
+        super().__init__(f"job {job_id} is dead: {error or 'no error recorded'}")
+        self.job_id = job_id
+        self.error = error
+
+
+class JobCancelled(ForkliftError):
+    """The job was cancelled before it succeeded."""
+
+    def __init__(self, job_id: int, error: str | None) -> None:
+        super().__init__(f"job {job_id} was cancelled ({error or 'no reason recorded'})")
+        self.job_id = job_id
+        self.error = error
 
 
 class UnknownTaskError(ForkliftError, LookupError):

@@ -56,6 +56,10 @@ WAIT_BUCKETS = (
     3600.0,
 )
 
+# Seconds from a batch's last job's end to its callback's enqueue.
+CALLBACK_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 2.0, 5.0, 30.0)
+BATCH_OUTCOMES = ("succeeded", "failed", "cancelled")
+
 MAX_TASK_LABELS = 200  # distinct task label values; the rest are counted as OTHER_TASK
 UNKNOWN_TASK = "(unknown)"  # a task the app does not declare (no task name has parentheses
 OTHER_TASK = "(other)"  # around it by convention; a collision would only merge two counts)
@@ -113,6 +117,8 @@ class Tally:
     durations: dict[tuple[str, str], Histo] = field(default_factory=dict)
     waits: dict[str, Histo] = field(default_factory=dict)
     renewals: int = 0
+    batches: dict[str, int] = field(default_factory=dict)
+    callback_delays: Histo = field(default_factory=lambda: Histo.empty(CALLBACK_BUCKETS))
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def job(self, queue: str, task: str, outcome: str, duration: float | None) -> None:
@@ -136,23 +142,34 @@ class Tally:
         with self.lock:
             self.renewals += n
 
+    def batch(self, outcome: str, callback_delay: float) -> None:
+        """A batch this process finished: its outcome, and how long after its last job."""
+        with self.lock:
+            self.batches[outcome] = self.batches.get(outcome, 0) + 1
+            self.callback_delays.observe(CALLBACK_BUCKETS, callback_delay)
+
     def take(self) -> dict[str, Any] | None:
         """The deltas since the last take() (None if nothing happened), and reset.
 
         JSON-ready, for the report pipe: {"jobs": [[queue, task, outcome, n], ...],
         "durations": [[queue, task, histogram], ...], "waits": [[queue, histogram], ...],
-        "renewals": n}, a histogram being [bucket counts, sum].
+        "renewals": n, "batches": [[outcome, n], ...], "callback_delays": histogram},
+        a histogram being [bucket counts, sum].
         """
         with self.lock:
-            if not (self.jobs or self.durations or self.waits or self.renewals):
+            if not (self.jobs or self.durations or self.waits or self.renewals or self.batches):
                 return None
-            delta = {
+            delta: dict[str, Any] = {
                 "jobs": [[q, t, o, n] for (q, t, o), n in self.jobs.items()],
                 "durations": [[q, t, h.dump()] for (q, t), h in self.durations.items()],
                 "waits": [[q, h.dump()] for q, h in self.waits.items()],
                 "renewals": self.renewals,
             }
+            if self.batches:
+                delta["batches"] = [[o, n] for o, n in self.batches.items()]
+                delta["callback_delays"] = self.callback_delays.dump()
             self.jobs, self.durations, self.waits, self.renewals = {}, {}, {}, 0
+            self.batches, self.callback_delays = {}, Histo.empty(CALLBACK_BUCKETS)
             return delta
 
 
@@ -196,6 +213,8 @@ class Totals:
         self.renewals = 0
         self.restarts: dict[str, int] = {}
         self.malformed_reports = 0
+        self.batches: dict[str, int] = {}
+        self.callback_delays = Histo.empty(CALLBACK_BUCKETS)
 
     def add(self, delta: dict[str, Any]) -> None:
         """Add one child's `Tally.take()` deltas; a malformed one adds nothing and raises
@@ -208,6 +227,11 @@ class Totals:
             ]
             waits = [(str(q), Histo.load(h, WAIT_BUCKETS)) for q, h in delta.get("waits", ())]
             renewals = _count(delta.get("renewals", 0))
+            batches = [(str(o), _count(n)) for o, n in delta.get("batches", ())]
+            if any(o not in BATCH_OUTCOMES for o, _ in batches):
+                raise ValueError("unknown batch outcome")
+            delays = delta.get("callback_delays")
+            callback_delays = None if delays is None else Histo.load(delays, CALLBACK_BUCKETS)
         except (TypeError, ValueError, ArithmeticError, AttributeError) as exc:
             raise ValueError(f"malformed metric deltas: {type(exc).__name__}: {exc}") from None
         with self.lock:
@@ -220,6 +244,10 @@ class Totals:
             for queue, h in waits:
                 self.waits.setdefault(queue, Histo.empty(WAIT_BUCKETS)).add(h)
             self.renewals += renewals
+            for outcome, n in batches:
+                self.batches[outcome] = self.batches.get(outcome, 0) + n
+            if callback_delays is not None:
+                self.callback_delays.add(callback_delays)
 
     def malformed(self, n: int) -> None:
         """Count reports from children that could not be read."""
@@ -239,6 +267,12 @@ class Totals:
     def restart(self, reason: str) -> None:
         with self.lock:
             self.restarts[reason] = self.restarts.get(reason, 0) + 1
+
+    def batch(self, outcome: str, callback_delay: float) -> None:
+        """A batch the supervisor's own sweep finished."""
+        with self.lock:
+            self.batches[outcome] = self.batches.get(outcome, 0) + 1
+            self.callback_delays.observe(CALLBACK_BUCKETS, callback_delay)
 
 
 def _histogram(
@@ -274,6 +308,8 @@ class TotalsCollector(Collector):
             renewals = t.renewals
             restarts = dict(t.restarts)
             malformed = t.malformed_reports
+            batches = dict(t.batches)
+            delays = Histo(list(t.callback_delays.counts), t.callback_delays.total)
         family = CounterMetricFamily(
             "forklift_jobs", "Job attempts by outcome.", labels=["queue", "task", "outcome"]
         )
@@ -303,6 +339,19 @@ class TotalsCollector(Collector):
         for reason, n in sorted(restarts.items()):
             family.add_metric([reason], n)
         yield family
+        family = CounterMetricFamily(
+            "forklift_batches", "Batches finished, by outcome.", labels=["outcome"]
+        )
+        for outcome in BATCH_OUTCOMES:
+            family.add_metric([outcome], batches.get(outcome, 0))
+        yield family
+        yield _histogram(
+            "forklift_batch_callback_delay_seconds",
+            "Time from a batch's last job's end to its callback's enqueue.",
+            [],
+            CALLBACK_BUCKETS,
+            {(): delays},
+        )
         yield CounterMetricFamily(
             "forklift_malformed_reports",
             "Reports from worker processes that could not be read (dropped).",

@@ -21,6 +21,7 @@ from forklift.admin.rows import (
     RunningJobRow,
 )
 from forklift.errors import JobNotFound
+from forklift.store.batches import BatchStore
 
 # How many jobs one `jobs list` looks through at most for its queue, task and error
 # filters (newest first, of its state if it names one): the cost of a page is bounded
@@ -48,6 +49,7 @@ class JobAdmin:
         self.schema = schema
         self.connector = connector or Connector(dsn, TIMEOUTS)
         self.q = _sql.load("forklift.admin", "jobs.sql", schema)
+        self.batches = BatchStore(lambda: self.connector.conn("batch query failed"), schema)
 
     def job_list(
         self, where: JobFilter, *, limit: int, before: int | None, window: int = LIST_WINDOW
@@ -114,11 +116,18 @@ class JobAdmin:
         One Acted per id asked for, in id order (`owner`: who was running it).
         """
         found: dict[int, Acted] = {}
+        ended: set[int] = set()  # the batches of jobs cancelled
         with self.connector.conn("cancelling jobs failed") as conn:
             for batch in _batches(sorted(set(ids))):
                 params = {"ids": batch, "by": operator()}
-                for id_, was, owner, done in conn.execute(self.q["job_cancel_many"], params):
+                for id_, was, owner, done, batch_id in conn.execute(
+                    self.q["job_cancel_many"], params
+                ):
                     found[id_] = Acted(id_, done, was, owner=owner)
+                    if done and batch_id is not None:
+                        ended.add(batch_id)
+        # After the commit: a batch whose last open jobs these were finishes now.
+        self.batches.finish_if_done(ended)
         return [found.get(i, Acted(i, False, None)) for i in sorted(set(ids))]
 
     def job_purge(self, state: str, older_than: float, *, dry_run: bool) -> Purged:

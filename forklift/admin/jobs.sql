@@ -50,10 +50,17 @@ WHERE j.id = %(id)s::bigint;
 -- budget), the retry noted in the error history; wakes their queues' workers. Returns
 -- every job found with its state, attempts and crashes before, and whether it was retried.
 WITH old AS (
-    SELECT j.id, j.state, j.attempts, j.crashes FROM {schema}.jobs AS j
+    SELECT j.id, j.state, j.attempts, j.crashes, j.batch_id FROM {schema}.jobs AS j
     WHERE j.id = ANY(%(ids)s::bigint[])
     ORDER BY j.id
     FOR UPDATE
+), batch AS (
+    -- Held until commit: a batch's finisher (which locks its row) either sees these jobs
+    -- open again, or finished the batch first (then they run outside it: it stays done).
+    SELECT b.id FROM {schema}.batches AS b
+    WHERE b.id IN (SELECT old.batch_id FROM old WHERE old.state IN ('dead', 'cancelled'))
+    ORDER BY b.id
+    FOR SHARE
 ), retried AS (
     UPDATE {schema}.jobs AS j SET
         state = 'ready', available_at = now(), completed_at = NULL, attempts = 0, crashes = 0,
@@ -63,6 +70,7 @@ WITH old AS (
                             %(by)s::text, j.attempts, j.crashes))
     FROM old
     WHERE j.id = old.id AND old.state IN ('dead', 'cancelled')
+      AND (SELECT count(*) FROM batch) >= 0
     RETURNING j.id, j.queue
 ), woken AS (
     SELECT count(pg_notify('{channel}', q.queue)) AS n
@@ -86,10 +94,10 @@ LIMIT %(limit)s;
 -- Cancel ready and running jobs at once, noted in the error history. A running job's
 -- lease is taken from its worker, so the owner fence refuses whatever that worker would
 -- record next (completion, failure, release: its effect rolls back); the worker is told
--- on the control channel. Returns every job found with its state and owner before, and
--- whether it was cancelled.
+-- on the control channel, and the job's waiters (app.result()) on theirs. Returns every
+-- job found with its state and owner before, whether it was cancelled, and its batch.
 WITH old AS (
-    SELECT j.id, j.state, j.attempts, j.lease_owner FROM {schema}.jobs AS j
+    SELECT j.id, j.state, j.attempts, j.lease_owner, j.batch_id FROM {schema}.jobs AS j
     WHERE j.id = ANY(%(ids)s::bigint[])
     ORDER BY j.id
     FOR UPDATE
@@ -103,14 +111,17 @@ WITH old AS (
                 || CASE WHEN old.state = 'running' THEN ' while it ran' ELSE '' END)
     FROM old
     WHERE j.id = old.id AND old.state IN ('ready', 'running')
-    RETURNING j.id
+    RETURNING j.id, j.waited
 ), told AS (
     SELECT count(pg_notify('{control_channel}', 'cancel ' || old.id || ' ' || old.attempts)) AS n
     FROM old
     WHERE old.state = 'running' AND old.id IN (SELECT id FROM cancelled)
+), waiters AS (
+    SELECT count(pg_notify('{done_channel}', 'j' || c.id)) AS n FROM cancelled AS c WHERE c.waited
 )
-SELECT old.id, old.state::text, old.lease_owner, old.id IN (SELECT id FROM cancelled)
-FROM old, told
+SELECT old.id, old.state::text, old.lease_owner, old.id IN (SELECT id FROM cancelled),
+       old.batch_id
+FROM old, told, waiters
 ORDER BY old.id;
 
 -- name: job_purge_cutoff

@@ -35,6 +35,12 @@ __all__ = [
 
 _T = TypeVar("_T")
 
+# The NewJob fields an insert takes, as its parameters are named.
+_JOB_COLUMNS = (
+    "queue", "task", "args", "idempotency_key", "priority", "max_attempts", "max_crashes",
+    "timeout", "run_at", "delay", "batch_id",
+)  # fmt: skip
+
 # Rows per statement of a bulk enqueue. Each statement must end within the connection's
 # statement_timeout (10 s for the producer); a keyed insert costs ~35 us a row, so 5,000
 # take ~0.2 s, and 500,000 jobs are 100 statements in the one transaction.
@@ -80,18 +86,7 @@ class JobStore:
     # -- producing ---------------------------------------------------------------------
 
     def job_insert(self, job: NewJob, conn: Conn | None = None) -> int:
-        params = {
-            "queue": job.queue,
-            "task": job.task,
-            "args": job.args,
-            "idempotency_key": job.idempotency_key,
-            "priority": job.priority,
-            "max_attempts": job.max_attempts,
-            "max_crashes": job.max_crashes,
-            "timeout": job.timeout,
-            "run_at": job.run_at,
-            "delay": job.delay,
-        }
+        params = {name: getattr(job, name) for name in _JOB_COLUMNS}
         with translated("enqueue failed", self.where):
             if conn is not None:
                 return self._insert_on(conn, job, params)
@@ -140,7 +135,7 @@ class JobStore:
                 for i in part:
                     j = jobs[i]
                     row = (ids[i], j.queue, j.task, j.args, j.priority, j.max_attempts)
-                    copy.write_row((*row, j.max_crashes, j.timeout))
+                    copy.write_row((*row, j.max_crashes, j.timeout, j.batch_id))
         other = [i for i, j in enumerate(jobs) if not (j.idempotency_key is None and j.due_now)]
         by_key: dict[str, int] = {}
         for part in self._chunks(other):
@@ -161,10 +156,7 @@ class JobStore:
     ) -> dict[str, int]:
         """One INSERT of keyed or delayed jobs; the ids of the keys it inserted."""
         cols: dict[str, list[Any]] = {"id": list(ids)}
-        for k in (
-            "queue", "task", "args", "idempotency_key", "priority", "max_attempts",
-            "max_crashes", "timeout", "run_at", "delay",
-        ):  # fmt: skip
+        for k in _JOB_COLUMNS:
             cols[k] = [getattr(j, k) for j in jobs]
         rows = conn.execute(self.q["job_insert_many"], cols).fetchall()
         return {key: int(id_) for id_, key in rows if key is not None}
@@ -200,6 +192,7 @@ class JobStore:
                 max_attempts=r[7],
                 timeout=r[8],
                 wait=r[9],
+                batch_id=r[10],
             )
             for r in rows
         ]
@@ -214,20 +207,24 @@ class JobStore:
         self, held: Sequence[tuple[int, int]], owner: str, lease: float
     ) -> set[int]:
         """Renew (id, attempt) leases; return the ids still held."""
-        params = {
-            "ids": [h[0] for h in held],
-            "attempts": [h[1] for h in held],
-            "owner": owner,
-            "lease": lease,
-        }
+        params = {**_leases(held), "owner": owner, "lease": lease}
         with translated("lease renewal failed", self.where), self.pool.connection() as conn:
             return {r[0] for r in conn.execute(self.q["lease_renew_many"], params)}
 
-    def job_complete_many(self, done: Sequence[tuple[int, int]], owner: str) -> set[int]:
-        """Mark (id, attempt) jobs succeeded; return the ids completed (others were lost)."""
-        params = {"ids": [d[0] for d in done], "attempts": [d[1] for d in done], "owner": owner}
+    def job_complete_many(
+        self, done: Sequence[tuple[int, int, str | None]], owner: str
+    ) -> set[int]:
+        """Mark (id, attempt, result JSON) jobs succeeded; return the ids completed (others
+        were lost)."""
+        params = {**_leases(done), "results": [d[2] for d in done], "owner": owner}
         with translated("completion failed", self.where), self.pool.connection() as conn:
             return {r[0] for r in conn.execute(self.q["job_complete_many"], params)}
+
+    def job_progress_many(self, held: Sequence[tuple[int, int, str]], owner: str) -> None:
+        """Record (id, attempt, progress JSON) of running jobs this worker holds."""
+        params = {**_leases(held), "progress": [h[2] for h in held], "owner": owner}
+        with translated("progress record failed", self.where), self.pool.connection() as conn:
+            conn.execute(self.q["job_progress_many"], params)
 
     def effect_begin(
         self, idle_limit: float | None = None, statement_limit: float | None = None
@@ -280,17 +277,13 @@ class JobStore:
 
     def job_release_many(self, held: Sequence[tuple[int, int]], owner: str) -> set[int]:
         """Give (id, attempt) jobs back to ready without counting the attempt."""
-        params = {
-            "ids": [h[0] for h in held],
-            "attempts": [h[1] for h in held],
-            "owner": owner,
-        }
+        params = {**_leases(held), "owner": owner}
         with translated("release failed", self.where), self.pool.connection() as conn:
             return {r[0] for r in conn.execute(self.q["job_release_many"], params)}
 
     def job_cancelled_among(self, held: Sequence[tuple[int, int]]) -> set[int]:
         """Which (id, attempt) jobs were cancelled by an operator (their lease taken)."""
-        params = {"ids": [h[0] for h in held], "attempts": [h[1] for h in held]}
+        params = _leases(held)
         with translated("cancel lookup failed", self.where), self.pool.connection() as conn:
             return {r[0] for r in conn.execute(self.q["job_cancelled_among"], params)}
 
@@ -350,6 +343,11 @@ class JobStore:
                 conn.execute(self.q["jobs_vacuum"], prepare=False)
             finally:
                 conn.execute("RESET statement_timeout")
+
+
+def _leases(held: Sequence[tuple[Any, ...]]) -> dict[str, list[Any]]:
+    """The (id, attempt, ...) leases as the fenced queries take them."""
+    return {"ids": [h[0] for h in held], "attempts": [h[1] for h in held]}
 
 
 def _ms(seconds: float | None) -> str | None:

@@ -29,13 +29,16 @@ class Effect:
                 pool.putconn(self.conn)
                 raise
 
-    def commit_completing(self, job_id: int, attempt: int, owner: str) -> bool:
-        """Mark the job succeeded in this transaction and commit both.
+    def commit_completing(
+        self, job_id: int, attempt: int, owner: str, result: str | None = None
+    ) -> bool:
+        """Mark the job succeeded (with its `result` JSON) in this transaction and commit
+        both.
 
         False when `owner` no longer holds the lease: both roll back. A DatabaseError
         when the completion or the commit fails: nothing commits either.
         """
-        params = {"ids": [job_id], "attempts": [attempt], "owner": owner}
+        params = {"ids": [job_id], "attempts": [attempt], "results": [result], "owner": owner}
         try:
             with translated("completion failed"), self.conn.pipeline():
                 # The handler's statement bound ends here: the completion is the worker's

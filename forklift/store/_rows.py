@@ -22,6 +22,7 @@ class NewJob:
     run_at: datetime | None = None
     delay: float = 0.0
     max_crashes: int = 2  # worker deaths it may cause before it is quarantined (dead)
+    batch_id: int | None = None
 
     @property
     def due_now(self) -> bool:
@@ -42,6 +43,7 @@ class ClaimedJob:
     max_attempts: int
     timeout: float | None
     wait: float = 0.0  # seconds from available to claimed (database clock)
+    batch_id: int | None = None  # the batch it belongs to
 
 
 class JobState(enum.StrEnum):

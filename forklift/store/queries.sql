@@ -6,12 +6,13 @@
 -- Insert one job; with an idempotency key already taken, insert nothing.
 INSERT INTO {schema}.jobs
     (queue, task, args, idempotency_key, priority, max_attempts, max_crashes, timeout,
-     available_at)
+     available_at, batch_id)
 VALUES (
     %(queue)s::text, %(task)s::text, %(args)s::jsonb, %(idempotency_key)s::text,
     %(priority)s::smallint, %(max_attempts)s::integer, %(max_crashes)s::integer,
     %(timeout)s::float8,
-    coalesce(%(run_at)s::timestamptz, now()) + make_interval(secs => %(delay)s::float8)
+    coalesce(%(run_at)s::timestamptz, now()) + make_interval(secs => %(delay)s::float8),
+    %(batch_id)s::bigint
 )
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id;
@@ -20,17 +21,17 @@ RETURNING id;
 -- Insert many jobs (reserved ids, or NULL to draw one); taken keys insert nothing.
 INSERT INTO {schema}.jobs
     (id, queue, task, args, idempotency_key, priority, max_attempts, max_crashes, timeout,
-     available_at)
+     available_at, batch_id)
 SELECT coalesce(id, nextval('{schema}.jobs_id_seq'::regclass)),
        queue, task, args, idempotency_key, priority, max_attempts, max_crashes, timeout,
-       coalesce(run_at, now()) + make_interval(secs => delay)
+       coalesce(run_at, now()) + make_interval(secs => delay), batch_id
 FROM unnest(
     %(id)s::bigint[], %(queue)s::text[], %(task)s::text[], %(args)s::jsonb[],
     %(idempotency_key)s::text[], %(priority)s::smallint[], %(max_attempts)s::integer[],
     %(max_crashes)s::integer[], %(timeout)s::float8[], %(run_at)s::timestamptz[],
-    %(delay)s::float8[]
+    %(delay)s::float8[], %(batch_id)s::bigint[]
 ) AS j(id, queue, task, args, idempotency_key, priority, max_attempts, max_crashes, timeout,
-       run_at, delay)
+       run_at, delay, batch_id)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, idempotency_key;
 
@@ -47,7 +48,7 @@ FROM generate_series(1, %(n)s::integer);
 -- name: job_copy
 -- Bulk-load jobs that are due now and carry no idempotency key, with reserved ids.
 COPY {schema}.jobs
-    (id, queue, task, args, priority, max_attempts, max_crashes, timeout)
+    (id, queue, task, args, priority, max_attempts, max_crashes, timeout, batch_id)
 FROM STDIN;
 
 -- name: job_claim
@@ -98,7 +99,7 @@ UPDATE {schema}.jobs AS j SET
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.queue, j.task, j.args, j.idempotency_key, j.priority, j.attempts,
           j.max_attempts, j.timeout,
-          greatest(0, extract(epoch FROM now() - j.available_at))::float8;
+          greatest(0, extract(epoch FROM now() - j.available_at))::float8, j.batch_id;
 
 -- name: job_next_available
 -- Seconds until the earliest ready job of the given queues, paused ones left out, is due
@@ -125,20 +126,28 @@ WHERE j.id = mine.id
 RETURNING j.id;
 
 -- name: job_complete_many
--- Mark jobs succeeded, fenced by owner and attempt; returns the ids completed.
+-- Mark jobs succeeded with their results (NULL: none), fenced by owner and attempt;
+-- returns the ids completed. A job someone waits for (app.result()) notifies the
+-- waiters' channel.
 WITH mine AS (
-    SELECT j.id FROM {schema}.jobs j
-    JOIN unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS h(id, attempt)
+    SELECT j.id, h.result FROM {schema}.jobs j
+    JOIN unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(results)s::jsonb[])
+      AS h(id, attempt, result)
       ON j.id = h.id AND j.attempts = h.attempt
     WHERE j.state = 'running' AND j.lease_owner = %(owner)s::text
     ORDER BY j.id
     FOR UPDATE OF j
+), done AS (
+    UPDATE {schema}.jobs AS j SET
+        state = 'succeeded', completed_at = now(), lease_owner = NULL, lease_until = NULL,
+        result = mine.result
+    FROM mine
+    WHERE j.id = mine.id
+    RETURNING j.id, j.waited
+), told AS (
+    SELECT count(pg_notify('{done_channel}', 'j' || done.id)) AS n FROM done WHERE done.waited
 )
-UPDATE {schema}.jobs AS j SET
-    state = 'succeeded', completed_at = now(), lease_owner = NULL, lease_until = NULL
-FROM mine
-WHERE j.id = mine.id
-RETURNING j.id;
+SELECT done.id FROM done, told;
 
 -- name: effect_limits
 -- How long this effect transaction may sit idle while its handler works, and how long
@@ -157,7 +166,8 @@ RESET statement_timeout;
 
 -- name: job_fail
 -- Record a failed attempt: back to ready after `delay` seconds, or dead; fenced. A retry
--- wakes idle workers so they sleep until it is due, not for their poll interval.
+-- wakes idle workers so they sleep until it is due, not for their poll interval; a death
+-- tells the job's waiters. Returns the new state.
 WITH failed AS (
     UPDATE {schema}.jobs SET
         state = CASE WHEN %(dead)s::boolean THEN 'dead' ELSE 'ready' END::{schema}.job_state,
@@ -172,9 +182,10 @@ WITH failed AS (
             'error', %(error)s::text, 'traceback', %(traceback)s::text)
     WHERE id = %(id)s::bigint AND attempts = %(attempt)s::integer
       AND state = 'running' AND lease_owner = %(owner)s::text
-    RETURNING state::text AS state, queue
+    RETURNING id, state::text AS state, queue, waited
 )
-SELECT state, CASE WHEN state = 'ready' THEN pg_notify('{channel}', queue) END IS NULL
+SELECT state, CASE WHEN state = 'ready' THEN pg_notify('{channel}', queue) END IS NULL,
+       CASE WHEN state = 'dead' AND waited THEN pg_notify('{done_channel}', 'j' || id) END IS NULL
 FROM failed;
 
 -- name: job_release_many
@@ -216,6 +227,23 @@ WHERE j.id IN (
     FOR UPDATE SKIP LOCKED
 )
 RETURNING j.id;
+
+-- name: job_progress_many
+-- Record how far running jobs are, fenced by owner and attempt (a job that ended meanwhile
+-- keeps what it had). Rows in id order, as every write over many jobs.
+WITH mine AS (
+    SELECT j.id, h.progress FROM {schema}.jobs j
+    JOIN unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(progress)s::jsonb[])
+      AS h(id, attempt, progress)
+      ON j.id = h.id AND j.attempts = h.attempt
+    WHERE j.state = 'running' AND j.lease_owner = %(owner)s::text
+    ORDER BY j.id
+    FOR UPDATE OF j
+)
+UPDATE {schema}.jobs AS j
+SET progress = mine.progress || jsonb_build_object('at', now())
+FROM mine
+WHERE j.id = mine.id;
 
 -- name: job_prune
 -- Delete finished jobs past their retention, a bounded batch at a time.

@@ -31,6 +31,7 @@ from forklift.scheduler.metrics import CronCollector
 from forklift.scheduler.service import Scheduler
 from forklift.scheduler.store import ScheduleStore
 from forklift.store import JobStore
+from forklift.store.batches import BatchStore
 from forklift.supervisor.child import Children, Signaller, send_signal
 from forklift.supervisor.config import SupervisorConfig
 from forklift.supervisor.dbthread import DbService, DbThread
@@ -52,6 +53,7 @@ from forklift.supervisor.states import RetireReason, StopMode
 from forklift.supervisor.store import SupervisorStore
 from forklift.supervisor.systemd import Notifier
 from forklift.supervisor.title import supervisor_title
+from forklift.workers.batch_ends import BatchSweep
 from forklift.workers.maintenance import Maintenance, MaintenanceConfig
 
 log = logging.getLogger(__name__)
@@ -137,6 +139,7 @@ class Supervisor:
             timeouts,
             MaintenanceConfig(w.maintenance_interval, w.keep_finished, w.keep_dead),
             section=lambda: nullcontext(self.session.maintaining.is_set()),
+            sweep=BatchSweep(BatchStore(held.connection, app.schema), self.totals),
         )
         services = [
             DbService("attribution", TICK, self.attribution.retry_pending),

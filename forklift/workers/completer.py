@@ -14,6 +14,7 @@ from forklift._service import TestSignal
 from forklift.backoff import Backoff, Streak
 from forklift.errors import DatabaseError
 from forklift.store import JobStore
+from forklift.workers.batch_ends import BatchEnds
 from forklift.workers.context import JobContext
 from forklift.workers.events import JobEvents
 from forklift.workers.holdings import Holdings
@@ -55,6 +56,7 @@ class Completer:
         events: JobEvents,
         closing: threading.Event,
         config: CompleterConfig | None = None,
+        ends: BatchEnds | None = None,
     ) -> None:
         self.store = store
         self.owner = owner
@@ -62,6 +64,7 @@ class Completer:
         self.events = events
         self.closing = closing  # once set, a failing batch is given up at once
         self.config = config or CompleterConfig()
+        self.ends = ends  # told the batches of the jobs completed, after the commit
         self.flushed: TestSignal[Flushed] = TestSignal()
         self._queue: queue.SimpleQueue[JobContext | None] = queue.SimpleQueue()
         self._retry = Streak(self.config.retry)
@@ -116,7 +119,7 @@ class Completer:
                     batch = [c for c in batch if not c.finished]
                     done = (
                         self.store.job_complete_many(
-                            [(c.job_id, c.attempt) for c in batch], self.owner
+                            [(c.job_id, c.attempt, c.result_json) for c in batch], self.owner
                         )
                         if batch
                         else set()
@@ -138,6 +141,8 @@ class Completer:
             else:
                 lost.append(ctx.job_id)
                 self.events.lease_lost(ctx, "completion refused")
+        if self.ends is not None:
+            self.ends.ended(c.job.batch_id for c in batch if c.job_id in done)
         result = Flushed(done, lost)
         self.flushed.emit(result)
         return result

@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, suppress
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
 from forklift.errors import DatabaseError
 from forklift.store import ClaimedJob, Effect, JobStore
+
+if TYPE_CHECKING:
+    from forklift.batch import Batch
+
+Reads = Callable[[], AbstractContextManager[psycopg.Connection[Any]]]
+
+# What ctx.progress() keeps of a message, in characters.
+PROGRESS_MESSAGE_CHARS = 200
 
 _EVENT_LOCK = threading.Lock()
 
@@ -43,8 +51,10 @@ class JobContext:
         *,
         effect_idle: float = 3600.0,
         effect_statement: float = 300.0,
+        batch_of: Callable[[int, Reads], Batch] | None = None,
     ) -> None:
         self.job = job
+        self._batch_of = batch_of
         self.effect_idle = effect_idle  # seconds its effect transaction may sit idle
         self.effect_statement = effect_statement  # seconds one statement in it may take
         self._cancelled = False
@@ -60,6 +70,10 @@ class JobContext:
         self.finished = False
         self.cancel_requested = False  # an operator cancelled it (forklift jobs cancel)
         self.outcome_lock = threading.Lock()
+        self.result_json: str | None = None  # what the handler returned, as JSON
+        # The latest ctx.progress() (done, total, message), and whether it is written yet.
+        self.progress_now: tuple[float, float | None, str | None] | None = None
+        self.progress_dirty = False
         self._store = store
         self._effect: Effect | None = None
 
@@ -88,6 +102,40 @@ class JobContext:
             woken = self._woken
         if woken is not None:
             woken.set()
+
+    def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
+        """Record how far the job is (`done` of `total`, a short `message`). Cheap to call
+        in a tight loop: the worker writes the latest one at most twice a second, on a
+        thread of its own, never in the effect transaction. Shown by `forklift jobs
+        show`, `top`, and summed per batch by `forklift batches show`."""
+        if not isinstance(done, int | float) or not isinstance(total, int | float | None):
+            raise TypeError("ctx.progress(done, total=None, message=None): numbers, please")
+        if message is not None:
+            message = str(message)[:PROGRESS_MESSAGE_CHARS]
+        self.progress_now = (done, total, message)
+        self.progress_dirty = True
+
+    @property
+    def batch(self) -> Batch | None:
+        """The batch this job belongs to, or, for a batch's callback, the batch it
+        finishes (its status, results and dead jobs); None for any other job."""
+        from forklift.batch import callback_of
+
+        batch_id = self.job.batch_id or callback_of(self.job.idempotency_key)
+        if batch_id is None or self._batch_of is None:
+            return None
+        return self._batch_of(batch_id, self._reads)
+
+    @contextmanager
+    def _reads(self) -> Iterator[psycopg.Connection[Any]]:
+        """Where the handler's reads of its batch go: into its effect transaction while
+        one is open (the handler holds that connection), else an effects connection."""
+        if self._effect is not None:
+            yield self._effect.conn
+            return
+        pool = self._store.effects if self._store.effects is not None else self._store.pool
+        with pool.connection() as conn:
+            yield conn
 
     @property
     def job_id(self) -> int:

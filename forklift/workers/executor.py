@@ -6,7 +6,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from forklift.errors import Fail, Retry
+from forklift import _json
+from forklift.errors import Fail, ResultError, Retry
 from forklift.task import Task
 from forklift.workers.context import JobContext
 
@@ -23,6 +24,7 @@ class Result:
     traceback: str | None = None
     retry_delay: float | None = None  # asked for by forklift.Retry
     give_up: bool = False  # forklift.Fail, unknown task, bad arguments: no more attempts
+    value: str | None = None  # the handler's return value as JSON text (None: none)
 
 
 SUCCEEDED = Result(succeeded=True)
@@ -63,13 +65,20 @@ def run(task: Task[Any, Any] | None, ctx: JobContext, worker: str) -> Result:
     problem = task.misfit(job.args)
     if problem is not None:
         return give_up(f"ArgumentError: {job.task}: {problem}")
-    return call(task.fn, (ctx,), job.args)
+    return call(task.fn, (ctx,), job.args, task.app.max_result_bytes)
 
 
-def call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Result:
-    """Call a handler; any exception (even SystemExit) becomes a failed Result."""
+def call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], max_result_bytes: int) -> Result:
+    """Call a handler; any exception (even SystemExit) becomes a failed Result. What it
+    returns is its result, encoded; one that is not JSON, or too big, is a ResultError
+    that ends the job (it would not change on a retry)."""
     try:
-        fn(*args, **kwargs)
+        value = fn(*args, **kwargs)
     except BaseException as exc:  # a handler's exception never escapes the worker
         return failure(exc)
-    return SUCCEEDED
+    if value is None:
+        return SUCCEEDED
+    try:
+        return Result(True, value=_json.dumps_result(value, max_result_bytes))
+    except ResultError as exc:
+        return give_up(describe(exc))

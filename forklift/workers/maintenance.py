@@ -1,5 +1,6 @@
-"""Maintenance: rescue exhausted expired leases, prune old jobs and vacuum the jobs
-table, one replica at a time, on a thread of its own."""
+"""Maintenance: rescue exhausted expired leases, prune old jobs (and batches), vacuum
+the jobs table and sweep for finished batches, one replica at a time, on a thread of
+its own (or the supervisor's database thread)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from forklift._events import emit
 from forklift._service import TestSignal, run_every
 from forklift._singleton import singleton
 from forklift.store import JobStore
+from forklift.workers.batch_ends import BatchSweep
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +63,12 @@ class Maintenance:
         timeouts: _db.Timeouts,
         config: MaintenanceConfig | None = None,
         section: Callable[[], AbstractContextManager[bool]] | None = None,
+        sweep: BatchSweep | None = None,
     ) -> None:
         self.store = store
+        # Finishes batches whose end nobody followed up: each round, and every second
+        # in between when the caller polls (run_due).
+        self.sweep = sweep
         self.dsn = dsn
         self.timeouts = timeouts
         self.config = config or MaintenanceConfig()
@@ -92,6 +98,10 @@ class Maintenance:
         thread does); None otherwise."""
         now = time.monotonic()
         if now < self._next:
+            if self.sweep is not None and self.sweep.due(now):
+                with self._mine() as mine:
+                    if mine:
+                        self.sweep.run_once()
             return None
         self._next = now + self.config.interval  # also after a failure
         result = self.run_once()
@@ -108,6 +118,9 @@ class Maintenance:
                 return None
             rescued = self.store.job_rescue_exhausted()
             pruned = self.store.job_prune(cfg.keep_finished, cfg.keep_dead, cfg.prune_batch)
+            if self.sweep is not None:
+                self.sweep.run_once()
+                self.sweep.batches.prune(cfg.keep_finished, cfg.prune_batch)
             vacuumed = self._vacuum_if_due()
         if pruned >= cfg.prune_batch:
             self._next = time.monotonic() + cfg.catch_up

@@ -19,9 +19,10 @@ from typing import Any
 from forklift._events import emit
 from forklift.backoff import Backoff, Streak
 from forklift.errors import DatabaseError
-from forklift.store import Effect, JobStore
+from forklift.store import Effect, JobState, JobStore
 from forklift.task import Task
 from forklift.workers import executor
+from forklift.workers.batch_ends import BatchEnds
 from forklift.workers.context import JobContext
 from forklift.workers.events import JobEvents
 from forklift.workers.executor import Result
@@ -43,11 +44,19 @@ RELEASE_RETRY = 2.0
 
 
 class Recorder:
-    def __init__(self, store: JobStore, owner: str, holdings: Holdings, events: JobEvents) -> None:
+    def __init__(
+        self,
+        store: JobStore,
+        owner: str,
+        holdings: Holdings,
+        events: JobEvents,
+        ends: BatchEnds | None = None,
+    ) -> None:
         self.store = store
         self.owner = owner
         self.holdings = holdings
         self.events = events
+        self.ends = ends  # told the batch of a job that ended here, after the commit
         self._give_back_errors = Streak(RELEASE_BACKOFF)
         self._give_back_at = 0.0  # the next give-back after a failed one (monotonic)
 
@@ -58,7 +67,9 @@ class Recorder:
         """
         with ctx.outcome_lock:
             try:
-                owned = effect.commit_completing(ctx.job_id, ctx.attempt, self.owner)
+                owned = effect.commit_completing(
+                    ctx.job_id, ctx.attempt, self.owner, ctx.result_json
+                )
             except DatabaseError as exc:
                 return executor.failure(exc)
             ctx.finished = True
@@ -66,6 +77,8 @@ class Recorder:
                 self.events.lease_lost(ctx, "rolled back")
                 return None  # nothing more to record: the job is not ours any more
         self.events.succeeded(ctx)
+        if self.ends is not None:
+            self.ends.ended([ctx.job.batch_id])
         return None
 
     def fail(self, ctx: JobContext, task: Task[Any, Any] | None, result: Result) -> None:
@@ -87,15 +100,18 @@ class Recorder:
                     traceback=result.traceback,
                 )
                 refused = state is None
+                ended = state is JobState.DEAD
             except DatabaseError as exc:
                 # The lease will expire and another attempt will record what happens.
                 emit(log, "job.fail_record_failed", logging.ERROR, job=job.id, error=exc)
-                refused = False
+                refused = ended = False
             ctx.finished = True
         if refused:
             self.events.lease_lost(ctx, "outcome refused")
         else:
             self.events.failed(ctx, result.error, dead=dead, retry_in=delay)
+        if ended and self.ends is not None:
+            self.ends.ended([job.batch_id])
 
     def release(self, contexts: Sequence[JobContext], why: str, *, last_try: bool = False) -> bool:
         """Give jobs back to ready at once (fenced), without counting the attempt.

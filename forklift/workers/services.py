@@ -11,6 +11,8 @@ from forklift import _db
 from forklift._ids import application_name
 from forklift.metrics import Tally
 from forklift.store import ClaimedJob, JobStore
+from forklift.store.batches import BatchStore
+from forklift.workers.batch_ends import BatchEnds, BatchSweep
 from forklift.workers.cancels import Cancels
 from forklift.workers.completer import Completer, CompleterConfig
 from forklift.workers.config import WorkerConfig
@@ -19,6 +21,7 @@ from forklift.workers.holdings import Holdings
 from forklift.workers.listener import Listener, PipeSource
 from forklift.workers.liveness import LivenessLock
 from forklift.workers.maintenance import Maintenance, MaintenanceConfig
+from forklift.workers.progress import ProgressWriter
 from forklift.workers.renewer import LeaseRenewer, RenewerConfig
 from forklift.workers.wakeup import Wakeup
 
@@ -40,6 +43,7 @@ class ServiceDeps:
     # A supervisor's child: its hints come over this pipe, and its supervisor's liveness
     # lock vouches for it. None: a worker on its own, which LISTENs and locks itself.
     hints: PipeSource | None = None
+    ends: BatchEnds | None = None  # told the batches of jobs completed
 
 
 class Services:
@@ -55,23 +59,13 @@ class Services:
         self.closing = threading.Event()
         self.cancels = Cancels(d.store, d.holdings, d.events, d.on_cancel)
         self.renewer = LeaseRenewer(
-            d.store,
-            d.owner,
-            d.holdings,
-            d.events,
-            d.tally,
-            self.closing,
-            RenewerConfig(config.lease),
-            self.cancels,
-        )
+            d.store, d.owner, d.holdings, d.events, d.tally, self.closing,
+            RenewerConfig(config.lease), self.cancels,
+        )  # fmt: skip
         self.completer = Completer(
-            d.store,
-            d.owner,
-            d.holdings,
-            d.events,
-            self.closing,
-            CompleterConfig(give_up_after=config.lease),
-        )
+            d.store, d.owner, d.holdings, d.events, self.closing,
+            CompleterConfig(give_up_after=config.lease), d.ends,
+        )  # fmt: skip
         self.listener = (
             Listener(
                 d.store,
@@ -91,7 +85,9 @@ class Services:
             d.dsn,
             d.timeouts,
             MaintenanceConfig(config.maintenance_interval, config.keep_finished, config.keep_dead),
+            sweep=BatchSweep(BatchStore(d.store.pool.connection, d.store.schema), d.tally),
         )
+        self.progress = ProgressWriter(d.store, d.owner, d.holdings, self.closing)
         self._maintain = config.maintenance
         session_dsn = _db.session_dsn(d.dsn)
         self.liveness = (
@@ -119,6 +115,7 @@ class Services:
         threads = [
             threading.Thread(target=self.renewer.run, name="forklift-renewer", daemon=True),
             self._completing,
+            threading.Thread(target=self.progress.run, name="forklift-progress", daemon=True),
         ]
         if self._keeping is not None:
             threads.insert(0, self._keeping)

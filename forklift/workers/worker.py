@@ -27,13 +27,16 @@ from forklift._ids import application_name, make_owner
 from forklift._service import Repeats, TestSignal
 from forklift.app import App
 from forklift.backoff import Backoff, Streak
+from forklift.batch import Batch
 from forklift.errors import DatabaseError, SchemaMissing
 from forklift.metrics import Tally
 from forklift.store import ClaimedJob
+from forklift.store.batches import BatchStore
 from forklift.workers import executor
+from forklift.workers.batch_ends import BatchEnds
 from forklift.workers.config import WorkerConfig
 from forklift.workers.connections import WorkerConnections, detect_pooler
-from forklift.workers.context import JobContext
+from forklift.workers.context import JobContext, Reads
 from forklift.workers.events import JobEvents, Outcome
 from forklift.workers.holdings import Holdings
 from forklift.workers.listener import PipeSource
@@ -152,13 +155,15 @@ class Worker:
         self.events = JobEvents(
             self.owner, self.holdings, self._wakeup, self.tally, self.on_job_end
         )
-        self.recorder = Recorder(self.store, self.owner, self.holdings, self.events)
+        self.batches = BatchStore(self.store.pool.connection, self.app.schema)
+        self.ends = BatchEnds(self.batches, self.tally)
+        self.recorder = Recorder(self.store, self.owner, self.holdings, self.events, self.ends)
         self._work: queue.SimpleQueue[JobContext | None] = queue.SimpleQueue()
         hints = PipeSource(self.hints_fd, self.app.schema) if self.hints_fd is not None else None
         self.services = Services(
             ServiceDeps(
                 cfg, self.store, self.app.dsn, self._timeouts, self.owner, self.holdings,
-                self.events, self._wakeup, self.tally, self.on_job_cancel, hints,
+                self.events, self._wakeup, self.tally, self.on_job_cancel, hints, self.ends,
             )
         )  # fmt: skip
         for i in range(cfg.concurrency):
@@ -291,12 +296,19 @@ class Worker:
             self.store,
             effect_idle=effect_idle(self.app, job, self.config.lease),
             effect_statement=effect_statement(self.app, job, self.config),
+            batch_of=self._batch_of,
         )
         self.holdings.adopt(ctx)
         if self.tally is not None:
             self.tally.wait(job.queue, job.wait)
         self.events.emit("job.claimed", ctx, logging.DEBUG)
         return ctx
+
+    def _batch_of(self, batch_id: int, reads: Reads) -> Batch:
+        """A handler's view of a batch (ctx.batch), read where `reads` says (JobContext):
+        never on the worker's own connection, which claims and renewals must not wait
+        behind."""
+        return Batch(batch_id, BatchStore(reads, self.app.schema), self.app.dsn)
 
     # -- running one job (on an executor thread) ----------------------------------------
 
@@ -331,6 +343,7 @@ class Worker:
         task = self.app.tasks.get(job.task)
         result = executor.run(task, ctx, self.owner)
         ctx.duration = time.monotonic() - started
+        ctx.result_json = result.value
         self.prefetch.observe_job(ctx.duration)  # executor threads race here: a lost sample
         effect = ctx.take_effect()
         if ctx.finished or ctx.giving_back:  # released (or being) at a stop past grace

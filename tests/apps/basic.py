@@ -157,3 +157,48 @@ def backtrack(ctx: forklift.JobContext, *, n: int = 32) -> None:
     """A regex that backtracks for minutes inside the C engine, holding the GIL: nothing
     else in its process runs (no lease renewal, no liveness retake) until it is killed."""
     re.fullmatch(r"(a+)+b", "a" * n)
+
+
+@app.task(name="square")
+def square(ctx: forklift.JobContext, *, n: int, effect: bool = False, sleep: float = 0.0) -> int:
+    """Return n * n (its result); with `effect`, also an effect row in the same commit."""
+    if sleep:
+        time.sleep(sleep)
+    if effect:
+        with ctx.transaction() as conn:
+            conn.execute(
+                f"INSERT INTO {SCHEMA}.effects (job_id, key, n) VALUES (%s, %s, %s)",
+                (ctx.job_id, f"square-{n}", n),
+            )
+    return n * n
+
+
+@app.task(name="unstorable", max_attempts=3)
+def unstorable(ctx: forklift.JobContext, *, size: int = 0) -> object:
+    """Return what no result column takes: a set, or a string of `size` bytes."""
+    return "x" * size if size else {1, 2}
+
+
+@app.task(name="report", max_attempts=1)
+def report(ctx: forklift.JobContext, *, steps: int, seconds: float = 0.0) -> None:
+    """Report progress `steps` times over `seconds`."""
+    for i in range(1, steps + 1):
+        ctx.progress(i, steps, f"step {i}")
+        if seconds:
+            time.sleep(seconds / steps)
+
+
+@app.task(name="assemble")
+def assemble(ctx: forklift.JobContext, *, out: str = "") -> None:
+    """A batch's callback: write one effect row per run with what it saw of its batch
+    (key: the batch, n: its results' sum), in the same commit as its completion."""
+    batch = ctx.batch
+    assert batch is not None, "the callback has no batch"
+    status = batch.status()
+    results = batch.results()
+    total = sum(v for v in results.values() if isinstance(v, int))
+    with ctx.transaction() as conn:
+        conn.execute(
+            f"INSERT INTO {SCHEMA}.effects (job_id, key, n) VALUES (%s, %s, %s)",
+            (ctx.job_id, f"batch-{batch.id}:{status.outcome}:{len(batch.dead())}:{out}", total),
+        )

@@ -1,0 +1,300 @@
+"""Batches and results: fan jobs out as one batch, fan them back in with a callback that
+runs once, and wait for a job's result or a batch's end.
+
+A batch is sealed once no more jobs will be added (at once for `App.enqueue_batch`, when
+the block ends for `App.batch`); it finishes when it is sealed and every job in it has
+succeeded, gone dead or been cancelled. The transaction that marks it finished enqueues
+its callback, so the callback goes in exactly once, however many workers saw the end.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from forklift import _waiting
+from forklift._events import emit
+from forklift.errors import (
+    ArgumentError,
+    BatchNotFound,
+    DatabaseError,
+    JobCancelled,
+    JobFailed,
+    JobNotFound,
+)
+from forklift.store import Conn, NewJob
+from forklift.store.batches import BatchRow, BatchStore
+
+if TYPE_CHECKING:
+    from forklift.app import App, JobSpec
+    from forklift.task import Task
+
+log = logging.getLogger(__name__)
+
+# The key of a batch's callback job: `forklift:batch:<id>` (keys under `forklift:` are
+# forklift's own). It makes a second enqueue of the callback impossible, and tells the
+# callback's handler which batch it finishes (ctx.batch).
+CALLBACK_KEY = "forklift:batch:"
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStatus:
+    """Where a batch stands: its jobs by state (`pending`: ready or running), whether it
+    is sealed (no more jobs come) and finished (sealed, none pending; its callback is
+    enqueued), its outcome then ('succeeded', 'failed': some dead, 'cancelled'), and its
+    callback's job id."""
+
+    id: int
+    total: int
+    pending: int
+    running: int
+    succeeded: int
+    dead: int
+    cancelled: int
+    sealed: bool
+    finished: bool
+    outcome: str | None
+    callback_job_id: int | None
+
+
+class Batch:
+    """A batch of jobs, from any process (`App.get_batch(id)`): its status, its results,
+    and a wait for its end. `job_ids` are read from the database when not known."""
+
+    def __init__(
+        self, batch_id: int, store: BatchStore, dsn: str, job_ids: list[int] | None = None
+    ) -> None:
+        self.id = batch_id
+        self._store = store
+        self._dsn = dsn
+        self._job_ids = job_ids
+
+    def __repr__(self) -> str:
+        return f"<forklift.Batch {self.id}>"
+
+    @property
+    def job_ids(self) -> list[int]:
+        """Its jobs' ids, in the order they were added."""
+        if self._job_ids is None:
+            self._job_ids = self._store.job_ids(self.id)
+        return list(self._job_ids)
+
+    def status(self, conn: Conn | None = None) -> BatchStatus:
+        row = self._store.get(self.id, conn)
+        if row is None:
+            raise BatchNotFound(f"no batch {self.id} (never made, or pruned)")
+        return _status(row, self._store.counts(self.id, conn).by_state)
+
+    def wait(self, timeout: float = 60.0) -> BatchStatus:
+        """The status once the batch finished, waiting up to `timeout` seconds (woken by
+        its end, polling as a fallback); TimeoutError if it did not finish by then."""
+
+        def finished(conn: Conn | None) -> BatchStatus | None:
+            status = self.status(conn)
+            return status if status.finished else None
+
+        done = _waiting.wait_for_end(self._dsn, self._store, f"b{self.id}", finished, timeout)
+        if done is None:
+            raise TimeoutError(f"batch {self.id} did not finish within {timeout:g} s")
+        return done
+
+    def results(self) -> dict[int, Any]:
+        """{job id: result} of its succeeded jobs, in job order (None: returned nothing)."""
+        return self._store.results(self.id)
+
+    def dead(self) -> dict[int, str | None]:
+        """{job id: last error} of its dead jobs, in job order."""
+        return self._store.dead(self.id)
+
+
+def _status(row: BatchRow, by_state: dict[str, int]) -> BatchStatus:
+    ready, running = by_state.get("ready", 0), by_state.get("running", 0)
+    return BatchStatus(
+        id=row.id,
+        total=row.total,
+        pending=ready + running,
+        running=running,
+        succeeded=by_state.get("succeeded", 0),
+        dead=by_state.get("dead", 0),
+        cancelled=by_state.get("cancelled", 0),
+        sealed=row.sealed_at is not None,
+        finished=row.finished_at is not None,
+        outcome=row.outcome,
+        callback_job_id=row.callback_job_id,
+    )
+
+
+def callback_of(key: str | None) -> int | None:
+    """The batch a job finishes, if it is a batch's callback (by its reserved key)."""
+    if key is None or not key.startswith(CALLBACK_KEY):
+        return None
+    tail = key[len(CALLBACK_KEY) :]
+    return int(tail) if tail.isdigit() else None
+
+
+# -- making batches (App's methods call these) -------------------------------------------
+
+Specs = Iterable["JobSpec | tuple[str, Mapping[str, Any]]"]
+
+
+def callback_spec(
+    app: App, on_complete: Task[Any, Any] | str | None, args: Mapping[str, Any] | None
+) -> dict[str, Any] | None:
+    """The callback job as the batch row keeps it (validated now, like any enqueue)."""
+    if on_complete is None:
+        if args is not None:
+            raise ArgumentError("on_complete_args given without on_complete")
+        return None
+    name = on_complete if isinstance(on_complete, str) else on_complete.name
+    job = app._new_job(name, args)
+    return {
+        "queue": job.queue,
+        "task": job.task,
+        "args": json.loads(job.args),
+        "priority": job.priority,
+        "max_attempts": job.max_attempts,
+        "max_crashes": job.max_crashes,
+        "timeout": job.timeout,
+    }
+
+
+def member_jobs(app: App, specs: Specs, batch_id: int | None = None) -> list[NewJob]:
+    """Validated jobs for a batch; keys are refused (the batch is the unit: a job that
+    matched an existing key would not be this batch's)."""
+    jobs = app._new_jobs(specs)
+    for job in jobs:
+        if job.idempotency_key is not None:
+            raise ArgumentError(
+                f"a batch's jobs take no idempotency key (got {job.idempotency_key!r}): "
+                "a job whose key is taken would belong to another batch, or none"
+            )
+        job.batch_id = batch_id
+    return jobs
+
+
+def enqueue_batch(
+    app: App,
+    specs: Specs,
+    on_complete: Task[Any, Any] | str | None,
+    on_complete_args: Mapping[str, Any] | None,
+    conn: Conn | None,
+) -> Batch:
+    callback = callback_spec(app, on_complete, on_complete_args)
+    jobs = member_jobs(app, specs)
+    store, batches = app.store, app.batches
+
+    def insert(c: Conn) -> tuple[int, list[int]]:
+        batch_id = batches.create(callback, len(jobs), sealed=True, conn=c)
+        for job in jobs:
+            job.batch_id = batch_id
+        return batch_id, store.job_insert_many(jobs, c) if jobs else []
+
+    if conn is not None:
+        batch_id, ids = insert(conn)  # an empty one finishes by the sweep, after your commit
+    else:
+        with store.pool.connection() as own, own.transaction():
+            batch_id, ids = insert(own)
+        if not jobs:
+            batches.finish_if_done({batch_id})
+    return Batch(batch_id, batches, app.dsn, ids)
+
+
+class BatchWriter(Batch):
+    """`with app.batch(on_complete=...) as b:` a batch whose jobs are added in chunks,
+    each `enqueue`/`enqueue_many` committed at once (workers may start on them while
+    more are added), sealed when the block ends. If the block raises, the batch is
+    cancelled (its ready and running jobs cancelled) and sealed: its callback still runs
+    once, and sees that."""
+
+    def __init__(self, app: App, callback: dict[str, Any] | None) -> None:
+        self._app = app
+        self._callback = callback
+        self._added: list[int] = []
+        self._sealed = False
+        super().__init__(0, app.batches, app.dsn)
+
+    def __enter__(self) -> BatchWriter:
+        with self._app.store.pool.connection() as conn:
+            self.id = self._store.create(self._callback, 0, sealed=False, conn=conn)
+        return self
+
+    def enqueue(self, task: Task[Any, Any] | str, /, **args: Any) -> int:
+        """Add one job (`task` a Task or a task name, `args` its keyword arguments)."""
+        name = task if isinstance(task, str) else task.name
+        return self.enqueue_many([(name, args)])[0]
+
+    def enqueue_many(self, specs: Specs) -> list[int]:
+        """Add jobs (the pairs or JobSpecs App.enqueue_many takes), in one transaction."""
+        if self._sealed or not self.id:
+            raise ArgumentError(
+                f"batch {self.id or '(not begun)'} takes no more jobs: add them inside "
+                "its `with app.batch() as b:` block"
+            )
+        jobs = member_jobs(self._app, specs, self.id)
+        if not jobs:
+            return []
+        with self._app.store.pool.connection() as conn, conn.transaction():
+            if not self._store.add(self.id, len(jobs), conn):
+                raise ArgumentError(f"batch {self.id} is sealed: it takes no more jobs")
+            ids = self._app.store.job_insert_many(jobs, conn)
+        self._added.extend(ids)
+        return ids
+
+    @property
+    def job_ids(self) -> list[int]:
+        return list(self._added)
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._sealed = True
+        if kind is not None:
+            try:
+                cancel_batch(self._app, self.id, f"the batch block ({kind.__name__})")
+            except DatabaseError as error:  # the block's own exception is the one raised
+                emit(log, "batch.cancel_failed", logging.ERROR, batch=self.id, error=error)
+        self._store.seal(self.id)
+        self._store.finish_if_done({self.id})
+
+
+def cancel_batch(app: App, batch_id: int, why: str) -> int:
+    """Mark the batch cancelled and cancel its ready and running jobs (a running job as
+    `forklift jobs cancel` does); how many jobs were cancelled."""
+    from forklift.admin.jobs import JobAdmin, operator  # the operator's side, on demand
+
+    admin = JobAdmin(app.dsn, app.schema)
+    app.batches.cancel(batch_id, f"{operator()} ({why})")
+    return sum(a.done for a in admin.job_cancel_many(app.batches.open_job_ids(batch_id)))
+
+
+def result(app: App, job_id: int, timeout: float) -> Any:
+    """See App.result."""
+    store = app.batches
+
+    def ended(conn: Conn | None) -> tuple[Any] | None:
+        found = store.job_outcome(job_id, conn)
+        if found is None:
+            raise JobNotFound(f"no job {job_id} (never enqueued, or pruned)")
+        state, value, error = found
+        if state == "succeeded":
+            return (value,)
+        if state == "dead":
+            raise JobFailed(job_id, error)
+        if state == "cancelled":
+            raise JobCancelled(job_id, error)
+        return None
+
+    def mark(conn: Conn) -> None:
+        store.job_wait_mark(job_id, conn)
+
+    done = _waiting.wait_for_end(app.dsn, store, f"j{job_id}", ended, timeout, mark)
+    if done is None:
+        raise TimeoutError(f"job {job_id} did not finish within {timeout:g} s")
+    return done[0]

@@ -1,0 +1,91 @@
+"""Finishing batches: at once after a worker commits the end of one of their jobs, and
+by a sweep for the ends nobody followed up (a worker killed right after its commit, a
+database gone between the two, a job charged by a supervisor).
+
+Either way `BatchStore.finish` decides, under the batch's lock, after seeing none of
+its jobs open: the callback goes in once, whoever asks and however often.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+
+from forklift._events import emit
+from forklift._service import Repeats
+from forklift.errors import DatabaseError
+from forklift.metrics import Tally, Totals
+from forklift.store.batches import BatchStore, Finished
+
+log = logging.getLogger(__name__)
+
+
+def _report(finished: dict[int, Finished], tally: Tally | Totals | None) -> None:
+    for batch_id, done in finished.items():
+        emit(
+            log,
+            "batch.finished",
+            batch=batch_id,
+            outcome=done.outcome,
+            callback=done.callback_job_id,
+            callback_delay=round(done.delay, 4),
+        )
+        if tally is not None:
+            tally.batch(done.outcome, done.delay)
+
+
+class BatchEnds:
+    """Told the batches of jobs whose end a worker just committed; finishes the done ones.
+
+    A failure is logged (once per kind in a row) and left to the sweep.
+    """
+
+    def __init__(self, batches: BatchStore, tally: Tally | None = None) -> None:
+        self.batches = batches
+        self.tally = tally
+        self._errors = Repeats()
+
+    def ended(self, batch_ids: Iterable[int | None]) -> None:
+        ids = {b for b in batch_ids if b is not None}
+        if not ids:
+            return
+        try:
+            finished = self.batches.finish_if_done(ids)
+        except DatabaseError as exc:
+            if self._errors.worth_logging(exc):
+                emit(log, "batch.finish_failed", logging.WARNING, batches=len(ids), error=exc)
+            return
+        _report(finished, self.tally)
+
+
+class BatchSweep:
+    """Every `every` seconds, looks at up to `limit` open sealed batches (from where the
+    last round stopped, so all are looked at in turn) and finishes the done ones."""
+
+    def __init__(
+        self,
+        batches: BatchStore,
+        totals: Tally | Totals | None = None,
+        *,
+        every: float = 1.0,
+        limit: int = 500,
+    ) -> None:
+        self.batches = batches
+        self.totals = totals
+        self.every = every
+        self.limit = limit
+        self._after = 0
+        self._next = time.monotonic()
+
+    def due(self, now: float) -> bool:
+        return now >= self._next
+
+    def run_once(self) -> int:
+        """One round: how many batches it finished."""
+        self._next = time.monotonic() + self.every
+        ids = self.batches.sweep_ids(self._after, self.limit)
+        self._after = ids[-1] if len(ids) == self.limit else 0
+        finished = self.batches.finish_if_done(set(ids))
+        _report(finished, self.totals)
+        return len(finished)

@@ -1,0 +1,44 @@
+"""Writing handlers' progress (ctx.progress): the latest of each running job, at most
+every half second, in one statement on the worker's own connection, on a thread of its
+own, so a handler reporting in a tight loop never waits on the database."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+
+from forklift._service import run_every
+from forklift.store import JobStore
+from forklift.workers.holdings import Holdings
+
+log = logging.getLogger(__name__)
+
+EVERY = 0.5  # seconds between writes: a job's progress is at most this stale
+
+
+class ProgressWriter:
+    def __init__(
+        self, store: JobStore, owner: str, holdings: Holdings, closing: threading.Event
+    ) -> None:
+        self.store = store
+        self.owner = owner
+        self.holdings = holdings
+        self.closing = closing
+
+    def run(self) -> None:
+        run_every(EVERY, self.run_once, self.closing, log, "job.progress_failed")
+
+    def run_once(self) -> int:
+        """Write what changed since the last round; how many jobs' progress it wrote."""
+        changed = []
+        for ctx in self.holdings.snapshot():  # also those waiting for their completion
+            now = ctx.progress_now
+            if ctx.progress_dirty and now is not None:
+                ctx.progress_dirty = False  # a call from here on is written next round
+                done, total, message = now
+                text = json.dumps({"done": done, "total": total, "message": message})
+                changed.append((ctx.job_id, ctx.attempt, text))
+        if changed:
+            self.store.job_progress_many(changed, self.owner)
+        return len(changed)

@@ -1,0 +1,232 @@
+"""Results, batches and progress against a real PostgreSQL, with workers in threads."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import psycopg
+import pytest
+
+import forklift
+from forklift.testing import wait_for
+from tests.integration.conftest import RunWorker
+
+
+def effects(db: psycopg.Connection[Any], schema: str) -> list[tuple[Any, ...]]:
+    return db.execute(f"SELECT job_id, key, n FROM {schema}.effects ORDER BY job_id").fetchall()
+
+
+def row(db: psycopg.Connection[Any], schema: str, job_id: int) -> dict[str, Any]:
+    cur = db.cursor(row_factory=psycopg.rows.dict_row)
+    found = cur.execute(f"SELECT * FROM {schema}.jobs WHERE id = %s", (job_id,)).fetchone()
+    assert found is not None
+    return found
+
+
+# -- results -------------------------------------------------------------------------------
+
+
+def test_a_result_is_stored_with_the_completion_and_returned(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    plain = app.enqueue("square", {"n": 7})
+    with_effect = app.enqueue("square", {"n": 8, "effect": True})
+    nothing = app.enqueue("noop")
+    run_worker()
+    assert app.result(plain, timeout=30) == 49
+    assert app.result(with_effect, timeout=30) == 64
+    assert app.result(nothing, timeout=30) is None
+    assert row(db, schema, plain)["result"] == 49
+    assert row(db, schema, nothing)["result"] is None
+    assert effects(db, schema) == [(with_effect, "square-8", 8)]
+
+
+def test_result_waits_and_is_woken_by_the_completion(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    job_id = app.enqueue("square", {"n": 3, "sleep": 0.6})
+    run_worker()
+    began = time.monotonic()
+    assert app.result(job_id, timeout=30) == 9
+    assert time.monotonic() - began < 10
+    assert row(db, schema, job_id)["waited"] is True
+
+
+def test_result_raises_for_dead_cancelled_unknown_and_slow_jobs(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    dead = app.enqueue("fail", {"message": "no luck"})
+    run_worker()
+    with pytest.raises(forklift.JobFailed) as failed:
+        app.result(dead, timeout=30)
+    assert failed.value.error == "RuntimeError: no luck"
+    later = app.enqueue("noop", delay=3600)
+    with pytest.raises(TimeoutError):
+        app.result(later, timeout=0.3)
+    with pytest.raises(TimeoutError):
+        app.result(later, timeout=0)
+    from forklift.admin.jobs import JobAdmin
+
+    waiter: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            app.result(later, timeout=30)
+        except BaseException as exc:
+            waiter.append(exc)
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    wait_for(lambda: row(db, schema, later)["waited"], what="the waiter marked the job")
+    JobAdmin(app.dsn, schema).job_cancel_many([later])
+    thread.join(timeout=10)
+    assert len(waiter) == 1 and isinstance(waiter[0], forklift.JobCancelled)
+    with pytest.raises(forklift.JobNotFound):
+        app.result(10**12, timeout=1)
+
+
+def test_a_result_that_is_not_json_or_too_big_ends_the_job_dead_at_once(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    not_json = app.enqueue("unstorable")
+    too_big = app.enqueue("unstorable", {"size": app.max_result_bytes})  # + 2 quotes
+    run_worker()
+    for job_id in (not_json, too_big):
+        with pytest.raises(forklift.JobFailed) as failed:
+            app.result(job_id, timeout=30)
+        assert failed.value.error is not None and failed.value.error.startswith("ResultError: ")
+        assert row(db, schema, job_id)["attempts"] == 1  # not retried: it would not shrink
+    assert "set is not JSON" in (row(db, schema, not_json)["last_error"] or "")
+    assert "max_result_bytes" in (row(db, schema, too_big)["last_error"] or "")
+
+
+# -- batches -------------------------------------------------------------------------------
+
+
+def test_a_batch_runs_its_callback_once_seeing_every_result(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    batch = app.enqueue_batch(
+        [("square", {"n": n}) for n in range(1, 41)],
+        on_complete="assemble",
+        on_complete_args={"out": "sum"},
+    )
+    assert len(batch.job_ids) == 40
+    assert batch.status().pending == 40 and not batch.status().finished
+    run_worker(concurrency=4)
+    status = batch.wait(timeout=30)
+    assert status.finished and status.succeeded == 40 and status.outcome == "succeeded"
+    assert batch.results() == {i: n * n for i, n in zip(batch.job_ids, range(1, 41), strict=True)}
+    assert status.callback_job_id is not None
+    app.result(status.callback_job_id, timeout=30)
+    expected = sum(n * n for n in range(1, 41))
+    assert effects(db, schema) == [
+        (status.callback_job_id, f"batch-{batch.id}:succeeded:0:sum", expected)
+    ]
+    again = app.get_batch(batch.id)
+    assert again.job_ids == batch.job_ids and again.status() == batch.status()
+
+
+def test_a_batch_with_dead_jobs_finishes_failed_and_its_callback_sees_them(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    batch = app.enqueue_batch(
+        [("square", {"n": 2}), ("fail", {"message": "broken tile"})], on_complete="assemble"
+    )
+    run_worker()
+    status = batch.wait(timeout=30)
+    assert (status.succeeded, status.dead, status.outcome) == (1, 1, "failed")
+    assert list(batch.dead().values()) == ["RuntimeError: broken tile"]
+    assert status.callback_job_id is not None
+    app.result(status.callback_job_id, timeout=30)
+    assert effects(db, schema)[0][1] == f"batch-{batch.id}:failed:1:"
+
+
+def test_a_streamed_batch_is_sealed_when_its_block_ends(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    run_worker(concurrency=2)
+    with app.batch(on_complete="assemble") as b:
+        first = b.enqueue(forklift.App.get_task(app, "square"), n=1)
+        # Workers finish what is in before the seal: the batch must not finish early.
+        wait_for(lambda: row(db, schema, first)["state"] == "succeeded", what="first done")
+        time.sleep(0.3)  # a sweep or a completion's check would have finished it by now
+        assert not b.status().finished
+        b.enqueue_many([("square", {"n": n}) for n in range(2, 6)])
+    status = b.wait(timeout=30)
+    assert status.total == 5 and status.succeeded == 5
+    with pytest.raises(forklift.ArgumentError):
+        b.enqueue("square", n=9)
+
+
+def test_a_batch_block_that_raises_cancels_it_and_the_callback_still_runs_once(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    with pytest.raises(RuntimeError), app.batch(on_complete="assemble") as b:
+        b.enqueue_many(
+            [
+                (
+                    "noop",
+                    {},
+                )
+                for _ in range(3)
+            ]
+        )
+        raise RuntimeError("producer broke")
+    run_worker()
+    status = b.wait(timeout=30)
+    assert status.cancelled == 3 and status.outcome == "cancelled"
+    assert status.callback_job_id is not None
+    app.result(status.callback_job_id, timeout=30)
+    assert [e[1] for e in effects(db, schema)] == [f"batch-{b.id}:cancelled:0:"]
+
+
+def test_an_empty_batch_finishes_at_once(app: forklift.App, run_worker: RunWorker) -> None:
+    batch = app.enqueue_batch([], on_complete="assemble")
+    assert batch.status().finished and batch.status().total == 0
+
+
+def test_batch_jobs_take_no_idempotency_key(app: forklift.App) -> None:
+    with pytest.raises(forklift.ArgumentError, match="idempotency key"):
+        app.enqueue_batch([forklift.JobSpec("noop", {}, idempotency_key="k")])
+    with pytest.raises(forklift.ArgumentError, match="on_complete"):
+        app.enqueue_batch([("noop", {})], on_complete_args={"x": 1})
+    with pytest.raises(forklift.BatchNotFound):
+        app.get_batch(10**12)
+
+
+def test_retrying_a_dead_batch_job_keeps_the_batch_open_until_it_ends(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    from forklift.admin.jobs import JobAdmin
+
+    batch = app.enqueue_batch([("fail", {"message": "x"})], on_complete="assemble")
+    run_worker()
+    status = batch.wait(timeout=30)
+    assert status.outcome == "failed" and status.callback_job_id is not None
+    # After the batch finished, a retry runs the job again outside it: the batch stays
+    # finished and its callback does not run again.
+    JobAdmin(app.dsn, schema).job_retry_many(batch.job_ids)
+    with pytest.raises(forklift.JobFailed):
+        app.result(batch.job_ids[0], timeout=30)
+    assert batch.status().finished
+    app.result(status.callback_job_id, timeout=30)
+    assert len(effects(db, schema)) == 1
+
+
+def test_progress_is_written_while_a_job_runs(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    job_id = app.enqueue("report", {"steps": 20, "seconds": 2.0})
+    run_worker()
+    wait_for(
+        lambda: (row(db, schema, job_id)["progress"] or {}).get("done", 0) >= 1,
+        what="progress written while it runs",
+    )
+    seen = row(db, schema, job_id)
+    assert seen["state"] == "running" and seen["progress"]["total"] == 20
+    app.result(job_id, timeout=30)
+    final = row(db, schema, job_id)["progress"]
+    assert final["done"] == 20 and final["message"] == "step 20" and final["at"]
