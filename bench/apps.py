@@ -7,6 +7,8 @@ enqueue calls validate arguments the way a real producer's do.
 
 from __future__ import annotations
 
+import time
+
 import forklift
 
 
@@ -29,6 +31,12 @@ def register(app: forklift.App) -> forklift.App:
                 "VALUES (%s, clock_timestamp())",
                 (ctx.job_id,),
             )
+
+    @app.task(name="nap")
+    def nap(ctx: forklift.JobContext, *, seconds: float) -> str:
+        """Sleep `seconds`, then return a small result (bench/batch.py's result latency)."""
+        time.sleep(seconds)
+        return "rested"
 
     return app
 

@@ -14,7 +14,7 @@ from typing import Any, ParamSpec, TypedDict, TypeVar, Unpack, cast, overload
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from forklift import _db, _json, _names, _singleton, _sql, batch
+from forklift import _db, _json, _names, _singleton, _sql, _waiting, batch
 from forklift.backoff import Backoff
 from forklift.batch import Batch
 from forklift.errors import ArgumentError, ConfigError, UnknownTaskError
@@ -48,6 +48,7 @@ class JobOptions(TypedDict, total=False):
     priority: int | None
     queue: str | None
     max_attempts: int | None
+    max_crashes: int | None
 
 
 def build_job(
@@ -61,6 +62,7 @@ def build_job(
     priority: int | None = None,
     queue: str | None = None,
     max_attempts: int | None = None,
+    max_crashes: int | None = None,
 ) -> NewJob:
     """The job to insert, validated: `task` is the app's task of that name (None for a
     producer-only app)."""
@@ -81,6 +83,8 @@ def build_job(
         check_priority(priority)
     if max_attempts is not None and max_attempts < 1:
         raise ArgumentError("max_attempts must be >= 1")
+    if max_crashes is not None and max_crashes < 1:
+        raise ArgumentError("max_crashes must be >= 1")
     if task is None:
         return NewJob(
             task_name,
@@ -92,6 +96,7 @@ def build_job(
             idempotency_key,
             run_at,
             _seconds(delay),
+            max_crashes or 2,
         )
     return NewJob(
         task_name,
@@ -103,7 +108,7 @@ def build_job(
         idempotency_key,
         run_at,
         _seconds(delay),
-        task.max_crashes,
+        max_crashes or task.max_crashes,
     )
 
 
@@ -119,11 +124,13 @@ class JobSpec:
     priority: int | None = None
     queue: str | None = None
     max_attempts: int | None = None
+    max_crashes: int | None = None  # runs that may kill their worker (the task's: default)
 
     def options(self) -> JobOptions:
         return JobOptions(
             idempotency_key=self.idempotency_key, run_at=self.run_at, delay=self.delay,
             priority=self.priority, queue=self.queue, max_attempts=self.max_attempts,
+            max_crashes=self.max_crashes,
         )  # fmt: skip
 
 
@@ -377,9 +384,7 @@ class App:
 
     def get_batch(self, batch_id: int) -> Batch:
         """The batch `batch_id` (BatchNotFound if there is none)."""
-        found = Batch(batch_id, self.batches, self.dsn)
-        found.status()  # it exists
-        return found
+        return batch.existing(Batch(batch_id, self.batches, self.listener))
 
     def result(self, job_id: int, timeout: float = 30.0) -> Any:
         """The result of job `job_id` once it succeeded (None: its handler returned
@@ -408,6 +413,10 @@ class App:
     def batches(self) -> BatchStore:
         """The producer's batch store, on the producer's pool."""
         return BatchStore(self.store.pool.connection, self.schema)
+
+    def listener(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        """A connection a waiter (result(), Batch.wait()) may LISTEN on."""
+        return _waiting.listener(self.dsn, self.store.pool.connection)()
 
     def migrate(self) -> list[int]:
         """Apply pending schema migrations; return the versions applied."""

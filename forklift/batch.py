@@ -66,11 +66,15 @@ class Batch:
     and a wait for its end. `job_ids` are read from the database when not known."""
 
     def __init__(
-        self, batch_id: int, store: BatchStore, dsn: str, job_ids: list[int] | None = None
+        self,
+        batch_id: int,
+        store: BatchStore,
+        listen: _waiting.Connect,
+        job_ids: list[int] | None = None,
     ) -> None:
         self.id = batch_id
         self._store = store
-        self._dsn = dsn
+        self._listen = listen  # where wait() LISTENs (_waiting.listener)
         self._job_ids = job_ids
 
     def __repr__(self) -> str:
@@ -93,11 +97,11 @@ class Batch:
         """The status once the batch finished, waiting up to `timeout` seconds (woken by
         its end, polling as a fallback); TimeoutError if it did not finish by then."""
 
-        def finished(conn: Conn | None) -> BatchStatus | None:
+        def finished(conn: Conn) -> BatchStatus | None:
             status = self.status(conn)
             return status if status.finished else None
 
-        done = _waiting.wait_for_end(self._dsn, self._store, f"b{self.id}", finished, timeout)
+        done = _waiting.wait_for_end(self._listen, self._store, f"b{self.id}", finished, timeout)
         if done is None:
             raise TimeoutError(f"batch {self.id} did not finish within {timeout:g} s")
         return done
@@ -109,6 +113,12 @@ class Batch:
     def dead(self) -> dict[int, str | None]:
         """{job id: last error} of its dead jobs, in job order."""
         return self._store.dead(self.id)
+
+
+def existing(batch: Batch) -> Batch:
+    """`batch`, once its status says it exists (BatchNotFound otherwise)."""
+    batch.status()
+    return batch
 
 
 def _status(row: BatchRow, by_state: dict[str, int]) -> BatchStatus:
@@ -200,7 +210,7 @@ def enqueue_batch(
             batch_id, ids = insert(own)
         if not jobs:
             batches.finish_if_done({batch_id})
-    return Batch(batch_id, batches, app.dsn, ids)
+    return Batch(batch_id, batches, app.listener, ids)
 
 
 class BatchWriter(Batch):
@@ -215,7 +225,7 @@ class BatchWriter(Batch):
         self._callback = callback
         self._added: list[int] = []
         self._sealed = False
-        super().__init__(0, app.batches, app.dsn)
+        super().__init__(0, app.batches, app.listener)
 
     def __enter__(self) -> BatchWriter:
         with self._app.store.pool.connection() as conn:
@@ -278,7 +288,7 @@ def result(app: App, job_id: int, timeout: float) -> Any:
     """See App.result."""
     store = app.batches
 
-    def ended(conn: Conn | None) -> tuple[Any] | None:
+    def ended(conn: Conn) -> tuple[Any] | None:
         found = store.job_outcome(job_id, conn)
         if found is None:
             raise JobNotFound(f"no job {job_id} (never enqueued, or pruned)")
@@ -294,7 +304,7 @@ def result(app: App, job_id: int, timeout: float) -> Any:
     def mark(conn: Conn) -> None:
         store.job_wait_mark(job_id, conn)
 
-    done = _waiting.wait_for_end(app.dsn, store, f"j{job_id}", ended, timeout, mark)
+    done = _waiting.wait_for_end(app.listener, store, f"j{job_id}", ended, timeout, mark)
     if done is None:
         raise TimeoutError(f"job {job_id} did not finish within {timeout:g} s")
     return done[0]

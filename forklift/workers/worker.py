@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from forklift import _db
+from forklift import _db, _waiting
 from forklift._events import emit
 from forklift._ids import application_name, make_owner
 from forklift._service import Repeats, TestSignal
@@ -308,7 +308,8 @@ class Worker:
         """A handler's view of a batch (ctx.batch), read where `reads` says (JobContext):
         never on the worker's own connection, which claims and renewals must not wait
         behind."""
-        return Batch(batch_id, BatchStore(reads, self.app.schema), self.app.dsn)
+        listen = _waiting.listener(self.app.dsn, reads)
+        return Batch(batch_id, BatchStore(reads, self.app.schema), listen)
 
     # -- running one job (on an executor thread) ----------------------------------------
 

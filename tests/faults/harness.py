@@ -113,6 +113,19 @@ class Workload:
             ]
         )
 
+    def enqueue_batch(self, n: int, *, spins: int = 20_000, pause: float = 0.0) -> forklift.Batch:
+        """`n` work jobs as one batch (keys b-<i>), its callback `gather` (key gather-<id>:
+        one effect row per run of it)."""
+        args = {"spins": spins, "pause": pause}
+        specs = [
+            forklift.JobSpec("work", {"key": f"b-{i}", **args}, max_attempts=12, max_crashes=4)
+            for i in range(n)
+        ]
+        batch = self.app.enqueue_batch(
+            specs, on_complete="gather", on_complete_args={"key": "gather"}
+        )
+        return batch
+
     def enqueue_poison(self, n: int) -> None:
         """Jobs that kill their worker every time: dead after their 2 attempts."""
         keys = [f"poison-{secrets.token_hex(4)}" for _ in range(n)]
@@ -144,9 +157,11 @@ class Workload:
 
     def verdict(self) -> Verdict:
         with self._db() as db:
+            # A job's effect key: its idempotency key, or (batch jobs carry none) its args'.
             jobs = db.execute(
-                f"SELECT id, state::text, attempts, max_attempts, idempotency_key"
-                f" FROM {self.schema}.jobs"
+                f"SELECT id, state::text, attempts, max_attempts, idempotency_key,"
+                f" CASE WHEN idempotency_key IS NULL OR idempotency_key LIKE 'forklift:%%'"
+                f" THEN args->>'key' END FROM {self.schema}.jobs"
             ).fetchall()
             effects = dict(
                 db.execute(f"SELECT key, count(*) FROM {self.schema}.effects GROUP BY key")
@@ -159,7 +174,7 @@ class Workload:
             not_finished=[j[0] for j in jobs if j[1] not in ("succeeded", "dead")],
             wrongly_dead=[j[0] for j in jobs if j[1] == "dead" and j[4] not in poisoned],
             doubled=sorted(k for k, n in effects.items() if n > 1),
-            missing=[j[4] for j in jobs if j[1] == "succeeded" and j[4] not in effects],
+            missing=[j[4] for j in jobs if j[1] == "succeeded" and (j[5] or j[4]) not in effects],
             over_attempts=[j[0] for j in jobs if j[2] > j[3]],
             max_attempts_used=max((j[2] for j in jobs), default=0),
         )

@@ -28,8 +28,9 @@ def spin(iterations: int) -> int:
 
 
 @app.task(name="work", max_attempts=8, backoff=QUICK)
-def work(ctx: forklift.JobContext, *, key: str, spins: int = 20_000, pause: float = 0.0) -> None:
-    """Work, then commit the effect with the job's completion (one row per commit)."""
+def work(ctx: forklift.JobContext, *, key: str, spins: int = 20_000, pause: float = 0.0) -> str:
+    """Work, then commit the effect with the job's completion (one row per commit); its
+    result is its key."""
     spin(spins)
     if pause:
         ctx.wait_cancelled(pause)
@@ -38,6 +39,29 @@ def work(ctx: forklift.JobContext, *, key: str, spins: int = 20_000, pause: floa
             f"INSERT INTO {SCHEMA}.effects (key, job_id, attempt) VALUES (%s, %s, %s)",
             (key, ctx.job_id, ctx.attempt),
         )
+    return key
+
+
+@app.task(name="gather", max_attempts=8, backoff=QUICK)
+def gather(ctx: forklift.JobContext, *, key: str) -> dict[str, object]:
+    """A batch's callback: one effect row per commit, and what it saw of its batch as
+    its result."""
+    batch = ctx.batch
+    assert batch is not None, "a callback without its batch"
+    status, results = batch.status(), batch.results()
+    with ctx.transaction() as conn:
+        conn.execute(
+            f"INSERT INTO {SCHEMA}.effects (key, job_id, attempt) VALUES (%s, %s, %s)",
+            (key, ctx.job_id, ctx.attempt),
+        )
+    return {
+        "batch": batch.id,
+        "succeeded": status.succeeded,
+        "dead": status.dead,
+        "pending": status.pending,
+        "results": len(results),
+        "keys_match": all(isinstance(v, str) and v.startswith("b-") for v in results.values()),
+    }
 
 
 @app.task(name="hold", max_attempts=2, backoff=QUICK)

@@ -10,6 +10,7 @@ import psycopg
 import pytest
 
 import forklift
+from forklift.store import ClaimedJob
 from forklift.testing import wait_for
 from tests.integration.conftest import RunWorker
 
@@ -230,3 +231,63 @@ def test_progress_is_written_while_a_job_runs(
     app.result(job_id, timeout=30)
     final = row(db, schema, job_id)["progress"]
     assert final["done"] == 20 and final["message"] == "step 20" and final["at"]
+
+
+# -- races ---------------------------------------------------------------------------------
+
+
+def test_the_last_two_completions_landing_together_enqueue_the_callback_once(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    """Two workers complete a batch's last two jobs at the same instant, each then asks
+    whether the batch is done: one of them (or both, and one wins) finishes it."""
+    from forklift.store.batches import BatchStore
+
+    store = app.store
+    rounds = 60
+    for _ in range(rounds):
+        batch = app.enqueue_batch(
+            [forklift.JobSpec("noop", {}, queue="race")] * 2, on_complete="noop"
+        )
+        held = [store.job_claim(["race"], f"w:{i}:race", 1, 30.0, expired=False)[0] for i in (1, 2)]
+        barrier = threading.Barrier(2)
+
+        def complete(
+            job: ClaimedJob, owner: str, batch_id: int, barrier: threading.Barrier
+        ) -> None:
+            barrier.wait()
+            store.job_complete_many([(job.id, job.attempt, None)], owner)
+            BatchStore(store.pool.connection, schema).finish_if_done({batch_id})
+
+        threads = [
+            threading.Thread(target=complete, args=(held[i], f"w:{i + 1}:race", batch.id, barrier))
+            for i in (0, 1)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+        assert batch.status().finished
+    callbacks = db.execute(
+        f"SELECT count(*), count(DISTINCT idempotency_key) FROM {schema}.jobs"
+        f" WHERE idempotency_key LIKE 'forklift:batch:%%'"
+    ).fetchone()
+    assert callbacks == (rounds, rounds)
+
+
+def test_the_sweep_finishes_a_batch_whose_last_end_nobody_followed_up(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    """A worker killed right after committing the last completion never asks: the sweep
+    finishes the batch (and a second sweep finds nothing more to do)."""
+    from forklift.workers.batch_ends import BatchSweep
+
+    batch = app.enqueue_batch([forklift.JobSpec("noop", {}, queue="swept")], on_complete="noop")
+    job = app.store.job_claim(["swept"], "w:1:x", 1, 30.0, expired=False)[0]
+    app.store.job_complete_many([(job.id, job.attempt, None)], "w:1:x")
+    assert not batch.status().finished
+    sweep = BatchSweep(app.batches)
+    assert sweep.run_once() == 1
+    assert sweep.run_once() == 0
+    status = batch.status()
+    assert status.finished and status.callback_job_id is not None
