@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+from forklift.testing import wait_for
+from tests.acceptance.test_observability import samples
 from tests.faults.harness import Fleet, Workload
 from tests.faults.injector import Fault, Injector
 
@@ -72,3 +74,12 @@ def test_a_batch_whose_last_completions_meet_a_database_restart_calls_back_once(
         time.sleep(0.02)
     injector.inject(Fault.DB_RESTART)  # fast or immediate (a crash), at random
     check_once(workload, fleet, batch.id)
+
+    # No supervisor or worker died: the fleet's metrics count the batch once (whoever
+    # finished it: a worker after its completion, or a supervisor's sweep).
+    def counted() -> float:
+        text = "\n".join(sup.get("/metrics")[1] for sup in fleet.procs)
+        return samples(text, "forklift_batches_total", outcome="succeeded")
+
+    wait_for(lambda: counted() >= 1, timeout=10, what="the batch in the metrics")
+    assert counted() == 1

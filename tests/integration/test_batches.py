@@ -291,3 +291,26 @@ def test_the_sweep_finishes_a_batch_whose_last_end_nobody_followed_up(
     assert sweep.run_once() == 0
     status = batch.status()
     assert status.finished and status.callback_job_id is not None
+
+
+def test_retrying_a_dead_batch_job_before_the_batch_finished_keeps_it_open(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    from forklift.admin.jobs import JobAdmin
+
+    batch = app.enqueue_batch(
+        [forklift.JobSpec("fail", {"message": "x"}), forklift.JobSpec("noop", {}, delay=4.0)],
+        on_complete="assemble",
+    )
+    dead, _later = batch.job_ids
+    run_worker(concurrency=2)
+    with pytest.raises(forklift.JobFailed):
+        app.result(dead, timeout=30)
+    assert not batch.status().finished  # the later one has not run yet
+    JobAdmin(app.dsn, schema).job_retry_many([dead])  # back in the batch, to fail again
+    status = batch.wait(timeout=30)
+    assert status.dead == 1 and status.succeeded == 1
+    assert row(db, schema, dead)["attempts"] == 3  # retried: a fresh budget, all spent
+    assert status.callback_job_id is not None
+    app.result(status.callback_job_id, timeout=30)
+    assert len(effects(db, schema)) == 1
