@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from forklift._events import emit
 from forklift._service import Repeats
@@ -38,16 +38,27 @@ def _report(finished: dict[int, Finished], tally: Tally | Totals | None) -> None
 class BatchEnds:
     """Told the batches of jobs whose end a worker just committed; finishes the done ones.
 
-    A failure is logged (once per kind in a row) and left to the sweep.
+    A batch of which this worker still holds a job is not done (that job is running
+    under this worker's lease): it is not asked about, which spares most completions of
+    a big batch the question. Whoever ends that job asks, or, if its lease is lost, the
+    sweep. A failure is logged (once per kind in a row) and left to the sweep.
     """
 
-    def __init__(self, batches: BatchStore, tally: Tally | None = None) -> None:
+    def __init__(
+        self,
+        batches: BatchStore,
+        tally: Tally | None = None,
+        holding: Callable[[], Iterable[int | None]] = tuple,
+    ) -> None:
         self.batches = batches
         self.tally = tally
+        self.holding = holding  # the batches of the jobs this worker holds now
         self._errors = Repeats()
 
     def ended(self, batch_ids: Iterable[int | None]) -> None:
         ids = {b for b in batch_ids if b is not None}
+        if ids:
+            ids.difference_update(self.holding())
         if not ids:
             return
         try:

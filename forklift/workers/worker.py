@@ -156,8 +156,11 @@ class Worker:
             self.owner, self.holdings, self._wakeup, self.tally, self.on_job_end
         )
         self.batches = BatchStore(self.store.pool.connection, self.app.schema)
-        self.ends = BatchEnds(self.batches, self.tally)
-        self.recorder = Recorder(self.store, self.owner, self.holdings, self.events, self.ends)
+        held = self.holdings
+        self.ends = BatchEnds(
+            self.batches, self.tally, lambda: [c.job.batch_id for c in held.snapshot()]
+        )
+        self.recorder = Recorder(self.store, self.owner, held, self.events, self.ends)
         self._work: queue.SimpleQueue[JobContext | None] = queue.SimpleQueue()
         hints = PipeSource(self.hints_fd, self.app.schema) if self.hints_fd is not None else None
         self.services = Services(
