@@ -212,11 +212,12 @@ class JobStore:
             return {r[0] for r in conn.execute(self.q["lease_renew_many"], params)}
 
     def job_complete_many(
-        self, done: Sequence[tuple[int, int, str | None]], owner: str
+        self, done: Sequence[tuple[int, int, str | None, str | None]], owner: str
     ) -> set[int]:
-        """Mark (id, attempt, result JSON) jobs succeeded; return the ids completed (others
-        were lost)."""
-        params = {**_leases(done), "results": [d[2] for d in done], "owner": owner}
+        """Mark (id, attempt, result JSON, progress JSON) jobs succeeded; return the ids
+        completed (others were lost)."""
+        params = {**_leases(done), "owner": owner}
+        params["results"], params["progress"] = [d[2] for d in done], [d[3] for d in done]
         with translated("completion failed", self.where), self.pool.connection() as conn:
             return {r[0] for r in conn.execute(self.q["job_complete_many"], params)}
 

@@ -30,15 +30,21 @@ class Effect:
                 raise
 
     def commit_completing(
-        self, job_id: int, attempt: int, owner: str, result: str | None = None
+        self,
+        job_id: int,
+        attempt: int,
+        owner: str,
+        result: str | None = None,
+        progress: str | None = None,
     ) -> bool:
-        """Mark the job succeeded (with its `result` JSON) in this transaction and commit
-        both.
+        """Mark the job succeeded (with its `result` and last `progress`, JSON) in this
+        transaction and commit both.
 
         False when `owner` no longer holds the lease: both roll back. A DatabaseError
         when the completion or the commit fails: nothing commits either.
         """
-        params = {"ids": [job_id], "attempts": [attempt], "results": [result], "owner": owner}
+        params = {"ids": [job_id], "attempts": [attempt], "owner": owner}
+        params |= {"results": [result], "progress": [progress]}
         try:
             with translated("completion failed"), self.conn.pipeline():
                 # The handler's statement bound ends here: the completion is the worker's

@@ -126,13 +126,14 @@ WHERE j.id = mine.id
 RETURNING j.id;
 
 -- name: job_complete_many
--- Mark jobs succeeded with their results (NULL: none), fenced by owner and attempt;
--- returns the ids completed. A job someone waits for (app.result()) notifies the
+-- Mark jobs succeeded with their results (NULL: none) and their last progress not yet
+-- written (NULL: none), fenced by owner and attempt; returns the ids completed. A job someone waits for (app.result()) notifies the
 -- waiters' channel.
 WITH mine AS (
-    SELECT j.id, h.result FROM {schema}.jobs j
-    JOIN unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(results)s::jsonb[])
-      AS h(id, attempt, result)
+    SELECT j.id, h.result, h.progress FROM {schema}.jobs j
+    JOIN unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(results)s::jsonb[],
+                %(progress)s::jsonb[])
+      AS h(id, attempt, result, progress)
       ON j.id = h.id AND j.attempts = h.attempt
     WHERE j.state = 'running' AND j.lease_owner = %(owner)s::text
     ORDER BY j.id
@@ -140,7 +141,8 @@ WITH mine AS (
 ), done AS (
     UPDATE {schema}.jobs AS j SET
         state = 'succeeded', completed_at = now(), lease_owner = NULL, lease_until = NULL,
-        result = mine.result
+        result = mine.result,
+        progress = coalesce(mine.progress || jsonb_build_object('at', now()), j.progress)
     FROM mine
     WHERE j.id = mine.id
     RETURNING j.id, j.waited

@@ -119,7 +119,8 @@ class Completer:
                     batch = [c for c in batch if not c.finished]
                     done = (
                         self.store.job_complete_many(
-                            [(c.job_id, c.attempt, c.result_json) for c in batch], self.owner
+                            [(c.job_id, c.attempt, c.result_json, c.final_progress) for c in batch],
+                            self.owner,
                         )
                         if batch
                         else set()

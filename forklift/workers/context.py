@@ -71,6 +71,7 @@ class JobContext:
         self.cancel_requested = False  # an operator cancelled it (forklift jobs cancel)
         self.outcome_lock = threading.Lock()
         self.result_json: str | None = None  # what the handler returned, as JSON
+        self.final_progress: str | None = None  # its progress to write with the completion
         # The latest ctx.progress() (done, total, message), and whether it is written yet.
         self.progress_now: tuple[float, float | None, str | None] | None = None
         self.progress_dirty = False

@@ -10,6 +10,7 @@ import threading
 
 from forklift._service import run_every
 from forklift.store import JobStore
+from forklift.workers.context import JobContext
 from forklift.workers.holdings import Holdings
 
 log = logging.getLogger(__name__)
@@ -32,13 +33,21 @@ class ProgressWriter:
     def run_once(self) -> int:
         """Write what changed since the last round; how many jobs' progress it wrote."""
         changed = []
-        for ctx in self.holdings.snapshot():  # also those waiting for their completion
-            now = ctx.progress_now
-            if ctx.progress_dirty and now is not None:
-                ctx.progress_dirty = False  # a call from here on is written next round
-                done, total, message = now
-                text = json.dumps({"done": done, "total": total, "message": message})
+        for ctx in self.holdings.running():  # a returned one's goes with its completion
+            text = unwritten(ctx)
+            if text is not None:
                 changed.append((ctx.job_id, ctx.attempt, text))
         if changed:
             self.store.job_progress_many(changed, self.owner)
         return len(changed)
+
+
+def unwritten(ctx: JobContext) -> str | None:
+    """The job's latest progress as JSON if it is not written yet (and from now on it
+    counts as written: a later call is written next time)."""
+    now = ctx.progress_now
+    if not ctx.progress_dirty or now is None:
+        return None
+    ctx.progress_dirty = False
+    done, total, message = now
+    return json.dumps({"done": done, "total": total, "message": message})

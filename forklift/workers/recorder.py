@@ -68,7 +68,7 @@ class Recorder:
         with ctx.outcome_lock:
             try:
                 owned = effect.commit_completing(
-                    ctx.job_id, ctx.attempt, self.owner, ctx.result_json
+                    ctx.job_id, ctx.attempt, self.owner, ctx.result_json, ctx.final_progress
                 )
             except DatabaseError as exc:
                 return executor.failure(exc)

@@ -14,6 +14,7 @@ Everything is created in run(), after any fork.
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import random
@@ -32,7 +33,7 @@ from forklift.errors import DatabaseError, SchemaMissing
 from forklift.metrics import Tally
 from forklift.store import ClaimedJob
 from forklift.store.batches import BatchStore
-from forklift.workers import executor
+from forklift.workers import executor, progress
 from forklift.workers.batch_ends import BatchEnds
 from forklift.workers.config import WorkerConfig
 from forklift.workers.connections import WorkerConnections, detect_pooler
@@ -80,6 +81,14 @@ def effect_statement(app: App, job: ClaimedJob, config: WorkerConfig) -> float:
 # against a database that is down fails at once (connection refused, or "starting up");
 # a short cap is what lets work resume within a second of the database's return.
 CLAIM_RETRY = Backoff(base=0.1, factor=2.0, max=0.5, jitter=0.0)
+
+
+def batch_view(app: App, batch_id: int, reads: Reads) -> Batch:
+    """A handler's view of a batch (ctx.batch), read where `reads` says (JobContext):
+    never on the worker's own connection, which claims and renewals must not wait
+    behind."""
+    listen = _waiting.listener(app.dsn, reads)
+    return Batch(batch_id, BatchStore(reads, app.schema), listen)
 
 
 class Worker:
@@ -155,10 +164,11 @@ class Worker:
         self.events = JobEvents(
             self.owner, self.holdings, self._wakeup, self.tally, self.on_job_end
         )
-        self.batches = BatchStore(self.store.pool.connection, self.app.schema)
         held = self.holdings
         self.ends = BatchEnds(
-            self.batches, self.tally, lambda: [c.job.batch_id for c in held.snapshot()]
+            BatchStore(self.store.pool.connection, self.app.schema),
+            self.tally,
+            lambda: [c.job.batch_id for c in held.snapshot()],
         )
         self.recorder = Recorder(self.store, self.owner, held, self.events, self.ends)
         self._work: queue.SimpleQueue[JobContext | None] = queue.SimpleQueue()
@@ -299,20 +309,13 @@ class Worker:
             self.store,
             effect_idle=effect_idle(self.app, job, self.config.lease),
             effect_statement=effect_statement(self.app, job, self.config),
-            batch_of=self._batch_of,
+            batch_of=functools.partial(batch_view, self.app),
         )
         self.holdings.adopt(ctx)
         if self.tally is not None:
             self.tally.wait(job.queue, job.wait)
         self.events.emit("job.claimed", ctx, logging.DEBUG)
         return ctx
-
-    def _batch_of(self, batch_id: int, reads: Reads) -> Batch:
-        """A handler's view of a batch (ctx.batch), read where `reads` says (JobContext):
-        never on the worker's own connection, which claims and renewals must not wait
-        behind."""
-        listen = _waiting.listener(self.app.dsn, reads)
-        return Batch(batch_id, BatchStore(reads, self.app.schema), listen)
 
     # -- running one job (on an executor thread) ----------------------------------------
 
@@ -348,6 +351,7 @@ class Worker:
         result = executor.run(task, ctx, self.owner)
         ctx.duration = time.monotonic() - started
         ctx.result_json = result.value
+        ctx.final_progress = progress.unwritten(ctx)  # written with the completion
         self.prefetch.observe_job(ctx.duration)  # executor threads race here: a lost sample
         effect = ctx.take_effect()
         if ctx.finished or ctx.giving_back:  # released (or being) at a stop past grace

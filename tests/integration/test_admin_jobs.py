@@ -163,7 +163,7 @@ def test_cancel_takes_a_running_jobs_lease_and_tells_its_worker(
     store = JobStore(_db.make_pool(dsn, _db.Timeouts(), max_size=1, name="t"), schema)
     store.pool.open()
     try:
-        assert store.job_complete_many([(running, 2, None)], "w:1:x") == set()
+        assert store.job_complete_many([(running, 2, None, None)], "w:1:x") == set()
     finally:
         store.pool.close()
 

@@ -256,7 +256,7 @@ def test_the_last_two_completions_landing_together_enqueue_the_callback_once(
             job: ClaimedJob, owner: str, batch_id: int, barrier: threading.Barrier
         ) -> None:
             barrier.wait()
-            store.job_complete_many([(job.id, job.attempt, None)], owner)
+            store.job_complete_many([(job.id, job.attempt, None, None)], owner)
             BatchStore(store.pool.connection, schema).finish_if_done({batch_id})
 
         threads = [
@@ -284,7 +284,7 @@ def test_the_sweep_finishes_a_batch_whose_last_end_nobody_followed_up(
 
     batch = app.enqueue_batch([forklift.JobSpec("noop", {}, queue="swept")], on_complete="noop")
     job = app.store.job_claim(["swept"], "w:1:x", 1, 30.0, expired=False)[0]
-    app.store.job_complete_many([(job.id, job.attempt, None)], "w:1:x")
+    app.store.job_complete_many([(job.id, job.attempt, None, None)], "w:1:x")
     assert not batch.status().finished
     sweep = BatchSweep(app.batches)
     assert sweep.run_once() == 1
