@@ -109,11 +109,17 @@ class JobContext:
         in a tight loop: the worker writes the latest one at most twice a second, on a
         thread of its own, never in the effect transaction. Shown by `forklift jobs
         show`, `top`, and summed per batch by `forklift batches show`."""
-        if not isinstance(done, int | float) or not isinstance(total, int | float | None):
-            raise TypeError("ctx.progress(done, total=None, message=None): numbers, please")
-        if message is not None:
-            message = str(message)[:PROGRESS_MESSAGE_CHARS]
-        self.progress_now = (done, total, message)
+        kind, of = type(done), type(total)
+        if (kind is int or kind is float) and (of is int or of is float or total is None):
+            # The tight loop's path: plain numbers, no more checks.
+            text = None if message is None else str(message)[:PROGRESS_MESSAGE_CHARS]
+            self.progress_now = (done, total, text)
+        else:
+            if not isinstance(done, int | float) or not isinstance(total, int | float | None):
+                raise TypeError("ctx.progress(done, total=None, message=None): numbers, please")
+            if message is not None:
+                message = str(message)[:PROGRESS_MESSAGE_CHARS]
+            self.progress_now = (done, total, message)
         self.progress_dirty = True
 
     @property
