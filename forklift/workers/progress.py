@@ -50,4 +50,7 @@ def unwritten(ctx: JobContext) -> str | None:
         return None
     ctx.progress_dirty = False
     done, total, message = now
-    return json.dumps({"done": done, "total": total, "message": message})
+    try:
+        return json.dumps({"done": done, "total": total, "message": message}, allow_nan=False)
+    except ValueError:  # NaN or infinity: jsonb takes neither; not worth a failed write
+        return None
