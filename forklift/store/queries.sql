@@ -248,13 +248,18 @@ FROM mine
 WHERE j.id = mine.id;
 
 -- name: job_prune
--- Delete finished jobs past their retention, a bounded batch at a time.
+-- Delete finished jobs past their retention, a bounded batch at a time; a job of a batch
+-- that has not finished stays (its callback reads every result).
 DELETE FROM {schema}.jobs
 WHERE id IN (
-    SELECT id FROM {schema}.jobs
-    WHERE (state IN ('succeeded', 'cancelled')
-           AND completed_at < now() - make_interval(secs => %(keep_finished)s::float8))
-       OR (state = 'dead' AND completed_at < now() - make_interval(secs => %(keep_dead)s::float8))
+    SELECT j.id FROM {schema}.jobs AS j
+    WHERE ((j.state IN ('succeeded', 'cancelled')
+            AND j.completed_at < now() - make_interval(secs => %(keep_finished)s::float8))
+        OR (j.state = 'dead'
+            AND j.completed_at < now() - make_interval(secs => %(keep_dead)s::float8)))
+      AND (j.batch_id IS NULL OR NOT EXISTS (
+            SELECT 1 FROM {schema}.batches AS b
+            WHERE b.id = j.batch_id AND b.finished_at IS NULL))
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 );
