@@ -17,6 +17,7 @@ from forklift.admin.rows import (
     JobFilter,
     JobPage,
     JobRow,
+    Progress,
     Purged,
     RunningJobRow,
 )
@@ -80,7 +81,11 @@ class JobAdmin:
             r = conn.execute(self.q["job_get"], {"id": job_id}).fetchone()
         if r is None:
             raise JobNotFound(f"no job {job_id} in schema {self.schema}")
-        return JobDetail(JobRow(*r[:16]), *r[16:])
+        args, key, timeout, lease_until, errors, now, result, progress, batch_id = r[16:]
+        return JobDetail(
+            JobRow(*r[:16]), args, key, timeout, lease_until, errors, now, result,
+            Progress.of(progress), batch_id,
+        )  # fmt: skip
 
     def job_retry_many(self, ids: Sequence[int]) -> list[Acted]:
         """Dead or cancelled jobs back to ready now, attempts and crashes reset to 0.
@@ -149,7 +154,11 @@ class JobAdmin:
 
     def job_running_list(self) -> list[RunningJobRow]:
         with self.connector.conn("reading running jobs failed") as conn:
-            return [RunningJobRow(*r) for r in conn.execute(self.q["job_running_list"])]
+            rows = conn.execute(self.q["job_running_list"]).fetchall()
+        return [
+            RunningJobRow(id_, queue, task, owner, attempt, took, Progress.of(progress))
+            for id_, queue, task, owner, attempt, took, progress in rows
+        ]
 
     def job_dead_recent(self, limit: int) -> list[DeadJob]:
         with self.connector.conn("reading dead jobs failed") as conn:

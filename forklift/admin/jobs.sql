@@ -36,12 +36,14 @@ SELECT count(*), min(w.id) FROM (
 ) AS w;
 
 -- name: job_get
--- One job, everything about it, with the database's clock for the ages.
+-- One job, everything about it (its result as JSON text, its last progress, its batch),
+-- with the database's clock for the ages.
 SELECT j.id, j.queue, j.task, j.state::text, j.priority, j.attempts, j.max_attempts,
        j.crashes, j.max_crashes, j.created_at, j.available_at, j.started_at,
        j.completed_at, j.lease_owner, j.last_error,
        extract(epoch FROM now() - j.created_at)::float8,
-       j.args::text, j.idempotency_key, j.timeout, j.lease_until, j.errors, now()
+       j.args::text, j.idempotency_key, j.timeout, j.lease_until, j.errors, now(),
+       j.result::text, j.progress, j.batch_id
 FROM {schema}.jobs AS j
 WHERE j.id = %(id)s::bigint;
 
@@ -150,9 +152,10 @@ WHERE id IN (
 );
 
 -- name: job_running_list
--- Every running job: who runs it and for how long (through the running-jobs index).
+-- Every running job: who runs it, for how long, how far it said it is (through the
+-- running-jobs index).
 SELECT j.id, j.queue, j.task, j.lease_owner, j.attempts,
-       extract(epoch FROM now() - j.started_at)::float8
+       extract(epoch FROM now() - j.started_at)::float8, j.progress
 FROM {schema}.jobs AS j
 WHERE j.state = 'running'
 ORDER BY j.started_at, j.id;

@@ -3,8 +3,50 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far a running job said it is (ctx.progress): `done` of `total` (None: not
+    known), a message, and when the worker wrote it."""
+
+    done: float
+    total: float | None
+    message: str | None
+    at: datetime | None
+
+    @classmethod
+    def of(cls, value: Any) -> Progress | None:
+        """The progress a job's `progress` column holds; None when it holds none, or
+        nothing that reads as one (the column is JSON: anyone may have written it)."""
+        if not isinstance(value, dict) or not _number(value.get("done")):
+            return None
+        total, message, at = value.get("total"), value.get("message"), value.get("at")
+        try:
+            when = datetime.fromisoformat(at) if isinstance(at, str) else None
+        except ValueError:
+            when = None
+        if when is not None and when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)  # jsonb's now() has its offset; this was by hand
+        return cls(
+            value["done"],
+            total if _number(total) else None,
+            None if message is None else str(message),
+            when,
+        )
+
+    @property
+    def percent(self) -> float | None:
+        """`done` of `total` in percent; None when the total is not known (or 0)."""
+        if self.total is None or self.total <= 0:
+            return None
+        return 100.0 * self.done / self.total
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -67,6 +109,9 @@ class JobDetail:
     lease_until: datetime | None
     errors: list[dict[str, Any]]  # attempt, at, worker, error (and traceback), oldest first
     now: datetime  # the database's clock when it was read
+    result: str | None = None  # the handler's return value as JSON text; None: none
+    progress: Progress | None = None  # the last it reported
+    batch_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -102,6 +147,7 @@ class RunningJobRow:
     owner: str
     attempt: int
     running_for: float
+    progress: Progress | None = None  # the last it reported
 
 
 @dataclass(frozen=True)

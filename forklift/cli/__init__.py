@@ -14,7 +14,18 @@ from collections.abc import Sequence
 
 import forklift
 from forklift import _db, _display, _logging
-from forklift.cli import demo, flags, jobs, observe, processes, produce, queues, schedules, top
+from forklift.cli import (
+    batches,
+    demo,
+    flags,
+    jobs,
+    observe,
+    processes,
+    produce,
+    queues,
+    schedules,
+    top,
+)
 from forklift.cli.errors import HANDLED, Exit, report
 from forklift.errors import ForkliftError
 
@@ -25,7 +36,7 @@ Exit codes: 0 ok, 1 error, 2 usage (or a database URL that does not parse), 3 th
 does not import, 130 interrupted.
 """
 
-COMMAND_GROUPS = (produce, processes, observe, jobs, queues, top, schedules, demo)
+COMMAND_GROUPS = (produce, processes, observe, jobs, batches, queues, top, schedules, demo)
 
 
 def build_parser() -> argparse.ArgumentParser:

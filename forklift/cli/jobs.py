@@ -48,19 +48,24 @@ as --before for the next page (null: nothing older to look at), and each job has
 """
 
 SHOW_DESCRIPTION = f"""\
-Show one job: its state, attempts and crashes, timings, arguments (cut to
-{jobview.ARGS_CHARS} characters; values of secret-looking keys and DSN passwords are
-hidden) and its whole error history: for each attempt that failed, when, on which
-worker, the error and its traceback.
+Show one job: its state, attempts and crashes, timings, arguments and result (each cut
+to {jobview.ARGS_CHARS} characters; values of secret-looking keys and DSN passwords are
+hidden), the progress it last reported (done/total, message, how long ago), its batch,
+and its whole error history: for each attempt that failed, when, on which worker, the
+error and its traceback.
 
 examples:
   forklift jobs show 1042
   forklift jobs show 1042 --json | jq '.errors[-1].traceback'
+  forklift jobs show 1042 --json | jq '.result'
 
 --json prints one object with the keys of a `jobs list` job ({jobview.JOB_KEYS}), and
 args (the JSON text of the arguments, made safe as above), args_truncated,
 idempotency_key, timeout_seconds, lease_until, errors (a list, oldest first, of objects
-with the keys attempt, at, worker, error, traceback; null where an entry has none).
+with the keys attempt, at, worker, error, traceback; null where an entry has none),
+result (the handler's return value as a JSON value, whole, secrets hidden as above;
+null: none), progress (an object with done, total (null: not known), message, at (ISO
+8601 UTC); or null: it reported none), batch_id (or null).
 """
 
 

@@ -8,10 +8,10 @@ from datetime import datetime
 from typing import Any
 
 from forklift import _db, _display
-from forklift.admin.rows import JobDetail, JobRow
+from forklift.admin.rows import JobDetail, JobRow, Progress
 from forklift.cli import output
 
-ARGS_CHARS = 2000  # of the arguments' JSON text that `jobs show` prints
+ARGS_CHARS = 2000  # of the arguments' (and the result's) JSON text that `jobs show` prints
 # Argument keys whose values are never shown, at any depth.
 _SECRET = re.compile(r"pass(word|wd)?|secret|token|credential|api_?key|private_?key", re.I)
 ERROR_KEYS = ("attempt", "at", "worker", "error", "traceback")
@@ -55,7 +55,34 @@ def detail_json(detail: JobDetail) -> dict[str, Any]:
         "timeout_seconds": detail.timeout,
         "lease_until": output.utc(detail.lease_until),
         "errors": [history_entry(e) for e in detail.errors],
+        "result": safe_result(detail.result),
+        "progress": progress_json(detail.progress),
+        "batch_id": detail.batch_id,
     }
+
+
+def progress_json(progress: Progress | None) -> dict[str, Any] | None:
+    """A job's last progress in the `--json` shapes (`jobs show`, `top`)."""
+    if progress is None:
+        return None
+    return {
+        "done": progress.done,
+        "total": progress.total,
+        "message": progress.message,
+        "at": output.utc(progress.at),
+    }
+
+
+def progress_text(progress: Progress | None, now: datetime) -> str:
+    """A job's last progress for people: `12/300 (4%): resizing (reported 3s ago)`."""
+    if progress is None:
+        return "-"
+    text = output.fraction(progress.done, progress.total)
+    if progress.message:
+        text += f": {progress.message}"
+    if progress.at is not None:
+        text += f" (reported {output.age(max(0.0, (now - progress.at).total_seconds()))} ago)"
+    return text
 
 
 def history_entry(entry: dict[str, Any]) -> dict[str, Any]:
@@ -77,6 +104,17 @@ def safe_args(text: str, limit: int = ARGS_CHARS) -> tuple[str, bool]:
     return shown[: limit - 1] + "…", True
 
 
+def safe_result(text: str | None) -> Any:
+    """A job's result (JSON text, as stored) as a value, whole, with the values of
+    secret-looking keys and DSN passwords hidden as in the arguments; None: none."""
+    if text is None:
+        return None
+    try:
+        return _masked(json.loads(text))
+    except ValueError:
+        return _db.redact(text)
+
+
 def _masked(value: Any) -> Any:
     if isinstance(value, dict):
         return {
@@ -85,7 +123,16 @@ def _masked(value: Any) -> Any:
         }
     if isinstance(value, list):
         return [_masked(v) for v in value]
+    if isinstance(value, str):
+        return _db.redact(value)
     return value
+
+
+def _result_text(text: str | None) -> str:
+    if text is None:
+        return "-"
+    result, truncated = safe_args(text)
+    return _display.line(result) + (" (truncated)" if truncated else "")
 
 
 def _at(stamp: Any, now: datetime) -> str:
@@ -110,6 +157,9 @@ def print_detail(detail: JobDetail) -> None:
         f"  priority     {job.priority}",
         f"  key          {shown(detail.idempotency_key or '-')}",
         f"  args         {shown(args)}{' (truncated)' if truncated else ''}",
+        f"  result       {_result_text(detail.result)}",
+        f"  progress     {shown(progress_text(detail.progress, now))}",
+        f"  batch        {'-' if detail.batch_id is None else detail.batch_id}",
         f"  timeout      {'-' if detail.timeout is None else f'{detail.timeout:g} s'}",
         f"  enqueued     {output.when(job.created_at, now)}",
         f"  available    {output.when(job.available_at, now)}",

@@ -3,6 +3,7 @@ show on a terminal (forklift._display escapes what a terminal would act on)."""
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -22,6 +23,25 @@ def age(seconds: float) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.0f}m"
     return f"{seconds / 3600:.1f}h"
+
+
+def number(value: float) -> str:
+    """A count or amount as people read it: 12, 0.25, 3.14, 1234568 (never 1.23e+06)."""
+    if isinstance(value, int) or value.is_integer():
+        return str(int(value))
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def percent(value: float | None) -> str:
+    """A share in percent, rounded down (99.9% is not 100%), or `-` when not known."""
+    return "-" if value is None else f"{math.floor(value)}%"
+
+
+def fraction(done: float, total: float | None) -> str:
+    """How far something is: `12/300 (4%)`, or `12` when its total is not known."""
+    if total is None or total <= 0:
+        return number(done)
+    return f"{number(done)}/{number(total)} ({percent(100.0 * done / total)})"
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[object]], *, empty: str) -> None:

@@ -21,6 +21,7 @@ JOB_KEYS = {
 }  # fmt: skip
 SHOW_KEYS = JOB_KEYS | {
     "args", "args_truncated", "idempotency_key", "timeout_seconds", "lease_until", "errors",
+    "result", "progress", "batch_id",
 }  # fmt: skip
 ERROR_KEYS = {"attempt", "at", "worker", "error", "traceback"}
 
@@ -141,7 +142,8 @@ def test_a_job_that_kills_its_worker_each_time_is_quarantined_at_its_max_crashes
     "command",
     [
         ["jobs"], ["jobs", "list"], ["jobs", "show"], ["jobs", "retry"], ["jobs", "cancel"],
-        ["jobs", "purge"], ["queues"], ["top"],
+        ["jobs", "purge"], ["batches"], ["batches", "list"], ["batches", "show"],
+        ["batches", "cancel"], ["queues"], ["top"],
     ],
 )  # fmt: skip
 def test_every_operator_command_has_help_with_an_example(command: list[str]) -> None:

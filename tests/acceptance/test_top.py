@@ -1,5 +1,5 @@
-"""`forklift top` in a real 80x24 terminal (tmux): it shows a running job, q quits it,
-Ctrl-C too, and the terminal is restored either way."""
+"""`forklift top` in a real 80x24 terminal (tmux): it shows a running job and its
+progress, q quits it, Ctrl-C too, and the terminal is restored either way."""
 
 from __future__ import annotations
 
@@ -84,6 +84,20 @@ def test_top_shows_a_running_job_in_80x24_and_q_or_ctrl_c_quit_it(
     assert "Workers: 1 (1 busy) of 1 supervisors" in screen
     [row] = [line for line in lines if f"sleep#{job_id}" in line]
     assert row.split()[1] == str(sup.children()[0])  # the worker's pid, on the job's row
+    # The progress a job reports shows on its row (the handler reports none: set here).
+    db.execute(
+        f"UPDATE {schema}.jobs SET progress = jsonb_build_object('done', 37, 'total', 100,"
+        " 'message', %s::text, 'at', now()) WHERE id = %s",
+        ("tiles\x1b[2J", job_id),
+    )
+    wait_for(
+        lambda: any(
+            f"sleep#{job_id}" in line and line.rstrip().endswith("37% tiles")
+            for line in terminal.screen().splitlines()
+        ),
+        timeout=15,
+        what="top showing the job's progress",
+    )
     terminal.type("q")
     wait_for(lambda: status.exists() and status.read_text().strip() == "0", what="q quits, 0")
     assert _terminal_settings(terminal, tmp_path / "after_q") == before

@@ -45,6 +45,10 @@ PARAMS: dict[str, list[dict[str, Any]]] = {
     ],
     "job_purge_batch": [{"state": "succeeded"}, {"state": "dead"}],
     "job_dead_recent": [{"limit": 5}],
+    "batch_list_open": [{"limit": 20}],
+    "batch_list_finished": [{"limit": 20}],
+    "batch_callback": [{"id": 1}],
+    "batch_dead_first": [{"id": 1, "limit": 5}],
 }
 PARAMS["job_list_window"] = PARAMS["job_list"]
 for p in PARAMS["job_list"]:
@@ -120,7 +124,7 @@ def filled(db: psycopg.Connection[Any], schema: str) -> str:
     return schema
 
 
-@pytest.mark.parametrize("file", ["queries.sql", "jobs.sql"])
+@pytest.mark.parametrize("file", ["queries.sql", "jobs.sql", "batches.sql"])
 def test_no_operator_query_scans_the_jobs_table(
     db: psycopg.Connection[Any], filled: str, file: str
 ) -> None:

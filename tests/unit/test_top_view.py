@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from rich.console import Console
 
 from forklift.admin import ProcessRow, QueueStats
-from forklift.admin.rows import DeadJob, RunningJobRow
+from forklift.admin.rows import DeadJob, Progress, RunningJobRow
 from forklift.cli.top.frame import Frame, Trends, Worker, workers_of
 from forklift.cli.top.view import render, spark
 
@@ -85,3 +85,18 @@ def test_workers_come_from_the_registry_and_from_running_jobs_owners() -> None:
         ("h:3:c", [7], True), ("n:9:d", [8], False), ("h:2:b", [], True),
     ]  # fmt: skip
     assert workers[1].pid == 9
+
+
+def test_a_running_jobs_progress_shows_on_its_row_escaped() -> None:
+    jobs = [
+        RunningJobRow(7, "q", "render", "h:2:b", 1, 2.0, Progress(37, 100, "tiles\x1b[2J", None)),
+        RunningJobRow(8, "q", "count", "h:3:c", 1, 2.0, Progress(12, None, None, None)),
+    ]
+    workers = [Worker("h:2:b", "h", 2, jobs[:1]), Worker("h:3:c", "h", 3, jobs[1:])]
+    wide = shown(Frame(NOW, "db", [], workers), 120, 24)
+    [first] = [line for line in wide if "render#7" in line]
+    assert first.endswith("37% tiles\\x1b[2J")
+    [second] = [line for line in wide if "count#8" in line]
+    assert second.endswith(" 12")  # no total: the count done
+    narrow = shown(Frame(NOW, "db", [], workers), 80, 24)
+    assert any(line.endswith("37% tiles") for line in narrow) and max(map(len, narrow)) <= 80

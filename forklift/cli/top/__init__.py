@@ -28,8 +28,9 @@ DESCRIPTION = """\
 A live view of every replica, refreshed each second: each queue's counts, with
 sparklines of its depth (ready jobs) and rate (jobs done in the last minute) over the
 last refreshes, and whether it is paused; every worker process on every host and what it
-runs, for how long; the most recent dead jobs. Keys: q quits (Ctrl-C does too). Fits an
-80x24 terminal (over SSH too); a bigger one shows more rows.
+runs, for how long, and how far it says it is (ctx.progress: percent done, or the count
+when it gave no total, and its message); the most recent dead jobs. Keys: q quits
+(Ctrl-C does too). Fits an 80x24 terminal (over SSH too); a bigger one shows more rows.
 
 examples:
   forklift top
@@ -40,7 +41,8 @@ examples:
 supervisors, queues (objects with queue, paused, ready, scheduled, running, dead,
 oldest_ready_age_seconds, succeeded_last_minute, dead_last_minute), workers (objects with
 id, host, pid, registered, rss_bytes, jobs: objects with id, task, queue, attempt,
-running_seconds), recent_failures (objects with id, queue, task, seconds_ago, error).
+running_seconds, progress: done, total, message, at, or null), recent_failures (objects
+with id, queue, task, seconds_ago, error).
 """
 
 

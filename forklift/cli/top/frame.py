@@ -12,6 +12,7 @@ from forklift import _db
 from forklift.admin import AdminStore, Connector, JobAdmin, ProcessRow, QueueStats
 from forklift.admin.rows import DeadJob, RunningJobRow
 from forklift.cli import output
+from forklift.cli.jobview import progress_json
 from forklift.errors import DatabaseError
 
 TREND = 11  # samples a sparkline shows: the last 11 refreshes
@@ -131,7 +132,7 @@ def frame_json(frame: Frame) -> dict[str, Any]:
                 "rss_bytes": w.rss_bytes,
                 "jobs": [
                     {"id": j.id, "task": j.task, "queue": j.queue, "attempt": j.attempt,
-                     "running_seconds": j.running_for}
+                     "running_seconds": j.running_for, "progress": progress_json(j.progress)}
                     for j in w.jobs
                 ],
             }

@@ -11,6 +11,7 @@ from rich.console import Group
 from rich.text import Text
 
 from forklift._display import line as shown
+from forklift.admin.rows import Progress
 from forklift.cli import output
 from forklift.cli.top.frame import Frame, Trends, Worker
 
@@ -19,7 +20,8 @@ QUEUE_HEAD = (
     f"{'QUEUE':<16} {'READY':>6} {'SCHED':>5} {'RUN':>4} {'DEAD':>5} {'OLDEST':>6} "
     f"{'DONE/M':>6} {'DEPTH':<11} {'DONE/M':<11}"
 )
-WORKER_HEAD = f"{'HOST':<16} {'PID':>7}  {'RUNNING':<34} {'FOR':>6} {'RSS':>7}"
+RUNNING = 28  # characters of the RUNNING column: task#id (+ more jobs)
+WORKER_HEAD = f"{'HOST':<16} {'PID':>7}  {'RUNNING':<{RUNNING}} {'FOR':>6} {'RSS':>7}  PROGRESS"
 FIXED_LINES = 8  # header, 3 titles, 2 column heads, 2 blank lines
 
 
@@ -51,21 +53,32 @@ def _queue_lines(frame: Frame, trends: Trends, width: int, rows: int) -> list[Te
     return lines
 
 
-def _running(worker: Worker) -> tuple[str, str]:
+def _running(worker: Worker) -> tuple[str, str, str]:
+    """What a worker runs (its first job, and how many more), for how long, how far."""
     if not worker.jobs:
-        return "idle", ""
+        return "idle", "", ""
     first = worker.jobs[0]
     tail = f"#{first.id}" + (f" +{len(worker.jobs) - 1}" if len(worker.jobs) > 1 else "")
-    return f"{shown(first.task)[: max(1, 34 - len(tail))]}{tail}", output.age(first.running_for)
+    job = f"{shown(first.task)[: max(1, RUNNING - len(tail))]}{tail}"
+    return job, output.age(first.running_for), progress(first.progress)
+
+
+def progress(p: Progress | None) -> str:
+    """A running job's progress in a few characters: `37%` (or `12` when its total is
+    not known), then its message, escaped."""
+    if p is None:
+        return ""
+    done = output.number(p.done) if p.percent is None else output.percent(p.percent)
+    return f"{done} {shown(p.message)}" if p.message else done
 
 
 def _worker_lines(frame: Frame, width: int, rows: int) -> list[Text]:
     lines = []
     for w in frame.workers[:rows]:
-        job, took = _running(w)
+        job, took, far = _running(w)
         rss = f"{w.rss_bytes / 2**20:.0f} MiB" if w.rss_bytes else "-"
-        text = f"{shown(w.host)[:16]:<16} {w.pid:>7}  {job:<34} {took:>6} {rss:>7}"
-        lines.append(_line(text, width, "" if w.jobs else "dim"))
+        text = f"{shown(w.host)[:16]:<16} {w.pid:>7}  {job:<{RUNNING}} {took:>6} {rss:>7}  {far}"
+        lines.append(_line(text.rstrip(), width, "" if w.jobs else "dim"))
     return lines
 
 
