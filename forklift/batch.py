@@ -249,7 +249,10 @@ class BatchWriter(Batch):
             return []
         with self._app.store.pool.connection() as conn, conn.transaction():
             if not self._store.add(self.id, len(jobs), conn):
-                raise ArgumentError(f"batch {self.id} is sealed: it takes no more jobs")
+                raise ArgumentError(
+                    f"batch {self.id} takes no more jobs: it was cancelled (forklift batches "
+                    "cancel) or sealed"
+                )
             ids = self._app.store.job_insert_many(jobs, conn)
         self._added.extend(ids)
         return ids
@@ -274,14 +277,12 @@ class BatchWriter(Batch):
         self._store.finish_if_done({self.id})
 
 
-def cancel_batch(app: App, batch_id: int, why: str) -> int:
+def cancel_batch(app: App, batch_id: int, why: str) -> None:
     """Mark the batch cancelled and cancel its ready and running jobs (a running job as
-    `forklift jobs cancel` does); how many jobs were cancelled."""
-    from forklift.admin.jobs import JobAdmin, operator  # the operator's side, on demand
+    `forklift jobs cancel` does), as `forklift batches cancel` does."""
+    from forklift.admin.batches import BatchAdmin  # the operator's side, on demand
 
-    admin = JobAdmin(app.dsn, app.schema)
-    app.batches.cancel(batch_id, f"{operator()} ({why})")
-    return sum(a.done for a in admin.job_cancel_many(app.batches.open_job_ids(batch_id)))
+    BatchAdmin(app.dsn, app.schema).batch_cancel(batch_id, why)
 
 
 def result(app: App, job_id: int, timeout: float) -> Any:

@@ -92,7 +92,7 @@ class BatchStore:
         return int(row[0])
 
     def add(self, batch_id: int, n: int, conn: Conn) -> bool:
-        """Count `n` jobs added; False when the batch is sealed (or gone)."""
+        """Count `n` jobs added; False when the batch is sealed, cancelled (or gone)."""
         with translated("adding to the batch failed"):
             row = conn.execute(self.q["batch_add"], {"id": batch_id, "n": n}).fetchone()
         return row is not None

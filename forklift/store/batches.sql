@@ -10,9 +10,10 @@ VALUES (%(callback)s::jsonb, %(total)s::integer,
 RETURNING id;
 
 -- name: batch_add
--- Count jobs added to an open batch (its one producer adds them); refused once sealed.
+-- Count jobs added to an open batch (its one producer adds them); refused once sealed
+-- or cancelled.
 UPDATE {schema}.batches SET total = total + %(n)s::integer
-WHERE id = %(id)s::bigint AND sealed_at IS NULL
+WHERE id = %(id)s::bigint AND sealed_at IS NULL AND cancelled_at IS NULL
 RETURNING id;
 
 -- name: batch_seal
@@ -97,8 +98,10 @@ WHERE b.id = %(id)s::bigint;
 -- How many of a batch's jobs are in each state (through the batch index), and the
 -- progress its running jobs report, summed.
 SELECT j.state::text, count(*),
-       coalesce(sum((j.progress->>'done')::float8) FILTER (WHERE j.state = 'running'), 0),
-       coalesce(sum((j.progress->>'total')::float8) FILTER (WHERE j.state = 'running'), 0),
+       coalesce(sum((j.progress->>'done')::float8) FILTER (WHERE j.state = 'running'
+           AND jsonb_typeof(j.progress->'done') = 'number'), 0),
+       coalesce(sum((j.progress->>'total')::float8) FILTER (WHERE j.state = 'running'
+           AND jsonb_typeof(j.progress->'total') = 'number'), 0),
        max(j.completed_at)
 FROM {schema}.jobs AS j
 WHERE j.batch_id = %(id)s::bigint

@@ -115,7 +115,8 @@ class JobContext:
             text = None if message is None else str(message)[:PROGRESS_MESSAGE_CHARS]
             self.progress_now = (done, total, text)
         else:
-            if not isinstance(done, int | float) or not isinstance(total, int | float | None):
+            numbers = (done, 0 if total is None else total)
+            if not all(isinstance(n, int | float) and not isinstance(n, bool) for n in numbers):
                 raise TypeError("ctx.progress(done, total=None, message=None): numbers, please")
             if message is not None:
                 message = str(message)[:PROGRESS_MESSAGE_CHARS]

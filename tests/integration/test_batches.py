@@ -314,3 +314,27 @@ def test_retrying_a_dead_batch_job_before_the_batch_finished_keeps_it_open(
     assert status.callback_job_id is not None
     app.result(status.callback_job_id, timeout=30)
     assert len(effects(db, schema)) == 1
+
+
+def test_a_filling_batch_cancelled_by_an_operator_takes_no_more_jobs(
+    app: forklift.App, run_worker: RunWorker
+) -> None:
+    from forklift.admin.batches import BatchAdmin
+
+    with pytest.raises(forklift.ArgumentError, match="cancelled"), app.batch() as b:
+        b.enqueue_many([("noop", {})] * 2)
+        BatchAdmin(app.dsn, app.schema).batch_cancel(b.id)
+        b.enqueue("noop")
+    status = b.status()
+    assert status.total == 2 and status.cancelled == 2 and status.finished
+
+
+def test_progress_takes_numbers_only(app: forklift.App) -> None:
+    from forklift.workers.context import JobContext
+
+    ctx = JobContext(ClaimedJob(1, "default", "noop", {}, None, 0, 1, 5, None), app.store)
+    for bad in [(True, 3), ("1", None), (1, "3")]:
+        with pytest.raises(TypeError, match="numbers"):
+            ctx.progress(*bad)  # type: ignore[arg-type]
+    ctx.progress(1.5, 3, "m" * 500)
+    assert ctx.progress_now == (1.5, 3, "m" * 200)
