@@ -16,10 +16,11 @@ from rich.text import Text
 from forklift.app import App, JobSpec
 from forklift.cli.errors import Exit
 from forklift.demo.database import DemoStore, Place, Running, Snapshot, named_dsn, open_place
+from forklift.demo.fractal import tiles
 from forklift.demo.image import compose
 from forklift.demo.interrupts import Interrupted, Interrupts
 from forklift.demo.launch import Supervisor
-from forklift.demo.mandelbrot import TASK, job_args, tiles
+from forklift.demo.mandelbrot import TASK, job_args
 from forklift.demo.png import write_png
 from forklift.demo.progress import Frame, Palette, make_view
 from forklift.demo.story import Story
