@@ -1,19 +1,25 @@
-"""The demo image's caption: the bitmap font, text drawn with it, the strip's layout."""
+"""The demo image's caption: the bitmap font, text drawn with it, the strip's layout and
+what the callback writes in it."""
 
 from __future__ import annotations
 
 import string
+from collections.abc import Sequence
 
 import pytest
 
+from forklift.batch import BatchStatus
 from forklift.demo import font
+from forklift.demo.assembly import Facts, Retried, caption, owner_pid
 from forklift.demo.caption import (
     BACKGROUND,
+    BAD,
     GOOD,
     MARGIN,
     TEXT,
     Canvas,
     Item,
+    Line,
     place,
     scale_for,
     strip,
@@ -112,3 +118,43 @@ def test_the_strip_holds_each_swatch_whole_and_the_text_in_its_colour() -> None:
     assert colours.count(FRAME) == side * side - (side - 2) ** 2
     assert TEXT in colours and GOOD in colours
     assert pixel(canvas, 0, 0) == BACKGROUND and pixel(canvas, 319, height - 1) == BACKGROUND
+
+
+def facts(*, retried: list[Retried] | None = None, rows: int = 3, earlier: int = 0) -> Facts:
+    status = BatchStatus(1, 3, 0, 0, 3, 0, 0, True, True, "succeeded", 4)
+    return Facts(status, [], {10: 2, 11: 1}, retried or [], rows, 3, earlier)
+
+
+def texts(lines: Sequence[Line]) -> list[list[str]]:
+    return [[item.text for item in line] for line in lines]
+
+
+def test_the_caption_says_which_tint_is_which_worker_the_kill_and_the_verdict() -> None:
+    palette = {10: PALETTE[0], 11: PALETTE[1]}
+    killed = Retried(1, 10, "WorkerDied: worker process killed by SIGKILL: possibly", 11)
+    lines = caption(facts(retried=[killed]), palette, 3, attempt=1)
+    assert texts(lines) == [
+        ["3 tiles, tinted by the worker that rendered each:"],
+        ["worker 10: 2 tiles", "worker 11: 1 tile"],
+        ["worker 10 killed at tile 1, rendered again"],
+        ["3 effects for 3 tiles, callback ran once"],
+    ]
+    assert [i.swatch for i in lines[1]] == [PALETTE[0], PALETTE[1]]
+    assert lines[2][0].framed and lines[2][0].swatch == PALETTE[1]  # who rendered it again
+    assert lines[3][0].colour == GOOD
+
+
+def test_the_caption_verdict_turns_red_on_a_doubled_effect_or_a_second_run() -> None:
+    doubled = caption(facts(rows=4), {10: PALETTE[0], 11: PALETTE[1]}, 3, attempt=1)
+    assert doubled[-1][0].text == "4 effects for 3 tiles (3 distinct), callback ran once"
+    assert doubled[-1][0].colour == BAD
+    again = caption(facts(earlier=1), {10: PALETTE[0], 11: PALETTE[1]}, 3, attempt=2)
+    assert again[-1][0].text.endswith("callback ran 2 times") and again[-1][0].colour == BAD
+    retried = caption(facts(), {10: PALETTE[0], 11: PALETTE[1]}, 3, attempt=2)
+    assert retried[-1][0].text.endswith("callback ran once, on attempt 2")
+
+
+def test_a_failed_attempt_is_told_by_its_kind() -> None:
+    lease = Retried(5, 42, "LeaseExpired: lease of h:42:ab expired", None)
+    assert lease.text() == "worker 42 failed (LeaseExpired) at tile 5, never rendered"
+    assert owner_pid("host:4242:ab12") == 4242 and owner_pid("") is None
