@@ -13,22 +13,24 @@ from forklift.cli import flags
 DESCRIPTION = """\
 forklift demo: the whole of forklift on show, in under a minute on two cores.
 
-It renders a Mandelbrot image as jobs, one per 32x32 tile (pure-Python CPU work),
-with the real supervisor: `forklift run --workers N` forks one worker process per
-core. Each worker stores its tile in the same transaction that completes the tile's
-job. Halfway through, the demo SIGKILLs a worker in the middle of a tile: the
-supervisor charges that job with how its worker died, starts a new worker, and the
-tile is rendered again. At the end a table says whether every tile's effect
-committed exactly once (one row per tile: the table of tiles has no unique
-constraint, so a doubled effect would show), and the image is written as a PNG,
-each tile tinted by the worker process that rendered it.
+It renders a Mandelbrot image as one batch of jobs, one per 32x32 tile (pure-Python
+CPU work), with the real supervisor: `forklift run --workers N` forks one worker
+process per core. Each worker stores its tile in the same transaction that completes
+the tile's job. Halfway through, the demo SIGKILLs a worker in the middle of a tile:
+the supervisor charges that job with how its worker died, starts a new worker, and the
+tile is rendered again. When every tile's job has ended the batch finishes and its
+callback job runs, once: it reads the tiles back from the database and writes the PNG,
+each tile tinted by the worker process that rendered it, with a caption strip below
+saying which tint is which worker, what was killed, and the effects' count. At the end
+a table says whether every effect committed exactly once (one row per tile and one for
+the callback: the tables have no unique constraint, so a doubled effect would show).
 
 With no database URL it runs on an embedded PostgreSQL, deleted afterwards; it
 never touches a server nobody named. With one, it works in a schema of its own
 (forklift_demo_<hex>) and drops it afterwards. Ctrl-C stops everything it started.
 
-Exit status: 0 if every tile's effect committed exactly once, 1 if not, 130 on
-Ctrl-C or SIGTERM.
+Exit status: 0 if every tile's effect and the callback's committed exactly once, 1 if
+not (or the callback failed), 130 on Ctrl-C or SIGTERM.
 
 examples:
   forklift demo

@@ -1,2 +1,3 @@
-"""`forklift demo`: a Mandelbrot image rendered as jobs by the real supervisor, a worker
-SIGKILLed midway, and a check that every tile's effect committed exactly once."""
+"""`forklift demo`: a Mandelbrot image rendered as one batch of jobs by the real supervisor,
+a worker SIGKILLed midway, the image assembled by the batch's callback, and a check that
+every effect committed exactly once."""

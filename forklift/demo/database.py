@@ -13,7 +13,6 @@ from psycopg.conninfo import conninfo_to_dict
 
 from forklift import _db, _sql
 from forklift.app import App
-from forklift.demo.image import RenderedTile
 from forklift.demo.interrupts import Interrupts
 from forklift.embedded import EmbeddedPostgres
 from forklift.errors import DatabaseError
@@ -34,7 +33,7 @@ def named_dsn(dsn: str | None) -> str | None:
 
 
 def open_place(dsn: str | None, stack: ExitStack, interrupts: Interrupts) -> Place:
-    """A fresh, migrated schema with the tiles table, in the named database or, when none
+    """A fresh, migrated schema with the demo's tables, in the named database or, when none
     is named, on an embedded server; `stack` drops it (and stops the server) at the end."""
     schema = f"forklift_demo_{secrets.token_hex(4)}"
     if dsn is None:
@@ -50,6 +49,7 @@ def open_place(dsn: str | None, stack: ExitStack, interrupts: Interrupts) -> Pla
     App(dsn, schema=schema).migrate()
     with DemoStore(dsn, schema) as store:
         store.run("tiles_create")
+        store.run("images_create")
     return Place(dsn, schema, where)
 
 
@@ -124,12 +124,13 @@ class DemoStore:
         except psycopg.Error as exc:
             raise DatabaseError(f"{name}: {exc}") from exc
 
-    def snapshot(self) -> Snapshot:
+    def snapshot(self, batch_id: int) -> Snapshot:
+        """Where the tiles of batch `batch_id` stand (its callback's job is not one)."""
         return Snapshot(
-            states=dict(self.run("job_count_by_state")),
+            states=dict(self.run("job_count_by_state", batch=batch_id)),
             by_worker=dict(self.run("tile_count_by_worker")),
-            running=[Running(*r) for r in self.run("job_running")],
-            charged=[Charged(*r) for r in self.run("job_charged")],
+            running=[Running(*r) for r in self.run("job_running", batch=batch_id)],
+            charged=[Charged(*r) for r in self.run("job_charged", batch=batch_id)],
             rerendered={t: (pid, attempt) for t, pid, attempt in self.run("tile_rerendered")},
         )
 
@@ -141,5 +142,6 @@ class DemoStore:
         rows, distinct = self.run("tile_effect_counts")[0]
         return rows, distinct
 
-    def rendered(self) -> list[RenderedTile]:
-        return [RenderedTile(*r) for r in self.run("tile_all")]
+    def image_runs(self, batch_id: int) -> int:
+        """Committed runs of the batch's callback (each wrote one row): 1 when it ran once."""
+        return int(self.run("image_count", batch=batch_id)[0][0])

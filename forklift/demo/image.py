@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from forklift.demo.mandelbrot import Tile
+from forklift.demo.fractal import Tile
 
 RGB = tuple[int, int, int]
 
@@ -25,7 +25,7 @@ MISSING: RGB = (40, 40, 40)
 BLACK: RGB = (0, 0, 0)
 WHITE: RGB = (255, 255, 255)
 INSIDE = 0.22  # how much of its worker's colour a pixel inside the set keeps
-FAR = 64  # the pixel value of points far outside the set (forklift.demo.mandelbrot.render)
+FAR = 64  # the pixel value of points far outside the set (forklift.demo.fractal.render)
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import struct
 import zlib
 from pathlib import Path
@@ -30,4 +31,11 @@ def encode_png(width: int, height: int, rgb: bytes) -> bytes:
 
 
 def write_png(path: Path, width: int, height: int, rgb: bytes) -> None:
-    path.write_bytes(encode_png(width, height, rgb))
+    """Write the PNG whole or not at all: to a file beside `path`, renamed over it, so a
+    reader never sees half an image (nor does a writer that died midway leave one)."""
+    part = path.with_name(f".{path.name}.{os.getpid()}.part")
+    try:
+        part.write_bytes(encode_png(width, height, rgb))
+        os.replace(part, path)
+    finally:
+        part.unlink(missing_ok=True)

@@ -12,9 +12,9 @@ import pytest
 
 from forklift.cli.demo import size
 from forklift.demo.database import Charged, Snapshot
+from forklift.demo.fractal import TILE, Tile, render, tiles
 from forklift.demo.image import FAR, FRAME, MISSING, PALETTE, RenderedTile, colours, compose, tint
 from forklift.demo.interrupts import Interrupted, Interrupts
-from forklift.demo.mandelbrot import TILE, Tile, render, tiles
 from forklift.demo.png import SIGNATURE, encode_png
 from forklift.demo.story import Story
 
