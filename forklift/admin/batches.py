@@ -117,7 +117,7 @@ class BatchAdmin:
 
     def batch_list(self, limit: int) -> tuple[list[BatchSummary], list[BatchSummary]]:
         """Up to `limit` open batches, newest first, and up to `limit` finished ones, the
-        latest to finish first; each with its jobs counted (through the batch index)."""
+        latest to finish first; each with its jobs counted (through the batch indexes)."""
         with self.connector.session("listing batches failed"):
             with self.connector.conn("listing batches failed") as conn:
                 params = {"limit": limit}

@@ -31,7 +31,7 @@ WHERE b.id = %(id)s::bigint;
 
 -- name: batch_dead_first
 -- The first of a batch's dead jobs and their last errors, in id order, through the
--- batch index.
+-- batch's finished-jobs index.
 SELECT j.id, j.last_error FROM {schema}.jobs AS j
 WHERE j.batch_id = %(id)s::bigint AND j.state = 'dead'
 ORDER BY j.id

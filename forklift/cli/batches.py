@@ -52,7 +52,7 @@ List batches: those not finished (newest first), then those finished most recent
 (the latest first), up to --limit of each, with their jobs counted by state, how far
 each is (jobs ended of its total), its rate (jobs ended per second since it was made),
 its ETA (its pending jobs at that rate), its callback (task, job id and state) and its
-age. Reads the batches' own index and each batch's jobs through the batch index: never
+age. Reads the batches' own index and each batch's jobs through the batch indexes: never
 the whole jobs table.
 
 examples:

@@ -42,7 +42,12 @@ CREATE INDEX batches_open_idx ON {schema}.batches (id) WHERE finished_at IS NULL
 -- Finished batches by time: retention.
 CREATE INDEX batches_finished_idx ON {schema}.batches (finished_at) WHERE finished_at IS NOT NULL;
 
--- A batch's jobs by state, in id order: whether any is still open (read backwards, from
--- the jobs claimed last), its counts and its results. Only batch jobs have entries.
-CREATE INDEX jobs_batch_idx ON {schema}.jobs (batch_id, state, id)
-    WHERE batch_id IS NOT NULL;
+-- A batch's jobs, in two indexes that a claim never writes (a job's running rows are found
+-- through jobs_running_idx, among all running jobs): each batch job adds one entry when it
+-- becomes ready (enqueue, retry, release) and one when it ends, none per claim.
+-- Its ready jobs: whether any is left, read backwards from the jobs claimed last.
+CREATE INDEX jobs_batch_ready_idx ON {schema}.jobs (batch_id, id)
+    WHERE batch_id IS NOT NULL AND state = 'ready';
+-- Its finished jobs: counts, results, dead jobs, in id order.
+CREATE INDEX jobs_batch_finished_idx ON {schema}.jobs (batch_id, id)
+    WHERE batch_id IS NOT NULL AND state IN ('succeeded', 'dead', 'cancelled');

@@ -24,15 +24,16 @@ WHERE id = %(id)s::bigint AND sealed_at IS NULL;
 -- name: batch_done_among
 -- Which of these batches look finished: sealed, not marked finished, and no job of theirs
 -- ready or running. Unlocked: run after the commit of a job's end, it sees every end
--- committed before it, so the last job's end always sees its batch done. Each probe reads
--- the batch's index backwards from its highest id (the jobs claimed last), where an open
--- job is found first while any is left.
+-- committed before it, so the last job's end always sees its batch done. The ready
+-- probe reads the batch's ready index backwards from its highest id (the jobs claimed
+-- last), where a ready job is found first while any is left; the running probe looks
+-- among the running jobs (of every batch: as many as workers run at once).
 SELECT b.id FROM {schema}.batches AS b
 WHERE b.id = ANY(%(ids)s::bigint[]) AND b.sealed_at IS NOT NULL AND b.finished_at IS NULL
   AND (SELECT j.id FROM {schema}.jobs AS j
        WHERE j.batch_id = b.id AND j.state = 'ready' ORDER BY j.id DESC LIMIT 1) IS NULL
-  AND (SELECT j.id FROM {schema}.jobs AS j
-       WHERE j.batch_id = b.id AND j.state = 'running' ORDER BY j.id DESC LIMIT 1) IS NULL;
+  AND NOT EXISTS (SELECT 1 FROM {schema}.jobs AS j
+                  WHERE j.state = 'running' AND j.batch_id = b.id);
 
 -- name: batch_lock_open
 -- Lock a sealed batch that is not finished (its finisher, or an operator's retry of one
@@ -48,7 +49,9 @@ FOR UPDATE;
 -- batch's last job ended; no row: still open.
 WITH open AS (
     SELECT EXISTS (SELECT 1 FROM {schema}.jobs AS j
-                   WHERE j.batch_id = %(id)s::bigint AND j.state IN ('ready', 'running')) AS any
+                   WHERE j.batch_id = %(id)s::bigint AND j.state = 'ready')
+        OR EXISTS (SELECT 1 FROM {schema}.jobs AS j
+                   WHERE j.state = 'running' AND j.batch_id = %(id)s::bigint) AS any
 ), b AS (
     SELECT b.*, EXISTS (SELECT 1 FROM {schema}.jobs AS j
                         WHERE j.batch_id = b.id AND j.state = 'dead') AS failed
@@ -76,7 +79,8 @@ WITH open AS (
 )
 SELECT outcome, callback_job_id, pg_notify('{done_channel}', 'b' || id) IS NULL,
        extract(epoch FROM now() - (SELECT max(j.completed_at) FROM {schema}.jobs AS j
-                                   WHERE j.batch_id = finished.id))::float8
+                                   WHERE j.batch_id = finished.id
+                                     AND j.state IN ('succeeded', 'dead', 'cancelled')))::float8
 FROM finished;
 
 -- name: batch_sweep
@@ -95,23 +99,43 @@ FROM {schema}.batches AS b
 WHERE b.id = %(id)s::bigint;
 
 -- name: batch_counts
--- How many of a batch's jobs are in each state (through the batch index), and the
--- progress its running jobs report, summed.
-SELECT j.state::text, count(*),
-       coalesce(sum((j.progress->>'done')::float8) FILTER (WHERE j.state = 'running'
-           AND jsonb_typeof(j.progress->'done') = 'number'), 0),
-       coalesce(sum((j.progress->>'total')::float8) FILTER (WHERE j.state = 'running'
-           AND jsonb_typeof(j.progress->'total') = 'number'), 0),
-       max(j.completed_at)
+-- How many of a batch's jobs are in each state, the progress its running jobs report
+-- (summed), and when its latest job ended: ready and finished through its indexes,
+-- running among the running jobs.
+SELECT 'ready', count(*), 0::float8, 0::float8, NULL::timestamptz FROM {schema}.jobs AS j
+WHERE j.batch_id = %(id)s::bigint AND j.state = 'ready'
+UNION ALL
+SELECT 'running', count(*),
+       coalesce(sum((j.progress->>'done')::float8)
+                FILTER (WHERE jsonb_typeof(j.progress->'done') = 'number'), 0),
+       coalesce(sum((j.progress->>'total')::float8)
+                FILTER (WHERE jsonb_typeof(j.progress->'total') = 'number'), 0),
+       NULL::timestamptz
 FROM {schema}.jobs AS j
-WHERE j.batch_id = %(id)s::bigint
+WHERE j.state = 'running' AND j.batch_id = %(id)s::bigint
+UNION ALL
+SELECT j.state::text, count(*), 0::float8, 0::float8, max(j.completed_at)
+FROM {schema}.jobs AS j
+WHERE j.batch_id = %(id)s::bigint AND j.state IN ('succeeded', 'dead', 'cancelled')
 GROUP BY j.state;
 
 -- name: batch_job_ids
--- A page of a batch's job ids, in id order.
-SELECT j.id FROM {schema}.jobs AS j
-WHERE j.batch_id = %(id)s::bigint AND j.id > %(after)s::bigint
-ORDER BY j.id
+-- A page of a batch's job ids, in id order (each state's part through its index).
+SELECT id FROM (
+    (SELECT j.id FROM {schema}.jobs AS j
+     WHERE j.batch_id = %(id)s::bigint AND j.state = 'ready' AND j.id > %(after)s::bigint
+     ORDER BY j.id LIMIT %(limit)s)
+    UNION ALL
+    (SELECT j.id FROM {schema}.jobs AS j
+     WHERE j.state = 'running' AND j.batch_id = %(id)s::bigint AND j.id > %(after)s::bigint
+     ORDER BY j.id LIMIT %(limit)s)
+    UNION ALL
+    (SELECT j.id FROM {schema}.jobs AS j
+     WHERE j.batch_id = %(id)s::bigint AND j.state IN ('succeeded', 'dead', 'cancelled')
+       AND j.id > %(after)s::bigint
+     ORDER BY j.id LIMIT %(limit)s)
+) AS page
+ORDER BY id
 LIMIT %(limit)s;
 
 -- name: batch_results
@@ -136,10 +160,16 @@ RETURNING id;
 
 -- name: batch_open_jobs
 -- A page of a batch's ready and running job ids, in id order (to cancel them).
-SELECT j.id FROM {schema}.jobs AS j
-WHERE j.batch_id = %(id)s::bigint AND j.state IN ('ready', 'running')
-  AND j.id > %(after)s::bigint
-ORDER BY j.id
+SELECT id FROM (
+    (SELECT j.id FROM {schema}.jobs AS j
+     WHERE j.batch_id = %(id)s::bigint AND j.state = 'ready' AND j.id > %(after)s::bigint
+     ORDER BY j.id LIMIT %(limit)s)
+    UNION ALL
+    (SELECT j.id FROM {schema}.jobs AS j
+     WHERE j.state = 'running' AND j.batch_id = %(id)s::bigint AND j.id > %(after)s::bigint
+     ORDER BY j.id LIMIT %(limit)s)
+) AS page
+ORDER BY id
 LIMIT %(limit)s;
 
 -- name: batch_prune
