@@ -125,7 +125,7 @@ def filled(db: psycopg.Connection[Any], schema: str) -> str:
 
 
 # The batch store's queries that read a batch's jobs (the rest write, or read one row).
-BATCH_READS = {
+BATCH_READS: dict[str, list[dict[str, Any]]] = {
     "batch_done_among": [{"ids": [1, 2, 3]}],
     "batch_counts": [{"id": 1}],
     "batch_job_ids": [{"id": 1, "after": 0, "limit": 5000}],
