@@ -98,8 +98,11 @@ class Batch:
         its end, polling as a fallback); TimeoutError if it did not finish by then."""
 
         def finished(conn: Conn) -> BatchStatus | None:
-            status = self.status(conn)
-            return status if status.finished else None
+            # The batch's row alone until it finished: its jobs are counted once, at the end.
+            row = self._store.get(self.id, conn)
+            if row is None:
+                raise BatchNotFound(f"no batch {self.id} (never made, or pruned)")
+            return self.status(conn) if row.finished_at is not None else None
 
         done = _waiting.wait_for_end(self._listen, self._store, f"b{self.id}", finished, timeout)
         if done is None:
