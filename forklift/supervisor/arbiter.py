@@ -164,7 +164,7 @@ class Supervisor:
         self.spawner.supervisor_id = self.identity.id
         self.signals.install()
         self.publish()
-        self.ops.start()
+        self.ops.bind()  # a taken metrics address fails here, before any child exists
         gc.collect()
         gc.freeze()  # preloaded objects stay on shared copy-on-write pages in children
         emit(
@@ -175,6 +175,8 @@ class Supervisor:
             queues=",".join(self.config.worker.queues),
         )
         try:
+            self.maintain_count()  # the first children: forked with no other thread (spawner.py)
+            self.ops.start()
             self._loop()
         finally:
             self.ops.stop()  # and deregisters this supervisor and its workers

@@ -84,6 +84,7 @@ class Child:
     on_malformed: Callable[[int], None] | None = None
     malformed: int = 0  # reports from it that could not be read, dropped
     booted: bool = False  # it said its worker loop runs
+    reported: bool = False  # it has said anything at all since its fork
     on_close: Callable[[], None] | None = None  # forgets its hint pipe (the spawner's)
 
     def __post_init__(self) -> None:
@@ -98,6 +99,7 @@ class Child:
         decoded, still_open = self._reports.read()
         if decoded.reports or decoded.malformed:
             self.last_seen = now  # any line is a sign of life
+            self.reported = True
         bad = list(decoded.malformed)
         for report in decoded.reports:
             if not self.take_report(report, now):

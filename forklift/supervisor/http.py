@@ -104,6 +104,15 @@ class HttpServer:
 
     def start(self) -> tuple[str, int]:
         """Bind (ConfigError if the address is taken or bad) and serve; where it listens."""
+        bound = self.bind()
+        self.serve()
+        return bound
+
+    def bind(self) -> tuple[str, int]:
+        """Bind (ConfigError if the address is taken or bad), starting no thread yet;
+        where it listens."""
+        if self.bound is not None:
+            return self.bound
         host, port = self.addr
         adj = Adjustments(
             host=host,
@@ -121,7 +130,7 @@ class HttpServer:
         # "Client disconnected" (INFO) and "task queue depth" are a client's business.
         logging.getLogger("waitress").setLevel(logging.WARNING)
         logging.getLogger("waitress.queue").setLevel(logging.ERROR)
-        dispatcher = ThreadedTaskDispatcher()  # its threads start once the bind worked
+        dispatcher = ThreadedTaskDispatcher()  # its threads start in serve()
         try:
             server = _Server(self.app, map=self._map, dispatcher=dispatcher, adj=adj)
         except OSError as exc:
@@ -129,14 +138,20 @@ class HttpServer:
                 f"cannot serve metrics on {host}:{port}: {exc.strerror or exc} "
                 "(choose another --metrics-addr, or 'off')"
             ) from None
-        dispatcher.set_thread_count(THREADS)
         self._server = server
         bound_host, bound_port = server.getsockname()
         self.bound = (str(bound_host), int(bound_port))
-        self._thread = threading.Thread(target=server.run, name="forklift-http", daemon=True)
-        self._thread.start()
         emit(log, "supervisor.http", addr=f"{self.bound[0]}:{self.bound[1]}")
         return self.bound
+
+    def serve(self) -> None:
+        """Start answering: waitress's worker threads and its event loop's."""
+        server = self._server
+        if server is None or self._thread is not None:
+            return
+        server.task_dispatcher.set_thread_count(THREADS)
+        self._thread = threading.Thread(target=server.run, name="forklift-http", daemon=True)
+        self._thread.start()
 
     def close_in_child(self) -> None:
         """After fork: close every socket the server holds (the listener, its clients)."""
@@ -153,12 +168,14 @@ class HttpServer:
         server, self._server = self._server, None
         if server is None:
             return
+        if self._thread is None:  # bound, never served: no loop to close them
+            wasyncore.close_all(self._map, ignore_all=True)
+            return
         # The event loop closes its own sockets (from its thread, as waitress expects),
         # then ends with nothing left to watch.
         trigger: Any = server.trigger  # (the stubs call it an int)
         trigger.pull_trigger(lambda: wasyncore.close_all(self._map, ignore_all=True))
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        self._thread.join(timeout=5)
         server.task_dispatcher.shutdown(timeout=2)
 
 

@@ -58,10 +58,18 @@ class OpsServer:
         self._threads: list[threading.Thread] = []
         self.bound: tuple[str, int] | None = None
 
-    def start(self) -> None:
-        if self.addr is not None:
+    def bind(self) -> None:
+        """Bind the HTTP listener (ConfigError if the address is taken), no thread yet: the
+        supervisor forks its first children between this and start()."""
+        if self.addr is not None and self._http is None:
             self._http = HttpServer(self.addr, self.routes)
-            self.bound = self._http.start()
+            self.bound = self._http.bind()
+
+    def start(self) -> None:
+        """Start the threads (binding first, if bind() was not called)."""
+        self.bind()
+        if self._http is not None:
+            self._http.serve()
         if self.session is not None:
             self._spawn_thread("forklift-session", self.session.run)
         if self.db is not None:

@@ -17,6 +17,13 @@ from forklift.supervisor.states import KillReason
 
 log = logging.getLogger(__name__)
 
+# A child's first report comes half a second after its fork (its heartbeat thread's first
+# beat). One still silent this long after its fork never got that far: it is wedged
+# between the fork and its boot, typically on a lock another thread of the parent held
+# at the instant of the fork (under libfaketime, CPython's re-creation of the GIL in the
+# child waits on such a lock forever). It is replaced now, not after `child_timeout`.
+FIRST_REPORT_TIMEOUT = 10.0
+
 
 class Police:
     """Each step takes the time of the tick, so a test can call it with any clock."""
@@ -92,12 +99,18 @@ class Police:
                 self.kill(child, KillReason.MEMORY, cause, now, at_once=True)
 
     def kill_unresponsive(self, now: float) -> None:
-        """Kill a child that has not reported for `child_timeout` (it is wedged)."""
+        """Kill a child that has not reported for `child_timeout` (it is wedged), or has
+        not reported at all FIRST_REPORT_TIMEOUT after its fork (wedged before its boot)."""
+        timeout = self.config.child_timeout
         for child in self.children:
             silent = now - child.last_seen
-            if silent > self.config.child_timeout and not child.killing:
-                cause = f"unresponsive: no report for {silent:.0f} s"
-                self.kill(child, KillReason.UNRESPONSIVE, cause, now, at_once=True)
+            limit = timeout if child.reported else min(timeout, FIRST_REPORT_TIMEOUT)
+            if silent <= limit or child.killing:
+                continue
+            cause = f"unresponsive: no report for {silent:.0f} s"
+            if not child.reported:
+                cause += " since its fork (wedged before its boot)"
+            self.kill(child, KillReason.UNRESPONSIVE, cause, now, at_once=True)
 
     def escalate_kills(self, now: float) -> None:
         """A killed child still there at its kill_at gets SIGKILL, again each second."""

@@ -53,8 +53,14 @@ class Spawner:
         # Signals are held back across the fork: one that reached the child before it
         # dropped the parent's handlers would be swallowed by them (a SIGTERM lost, a
         # child that never stops). Pending ones arrive once each side is ready.
-        # No lock is taken: no parent thread holds anything a child could use (held
-        # connections are abandoned in the child, see _conns.py).
+        # A fork copies every lock as it is at that instant, held by threads the child
+        # does not have. The parent's own are safe (held connections are abandoned in
+        # the child, see _conns.py), but not every library's: under libfaketime a thread
+        # waiting for the GIL holds its lock for a moment, and CPython's re-creation of
+        # the GIL in the child then waits on it forever, before any Python code runs
+        # there. So the first children are forked before the helper threads start (they
+        # are busiest then: connecting, first rounds); a child of a later fork that
+        # such a lock wedges never reports, and is replaced (Police.kill_unresponsive).
         with self.signals.held():
             pid = os.fork()
             if pid == 0:  # the child: nothing of the parent's loop survives here

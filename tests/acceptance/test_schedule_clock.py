@@ -26,16 +26,22 @@ LATE = timedelta(seconds=3)  # a job starts this soon after its fire time (a loa
 
 @dataclass(frozen=True)
 class Fired:
-    at: datetime  # the fire time (the job's available_at)
+    at: datetime  # the fire time (the one in its job's idempotency key)
     jobs: int
     started: datetime | None  # the first job's start, on the database's clock
     states: str
 
 
+# The fire time, from the key the scheduler gives each fire's job
+# (`forklift:schedule:NAME:2026-01-01T00:00:00Z`). Not available_at: a job claimed ahead
+# and given back (its worker's slot stayed busy too long) is ready again from the give-back.
+FIRE_TIME = r"substring(idempotency_key from '^forklift:schedule:[^:]+:(.+)$')::timestamptz"
+
+
 def fired(db: psycopg.Connection[Any], schema: str, name: str) -> list[Fired]:
     rows = db.execute(
-        f"SELECT available_at, count(*), min(started_at), string_agg(state::text, ',')"
-        f" FROM {schema}.jobs WHERE task = %s GROUP BY available_at ORDER BY available_at",
+        f"SELECT {FIRE_TIME} AS at, count(*), min(started_at), string_agg(state::text, ',')"
+        f" FROM {schema}.jobs WHERE task = %s GROUP BY at ORDER BY at",
         (name,),
     ).fetchall()
     return [Fired(*r) for r in rows]

@@ -185,6 +185,27 @@ def test_workers_that_crash_while_booting_back_off_into_a_crash_loop(
     sup.stop_cleanly(timeout=40)
 
 
+def test_a_worker_wedged_before_its_boot_is_replaced_well_before_the_child_timeout(
+    dsn: str,
+    schema: str,
+    db: psycopg.Connection[Any],
+    env: dict[str, str],
+    forklift_cli: Any,
+    tmp_path: Path,
+) -> None:
+    env["FORKLIFT_TEST_WEDGED"] = str(tmp_path / "wedged")
+    app = forklift.App(dsn, schema=schema)
+    job_id = app.enqueue("noop")
+    sup = forklift_cli("run", "tests.apps.wedged_boot:app", "--workers", "1")
+    started = time.monotonic()
+    wait_state(db, schema, job_id, "succeeded", timeout=25)
+    assert time.monotonic() - started < 20  # not the 30 s --child-timeout
+    assert "since its fork (wedged before its boot)" in sup.output()
+    assert sup.output().count("child.started") == 2
+    sup.stop_cleanly(timeout=15)
+    app.close()
+
+
 def test_poison_jobs_that_kill_a_running_worker_are_no_crash_loop(
     dsn: str, schema: str, db: psycopg.Connection[Any], forklift_cli: Any
 ) -> None:

@@ -34,7 +34,7 @@ def child(pipe: tuple[int, int]) -> Child:
 
 def test_read_with_nothing_written_is_still_open(child: Child) -> None:
     assert child.read(1.0) is True
-    assert child.jobs == {} and child.last_seen == 0.0
+    assert child.jobs == {} and child.last_seen == 0.0 and not child.reported
 
 
 def test_heartbeats_set_rss_and_peak_rss(child: Child, pipe: tuple[int, int]) -> None:
@@ -44,7 +44,7 @@ def test_heartbeats_set_rss_and_peak_rss(child: Child, pipe: tuple[int, int]) ->
     Reporter(write_fd).heartbeat(3000)
     assert child.read(7.0) is True
     assert (child.rss, child.peak_rss, child.last_seen) == (3000, 5000, 7.0)
-    assert not child.busy
+    assert not child.busy and child.reported  # it has said something since its fork
 
 
 def test_start_and_end_track_jobs_busy_and_idle_since(child: Child, pipe: tuple[int, int]) -> None:

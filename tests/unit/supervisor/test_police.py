@@ -10,7 +10,7 @@ from forklift.metrics import Totals
 from forklift.supervisor.child import Children, Kill, RunningJob
 from forklift.supervisor.config import SupervisorConfig
 from forklift.supervisor.deaths import Attribution
-from forklift.supervisor.police import Police
+from forklift.supervisor.police import FIRST_REPORT_TIMEOUT, Police
 from forklift.supervisor.states import KillReason
 from tests.unit.supervisor.conftest import FakeStore, Signals, make_child
 
@@ -99,11 +99,35 @@ def test_no_memory_limit_no_memory_policing(
 def test_a_silent_child_is_killed_at_once(
     children: Children, signals: Signals, store: FakeStore
 ) -> None:
-    quiet = make_child(children, 41, started=0.0)
-    make_child(children, 42, started=25.0)
+    quiet = make_child(children, 41, started=0.0, reported=True)
+    make_child(children, 42, started=25.0, reported=True)
     police(children, store, child_timeout=30.0).kill_unresponsive(now=31.0)
     assert signals.sent == [(41, KILL)]
     assert quiet.killing == Kill(KillReason.UNRESPONSIVE, "unresponsive: no report for 31 s")
+
+
+def test_a_child_silent_since_its_fork_is_killed_long_before_the_child_timeout(
+    children: Children, signals: Signals, store: FakeStore
+) -> None:
+    # Wedged between its fork and its boot (its heartbeat never started): replaced
+    # FIRST_REPORT_TIMEOUT after the fork. One that has reported gets child_timeout.
+    wedged = make_child(children, 41, started=0.0)
+    make_child(children, 42, started=0.0, reported=True)
+    cop = police(children, store, child_timeout=30.0)
+    cop.kill_unresponsive(now=FIRST_REPORT_TIMEOUT)
+    assert signals.sent == []
+    cop.kill_unresponsive(now=FIRST_REPORT_TIMEOUT + 0.5)
+    assert signals.sent == [(41, KILL)]
+    cause = "unresponsive: no report for 10 s since its fork (wedged before its boot)"
+    assert wedged.killing == Kill(KillReason.UNRESPONSIVE, cause)
+
+
+def test_a_child_timeout_shorter_than_the_first_report_timeout_holds_for_a_new_child(
+    children: Children, signals: Signals, store: FakeStore
+) -> None:
+    make_child(children, 41, started=0.0)
+    police(children, store, child_timeout=2.0).kill_unresponsive(now=2.5)
+    assert signals.sent == [(41, KILL)]
 
 
 @pytest.mark.parametrize(("now", "sent"), [(9.9, []), (10.0, [(41, KILL)])])
