@@ -134,13 +134,11 @@ class Supervisor:
         self.probes = Probes(self.board, admin, cfg.worker.queues)
         w = cfg.worker
         maintenance = Maintenance(
-            JobStore(held, app.schema),
-            app.dsn,
-            timeouts,
+            JobStore(held, app.schema), app.dsn, timeouts,
             MaintenanceConfig(w.maintenance_interval, w.keep_finished, w.keep_dead),
             section=lambda: nullcontext(self.session.maintaining.is_set()),
             sweep=BatchSweep(BatchStore(held.connection, app.schema), self.totals),
-        )
+        )  # fmt: skip
         services = [
             DbService("attribution", TICK, self.attribution.retry_pending),
             DbService("vanished", self.vanished.config.every, self.vanished.run_once),
