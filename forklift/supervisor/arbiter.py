@@ -232,15 +232,11 @@ class Supervisor:
             self.notifier.ready(f"{self.scaling.target} workers")
 
     def update_title(self) -> None:
+        cfg, children, db = self.config, self.children, self.db
         state = self.stopping or ("crash loop" if self.restarts.crash_loop else "running")
-        title = supervisor_title(
-            self.config.worker.queues,
-            state,
-            len(self.children),
-            self.scaling.target,
-            self.children.busy(),
-        )
-        setproctitle(title)
+        state = "waiting for migrate" if state == "running" and db.waiting_for_migrate() else state
+        target, busy = self.scaling.target, children.busy()
+        setproctitle(supervisor_title(cfg.worker.queues, state, len(children), target, busy))
 
     def wait(self) -> None:
         """Sleep until a signal, a child report, or the next tick (or a restart is due)."""

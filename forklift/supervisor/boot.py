@@ -71,6 +71,7 @@ def _run(app: App, config: SupervisorConfig, spec: ChildSpec) -> int:
         tally=tally,
         on_job_cancel=hooks.cancelled,
         hints_fd=spec.hint_fd,
+        on_waiting=title.waiting,
     )
     _handle_signals(worker)
     soft_limit = int(config.max_memory_per_child * 2**20) if config.max_memory_per_child else None

@@ -19,9 +19,12 @@ from dataclasses import dataclass
 
 from forklift._events import emit
 from forklift._service import Repeats
-from forklift.errors import ForkliftError
+from forklift.errors import ForkliftError, SchemaMissing
 
 log = logging.getLogger(__name__)
+
+# A round that found forklift's tables missing this recently says: waiting for migrate.
+MISSING_FOR = 3.0
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,8 @@ class DbThread:
         self._due = [0.0] * len(self.services)
         self._stopped = threading.Event()
         self._repeats = Repeats()
+        self._missing = Repeats()  # "run forklift migrate": once for every service
+        self._missing_at = float("-inf")  # when a round last found the schema missing
 
     def submit(self, name: str, work: Callable[[], object]) -> None:
         self._work.put((name, work))
@@ -84,9 +89,20 @@ class DbThread:
             except queue.Empty:
                 return
 
+    def waiting_for_migrate(self) -> bool:
+        """Whether a round found forklift's tables missing in the last few seconds."""
+        return time.monotonic() - self._missing_at < MISSING_FOR
+
     def _attempt(self, name: str, work: Callable[[], object]) -> None:
         try:
             work()
+        except SchemaMissing as exc:
+            # Before `forklift migrate` every service fails so, each on its own table:
+            # one line for the whole supervisor, then one every 30 s.
+            self._missing_at = time.monotonic()
+            if self._missing.worth_logging(SchemaMissing("schema missing")):
+                emit(log, "supervisor.waiting_for_migrate", logging.WARNING, error=exc)
+            return
         except ForkliftError as exc:
             # An outage fails every service the same way underneath: said once for all
             # of them, then every 30 s, not once per service and round.

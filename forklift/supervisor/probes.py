@@ -115,11 +115,9 @@ class Probes:
             missing = isinstance(exc, SchemaMissing)
             problem = str(exc) if missing else _unreachable(exc)
             again = self._said.worth_logging(exc)
-            if before is not False or problem != self._db_problem or again:
-                event = (
-                    "supervisor.schema_missing" if missing else "supervisor.database_unreachable"
-                )
-                emit(log, event, logging.WARNING, error=exc)
+            # Tables missing: the database thread says so, once for every service.
+            if not missing and (before is not False or problem != self._db_problem or again):
+                emit(log, "supervisor.database_unreachable", logging.WARNING, error=exc)
             self._db_problem = problem
             self._db_ready = _Cached(False, time.monotonic())
             return False

@@ -23,6 +23,7 @@ class ChildTitle:
     def __init__(self, index: int, total: int, queues: tuple[str, ...]) -> None:
         self.prefix = f"forklift worker {index}/{total} [{','.join(queues)}]"
         self._running: dict[int, str] = {}
+        self._waiting: str | None = None  # what it waits for before any work: migrate
         # Held while the title is set too: two threads never leave the older title.
         self._lock = threading.RLock()
 
@@ -45,15 +46,21 @@ class ChildTitle:
             if show:
                 self.update()
 
+    def waiting(self, what: str | None) -> None:
+        """`...: waiting for migrate` until told None."""
+        with self._lock:
+            self._waiting = what
+            self.update()
+
     def update(self) -> None:
         with self._lock:
             setproctitle(self.text())
 
     def text(self) -> str:
         with self._lock:
-            jobs = list(self._running.items())
+            jobs, waiting = list(self._running.items()), self._waiting
         if not jobs:
-            return f"{self.prefix}: idle"
+            return f"{self.prefix}: {waiting or 'idle'}"
         if len(jobs) == 1:
             job_id, task = jobs[0]
             return f"{self.prefix}: running {task}#{job_id}"

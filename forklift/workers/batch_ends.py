@@ -16,7 +16,9 @@ from forklift._events import emit
 from forklift._service import Repeats
 from forklift.errors import DatabaseError
 from forklift.metrics import Tally, Totals
+from forklift.store import JobStore
 from forklift.store.batches import BatchStore, Finished
+from forklift.workers.holdings import Holdings
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,12 @@ class BatchEnds:
         self.tally = tally
         self.holding = holding  # the batches of the jobs this worker holds now
         self._errors = Repeats()
+
+    @classmethod
+    def of_worker(cls, store: JobStore, tally: Tally | None, holdings: Holdings) -> BatchEnds:
+        """A worker's: on its own connection, sparing the batches of the jobs it holds."""
+        batches = BatchStore(store.pool.connection, store.schema)
+        return cls(batches, tally, lambda: [c.job.batch_id for c in holdings.snapshot()])
 
     def ended(self, batch_ids: Iterable[int | None]) -> None:
         ids = {b for b in batch_ids if b is not None}

@@ -91,6 +91,21 @@ def batch_view(app: App, batch_id: int, reads: Reads) -> Batch:
     return Batch(batch_id, BatchStore(reads, app.schema), listen)
 
 
+class Waiting:
+    """What a worker waits for before any work ("waiting for migrate"; None: nothing),
+    each change told to `on_change` (its process title)."""
+
+    def __init__(self, on_change: Callable[[str | None], None] | None) -> None:
+        self.on_change = on_change
+        self.what: str | None = None
+
+    def __call__(self, what: str | None) -> None:
+        if what != self.what:
+            self.what = what
+            if self.on_change is not None:
+                self.on_change(what)
+
+
 class Worker:
     """One process's job loop. __init__ does no I/O; run() boots and blocks until stopped."""
 
@@ -106,8 +121,10 @@ class Worker:
         tally: Tally | None = None,
         on_job_cancel: Callable[[ClaimedJob], None] | None = None,
         hints_fd: int | None = None,
+        on_waiting: Callable[[str | None], None] | None = None,
     ) -> None:
         self.app = app
+        self._waiting = Waiting(on_waiting)
         self.hints_fd = hints_fd  # a supervisor's child: its hints pipe (services.py)
         self.config = config or WorkerConfig()
         self.owner = owner or ""
@@ -165,11 +182,7 @@ class Worker:
             self.owner, self.holdings, self._wakeup, self.tally, self.on_job_end
         )
         held = self.holdings
-        self.ends = BatchEnds(
-            BatchStore(self.store.pool.connection, self.app.schema),
-            self.tally,
-            lambda: [c.job.batch_id for c in held.snapshot()],
-        )
+        self.ends = BatchEnds.of_worker(self.store, self.tally, held)
         self.recorder = Recorder(self.store, self.owner, held, self.events, self.ends)
         self._work: queue.SimpleQueue[JobContext | None] = queue.SimpleQueue()
         hints = PipeSource(self.hints_fd, self.app.schema) if self.hints_fd is not None else None
@@ -231,11 +244,15 @@ class Worker:
                     cfg.queues, self.owner, free, cfg.lease, expired=expired
                 )
                 self.prefetch.observe_claim(time.monotonic() - began)
+                self._waiting(None)
             except SchemaMissing as exc:
                 # Not migrated yet (a migration Job may be on its way): say so calmly,
-                # look again every second, start the moment the tables are there.
+                # look again every second, start the moment the tables are there. A
+                # supervisor's child leaves the saying to its supervisor (one line).
                 if repeats.worth_logging(exc):
-                    emit(log, "worker.schema_missing", logging.WARNING, error=exc)
+                    level = logging.DEBUG if self.hints_fd is not None else logging.WARNING
+                    emit(log, "worker.schema_missing", level, error=exc)
+                self._waiting("waiting for migrate")
                 self._wakeup.wait(1.0)
                 continue
             except DatabaseError as exc:

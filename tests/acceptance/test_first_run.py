@@ -5,7 +5,9 @@ from __future__ import annotations
 import secrets
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -36,9 +38,21 @@ def test_run_before_migrate_waits_not_ready_then_works_once_migrated(
         what="not ready, saying to migrate",
     )
     assert f'schema "{unmigrated}"' in body and "run forklift migrate" in body
-    wait_for(lambda: "worker.schema_missing" in sup.output(), what="the worker says it too")
-    hint = [line for line in sup.output().splitlines() if "worker.schema_missing" in line]
-    assert len(hint) == 1  # one calm line, not one per retry
+
+    # Every service and worker finds the tables missing: the supervisor says so in one
+    # line, and every process's title says what it waits for.
+    def titles() -> list[str]:
+        pids = [sup.pid, *sup.children()]
+        return [Path(f"/proc/{p}/cmdline").read_bytes().decode().strip("\0") for p in pids]
+
+    wait_for(
+        lambda: len(t := titles()) == 2 and all("waiting for migrate" in x for x in t),
+        what="the supervisor's and the worker's titles saying they wait for migrate",
+    )
+    time.sleep(2.5)  # a few rounds of every service: none of them may say it again
+    warned = [line for line in sup.output().splitlines() if "WARNING" in line]
+    assert len(warned) == 1 and "supervisor.waiting_for_migrate" in warned[0], warned
+    assert "run forklift migrate" in warned[0]
     assert "LINE 1" not in sup.output() and "Traceback" not in sup.output()
     # A one-shot command says the same, and exits 1.
     status_cmd = subprocess.run(
@@ -56,5 +70,8 @@ def test_run_before_migrate_waits_not_ready_then_works_once_migrated(
         job_id = app.enqueue("noop")
         wait_state(db, unmigrated, job_id, "succeeded", timeout=10)
     wait_for(lambda: get(url + "/readyz")[0] == 200, what="ready once migrated")
+    wait_for(
+        lambda: not any("waiting for migrate" in t for t in titles()), what="titles back to work"
+    )
     app.close()
     sup.stop_cleanly()
