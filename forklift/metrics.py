@@ -22,6 +22,8 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from forklift.shared_counts import SharedCounts
+
 DURATION_BUCKETS = (
     0.005,
     0.01,
@@ -120,16 +122,43 @@ class Tally:
     batches: dict[str, int] = field(default_factory=dict)
     callback_delays: Histo = field(default_factory=lambda: Histo.empty(CALLBACK_BUCKETS))
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # A supervisor's child counts outcomes here, in memory its supervisor reads (and
+    # reads once more after a kill); what does not fit goes by `jobs` and the pipe.
+    shared: SharedCounts | None = None
 
     def job(self, queue: str, task: str, outcome: str, duration: float | None) -> None:
         with self.lock:
-            key = (queue, task, outcome)
+            self._job(queue, task, outcome, duration)
+
+    def intend(self, jobs: list[tuple[int, int, str, str]]) -> None:
+        """A group commit of these (id, attempt, queue, task) is about to be sent."""
+        if self.shared is not None:
+            with self.lock:
+                self.shared.intend([(i, a, (q, t, "succeeded")) for i, a, q, t in jobs])
+
+    def answered(self) -> None:
+        if self.shared is not None:
+            self.shared.answered()
+
+    def settled(self) -> None:
+        if self.shared is not None:
+            self.shared.settled()
+
+    def jobs_succeeded(self, done: list[tuple[str, str, float]]) -> None:
+        """Many successes (queue, task, duration), counted under one hold of the lock."""
+        with self.lock:
+            for queue, task, duration in done:
+                self._job(queue, task, "succeeded", duration)
+
+    def _job(self, queue: str, task: str, outcome: str, duration: float | None) -> None:
+        key = (queue, task, outcome)
+        if self.shared is None or not self.shared.add(key):
             self.jobs[key] = self.jobs.get(key, 0) + 1
-            if duration is not None:
-                h = self.durations.get((queue, task))
-                if h is None:
-                    h = self.durations[(queue, task)] = Histo.empty(DURATION_BUCKETS)
-                h.observe(DURATION_BUCKETS, duration)
+        if duration is not None:
+            h = self.durations.get((queue, task))
+            if h is None:
+                h = self.durations[(queue, task)] = Histo.empty(DURATION_BUCKETS)
+            h.observe(DURATION_BUCKETS, duration)
 
     def wait(self, queue: str, seconds: float) -> None:
         with self.lock:

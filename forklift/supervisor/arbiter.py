@@ -8,6 +8,7 @@ callable on its own in a test.
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import os
@@ -41,7 +42,7 @@ from forklift.supervisor.ops import OpsServer
 from forklift.supervisor.police import Police
 from forklift.supervisor.probes import REFRESH_EVERY, Probes, metrics_registry
 from forklift.supervisor.progress import ProgressReporter
-from forklift.supervisor.reaper import Reaper
+from forklift.supervisor.reaper import Reaper, settle_unanswered
 from forklift.supervisor.registry import ProcessRegistry
 from forklift.supervisor.restarts import RestartSchedule
 from forklift.supervisor.scaling import AUTOSCALE_EVERY, Scaling
@@ -100,7 +101,8 @@ class Supervisor:
         self.db = DbThread(self._db_services(cfg, held, timeouts))
         deaths = OnDbThread(self.attribution, self.db.submit)
         self.restarts = RestartSchedule(self.notifier)
-        self.reaper = Reaper(self.children, deaths, self.totals, self.restarts)
+        settle = functools.partial(settle_unanswered, self.db.submit, self.store, self.totals)
+        self.reaper = Reaper(self.children, deaths, self.totals, self.restarts, settle=settle)
         self.police = Police(cfg, self.children, deaths)
         metrics = metrics_registry(self.totals, self.probes, CronCollector(self.scheduler))
         self.ops = OpsServer(

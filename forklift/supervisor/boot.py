@@ -14,6 +14,7 @@ from typing import NoReturn
 
 from forklift.app import App
 from forklift.metrics import Tally
+from forklift.shared_counts import SharedCounts
 from forklift.store import ClaimedJob
 from forklift.supervisor.config import SupervisorConfig
 from forklift.supervisor.reports import Reporter
@@ -37,6 +38,7 @@ class ChildSpec:
     report_fd: int
     parent_pid: int
     hint_fd: int | None = None  # the parent's session thread's hints (LISTEN, forwarded)
+    counts: SharedCounts | None = None  # its job outcome counters, shared with the parent
 
 
 def child_main(app: App, config: SupervisorConfig, spec: ChildSpec) -> NoReturn:
@@ -59,7 +61,7 @@ def _run(app: App, config: SupervisorConfig, spec: ChildSpec) -> int:
     worker_config = _worker_config(config, spec.index)
     title = ChildTitle(spec.index, spec.total, worker_config.queues)
     report = Reporter(spec.report_fd)
-    tally = Tally()
+    tally = Tally(shared=spec.counts)
     hooks = JobHooks(app, report, title)
     worker = Worker(
         app,

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forklift._events import emit
+from forklift.shared_counts import SharedCounts
 from forklift.supervisor.exits import ChildFacts
 from forklift.supervisor.reports import (
     Booted,
@@ -86,6 +87,10 @@ class Child:
     booted: bool = False  # it said its worker loop runs
     reported: bool = False  # it has said anything at all since its fork
     on_close: Callable[[], None] | None = None  # forgets its hint pipe (the spawner's)
+    counts: SharedCounts | None = None  # its job outcome counters (shared_counts.py)
+    # Read from its counters after its exit: a group commit it sent and never heard back
+    # from, (id, attempt, key) each, for the database to settle (Reaper).
+    unanswered: list[tuple[int, int, tuple[str, str, str]]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._reports = ReportPipe(self.pipe)
@@ -106,7 +111,19 @@ class Child:
                 bad.append(repr(report).encode()[:80])
         if bad:
             self.count_malformed(len(bad), bad[0])
+        if decoded.reports:
+            self.take_counts()
         return still_open
+
+    def take_counts(self) -> None:
+        """Add what its shared counters grew by (as it reports, and after its exit)."""
+        if self.counts is None or self.on_metrics is None:
+            return
+        grown, bad = self.counts.changes()
+        if grown:
+            self.on_metrics({"jobs": grown})
+        if bad:
+            self.count_malformed(bad, b"shared counters")
 
     def count_malformed(self, n: int, sample: bytes) -> None:
         """Count `n` reports dropped as malformed, and say so (one line per read)."""
@@ -170,14 +187,22 @@ class Child:
 
     def close(self) -> None:
         self._reports.close()
+        if self.counts is not None:
+            self.take_counts()  # what it counted before it exited, killed or not
+            self.unanswered = self.counts.pending()
+            self.counts.close()
+            self.counts = None
         if self.on_close is not None:
             self.on_close()
             self.on_close = None
 
     def close_in_child(self) -> None:
-        """In a sibling forked after it: drop the copy of its report pipe (its hint pipe
-        goes with the fanout's)."""
+        """In a sibling forked after it: drop the copy of its report pipe and counters
+        (its hint pipe goes with the fanout's)."""
         self._reports.close()
+        if self.counts is not None:
+            self.counts.close()
+            self.counts = None
 
 
 class Children:

@@ -123,3 +123,11 @@ WHERE (supervisor_id = %(supervisor_id)s::text AND id <> ALL(%(keep)s::text[]))
 DELETE FROM {schema}.processes
 WHERE heartbeat_at < now() - make_interval(secs => %(stale)s::float8)
 RETURNING id;
+
+-- name: job_succeeded_among
+-- Which of these (id, attempt) succeeded on that attempt: a killed child's group commit
+-- that was sent and not answered (shared_counts.py), so its supervisor counts them.
+SELECT j.id FROM {schema}.jobs AS j
+JOIN unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS h(id, attempt)
+  ON j.id = h.id AND j.attempts = h.attempt
+WHERE j.state = 'succeeded';

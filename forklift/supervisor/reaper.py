@@ -13,6 +13,7 @@ import logging
 import os
 import resource
 import time
+from collections import Counter
 from collections.abc import Callable
 
 from forklift._events import emit
@@ -21,6 +22,7 @@ from forklift.supervisor.child import Child, Children
 from forklift.supervisor.deaths import Deaths
 from forklift.supervisor.exits import ExitStatus, Verdict, decide
 from forklift.supervisor.restarts import RestartSchedule
+from forklift.supervisor.store import SupervisorStore
 
 log = logging.getLogger(__name__)
 
@@ -37,12 +39,15 @@ class Reaper:
         restarts: RestartSchedule,
         *,
         wait4: Wait4 = os.wait4,
+        settle: Callable[[Child], None] | None = None,
     ) -> None:
         self.children = children
         self.attribution = attribution
         self.totals = totals
         self.restarts = restarts
         self._wait4 = wait4
+        # Counts what a dead child's unanswered group commit did (on the database thread).
+        self._settle = settle
 
     def reap(self, *, stopping: bool) -> None:
         """waitpid(-1, WNOHANG) until nothing more has exited."""
@@ -71,6 +76,8 @@ class Reaper:
         verdict = decide(facts, exit, stopping=stopping)
         if not verdict.quiet:
             self.attribution.end_sessions(child.owner)
+        if child.unanswered and self._settle is not None:
+            self._settle(child)  # after its sessions end: no statement of its runs on
         if verdict.jobs is not None:
             self.attribution.record(child.owner, verdict.error, verdict.jobs, now)
         _log_exit(child, verdict, facts.uptime)
@@ -87,3 +94,25 @@ def _log_exit(child: Child, verdict: Verdict, uptime: float) -> None:
         fields["retiring"] = child.retiring or "on its own"
     fields["uptime"] = round(uptime, 1)
     emit(log, "child.exited", verdict.level, **fields)
+
+
+def settle_unanswered(
+    submit: Callable[[str, Callable[[], object]], None],
+    store: SupervisorStore,
+    totals: Totals,
+    child: Child,
+) -> None:
+    """Count what a dead child's group commit did that it never heard back about: the
+    attempts the database says succeeded (on the database thread, `submit`)."""
+    jobs = child.unanswered
+
+    def count() -> None:
+        done = store.job_succeeded_among([(job_id, attempt) for job_id, attempt, _ in jobs])
+        grown = Counter(key for job_id, _, key in jobs if job_id in done)
+        if grown:
+            totals.add({"jobs": [[*key, n] for key, n in grown.items()]})
+        emit(
+            log, "child.unanswered_counted", logging.DEBUG, pid=child.pid, jobs=sum(grown.values())
+        )
+
+    submit("unanswered", count)

@@ -14,6 +14,7 @@ from forklift._events import emit
 from forklift._ids import child_owner
 from forklift.app import App
 from forklift.metrics import Totals
+from forklift.shared_counts import SharedCounts
 from forklift.supervisor.boot import ChildSpec, child_main
 from forklift.supervisor.child import Child, Children
 from forklift.supervisor.config import SupervisorConfig
@@ -61,6 +62,7 @@ class Spawner:
         # there. So the first children are forked before the helper threads start (they
         # are busiest then: connecting, first rounds); a child of a later fork that
         # such a lock wedges never reports, and is replaced (Police.kill_unresponsive).
+        counts = SharedCounts()  # mapped before the fork: the child's counters, shared
         with self.signals.held():
             pid = os.fork()
             if pid == 0:  # the child: nothing of the parent's loop survives here
@@ -69,7 +71,7 @@ class Spawner:
             os.close(read_fd)
             os.close(hint_write)
             owner = child_owner(self.supervisor_id, os.getpid(), nonce)
-            spec = ChildSpec(index, total, owner, write_fd, parent_pid, hint_read)
+            spec = ChildSpec(index, total, owner, write_fd, parent_pid, hint_read, counts)
             self._become_child(app, spec)
         os.close(write_fd)
         os.close(hint_read)
@@ -80,6 +82,7 @@ class Spawner:
         child.on_close = lambda: self.fanout.remove(hint_write)
         child.generation = generation
         child.on_metrics = self.totals.add
+        child.counts = counts
         child.on_malformed = self.totals.malformed
         child.idle_since = now
         self.children.add(child)

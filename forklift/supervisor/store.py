@@ -155,6 +155,12 @@ class SupervisorStore:
             row = c.execute(self.q["job_backlog"], params).fetchone()
         return int(row[0]) if row else 0
 
+    def job_succeeded_among(self, held: Sequence[tuple[int, int]]) -> set[int]:
+        """Which (id, attempt) succeeded on that attempt."""
+        params = {"ids": [h[0] for h in held], "attempts": [h[1] for h in held]}
+        with self._conn("reading a dead child's completions failed") as c:
+            return {r[0] for r in c.execute(self.q["job_succeeded_among"], params)}
+
     def process_upsert_many(self, rows: Sequence[ProcessInfo]) -> None:
         fields = ProcessInfo.__dataclass_fields__
         params = {name: [getattr(r, name) for r in rows] for name in fields}

@@ -117,6 +117,7 @@ class Completer:
                 with self.holdings.statement_lock:
                     # A job released meanwhile (a stop past its grace) is not ours to record.
                     batch = [c for c in batch if not c.finished]
+                    self.events.intend(batch)  # a kill before the answer: the parent counts
                     done = (
                         self.store.job_complete_many(
                             [(c.job_id, c.attempt, c.result_json, c.final_progress) for c in batch],
@@ -125,6 +126,7 @@ class Completer:
                         if batch
                         else set()
                     )
+                    self.events.answered()
                     for ctx in batch:
                         ctx.finished = True
                 break
@@ -135,10 +137,12 @@ class Completer:
                     break
                 time.sleep(self._retry.failed())
         self._retry.succeeded()
+        self.events.count_succeeded([c for c in batch if c.job_id in done])
+        self.events.settled()
         lost = []
         for ctx in batch:
             if ctx.job_id in done:
-                self.events.succeeded(ctx)
+                self.events.succeeded(ctx, counted=True)
             else:
                 lost.append(ctx.job_id)
                 self.events.lease_lost(ctx, "completion refused")

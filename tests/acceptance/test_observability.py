@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import psycopg
 import pytest
 
 import forklift
-from forklift.testing import wait_for
+from forklift.testing import WaitTimedOut, wait_for
 from tests.acceptance.conftest import get, metrics_url, scalar, still_serves, wait_state
 from tests.acceptance.proxy import Proxy
 
@@ -349,3 +350,48 @@ def test_systemd_notify_ready_watchdog_and_stopping(
     stopping = next(m for m in messages if "STOPPING=1" in m)
     assert "EXTEND_TIMEOUT_USEC=" in stopping
     assert sup.wait(timeout=20) == 0
+
+
+def test_what_a_killed_worker_finished_is_still_counted(
+    dsn: str, schema: str, db: psycopg.Connection[Any], forklift_cli: Any
+) -> None:
+    """Workers SIGKILLed while they finish jobs by the hundred: once every job is done,
+    the counters say what the database says (they used to lose each killed worker's
+    last half second of counts for good)."""
+    app = forklift.App(dsn, schema=schema)
+    n = 6000
+    app.enqueue_many([("noop", {}) for _ in range(n)])
+    sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "2")
+    url = metrics_url(sup)
+
+    def succeeded() -> int:
+        return int(scalar(db, f"SELECT count(*) FROM {schema}.jobs WHERE state = 'succeeded'"))
+
+    def unfinished() -> int:
+        return int(
+            scalar(db, f"SELECT count(*) FROM {schema}.jobs WHERE state IN ('ready', 'running')")
+        )
+
+    kills = 0
+    deadline = time.monotonic() + 60
+    while kills < 6 and succeeded() < n * 0.8 and time.monotonic() < deadline:
+        if succeeded() > n * 0.1 * (kills + 1) and (children := sup.children()):
+            os.kill(children[kills % len(children)], signal.SIGKILL)
+            kills += 1
+        time.sleep(0.02)  # a poll of the progress, bounded by the deadline
+    assert kills >= 3, f"only {kills} kills before the jobs ran out"
+    wait_for(lambda: unfinished() == 0, timeout=60, what="every job ended")
+
+    def counted() -> float:
+        return samples(get(url + "/metrics")[1], "forklift_jobs_total", outcome="succeeded")
+
+    # Reports come twice a second: what the database shows is counted within a second.
+    try:
+        wait_for(lambda: counted() >= succeeded(), timeout=10, what="the counters caught up")
+    except WaitTimedOut:
+        body = get(url + "/metrics")[1]
+        lines = [x for x in body.splitlines() if x.startswith("forklift_jobs_total")]
+        raise AssertionError(f"{counted()} counted, {succeeded()} in the db: {lines}") from None
+    assert counted() == succeeded() > n * 0.9
+    sup.stop_cleanly(timeout=40)
+    app.close()
