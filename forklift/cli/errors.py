@@ -33,6 +33,10 @@ class UsageError(ForkliftError):
     """The command line is wrong (exit 2)."""
 
 
+class Refused(ForkliftError):
+    """The command would most likely do what was not meant; a flag says it was (exit 1)."""
+
+
 def report(exc: BaseException, *, debug: bool) -> int:
     """Print `exc` as one line on stderr (plus its traceback with --debug); the exit code.
     Both are redacted (no DSN password) and escaped (a handler's error may hold escape
