@@ -115,6 +115,7 @@ def test_cancel_a_ready_job_retry_all_dead_and_purge(
     )
     purged = cli(env, "jobs", "purge", "--state", "cancelled", "--older-than", "1d")
     assert purged.stdout.startswith("purged 4 cancelled jobs completed before ")
+    assert purged.stdout.rstrip().endswith(", in 1 batch of at most 500")
     assert db.execute(f"SELECT count(*) FROM {schema}.jobs").fetchone() == (0,)
 
 
