@@ -35,7 +35,9 @@ LIST_DESCRIPTION = f"""\
 List jobs, newest first (by id), with filters. Each page looks through at most --scan
 jobs (of --state when given, through an index; else of all states) for the --queue,
 --task and --error matches, so no page ever reads the whole table; when a page comes out
-short with more left to look at, stderr says which --before to pass next.
+short with more left to look at, stderr says which --before to pass next. The last error
+of a job that succeeded or runs again since is an earlier attempt's: it reads
+"earlier: ...".
 
 examples:
   forklift jobs list --state dead --queue emails
@@ -52,7 +54,7 @@ Show one job: its state, attempts and crashes, timings, arguments and result (ea
 to {jobview.ARGS_CHARS} characters; values of secret-looking keys and DSN passwords are
 hidden), the progress it last reported (done/total, message, how long ago), its batch,
 and its whole error history: for each attempt that failed, when, on which worker, the
-error and its traceback.
+error and its traceback; an operator's retry or cancel as who did it and when.
 
 examples:
   forklift jobs show 1042
@@ -85,7 +87,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         (
             j.id, j.state, j.queue, j.task, f"{j.attempts}/{j.max_attempts}",
             f"{j.crashes}/{j.max_crashes}", f"{output.age(j.age)} ago",
-            output.clip(j.last_error, ERROR_CHARS),
+            output.clip(jobview.error_text(j), ERROR_CHARS),
         )
         for j in page.jobs
     ]  # fmt: skip
