@@ -15,7 +15,9 @@ from forklift.cli import job_actions, jobview, output
 from forklift.cli.apps import app_for
 from forklift.cli.flags import operator_command
 
-STATES = ("ready", "running", "succeeded", "dead", "cancelled")
+# "scheduled": ready jobs due later (delayed, or retrying after a backoff), as status
+# counts them apart; "ready" is every ready job, due or not.
+STATES = ("ready", "scheduled", "running", "succeeded", "dead", "cancelled")
 LIMIT = 50
 ERROR_CHARS = 60  # of the last error in the list table
 
@@ -126,7 +128,11 @@ def register(
         "jobs, newest first, by state, queue, task, error",
         LIST_DESCRIPTION,
     )
-    p.add_argument("--state", choices=STATES, help="only jobs in this state")
+    p.add_argument(
+        "--state",
+        choices=STATES,
+        help="only jobs in this state (scheduled: ready and due later; ready: due or not)",
+    )
     p.add_argument("--queue", help="only jobs of this queue")
     p.add_argument("--task", help="only jobs of this task")
     p.add_argument(

@@ -133,6 +133,19 @@ def test_cancel_a_ready_job_retry_all_dead_and_purge(
     assert db.execute(f"SELECT count(*) FROM {schema}.jobs").fetchone() == (0,)
 
 
+def test_jobs_list_finds_the_scheduled_jobs_status_counts(env: dict[str, str]) -> None:
+    due = enqueue(env, "polite", '{"key": "a"}')
+    result = cli(env, "enqueue", APP, "polite", "--args", '{"key": "b"}', "--delay", "1h")
+    later = int(result.stdout)
+    [status] = cli_json(env, "status")
+    assert (status["ready"], status["scheduled"]) == (1, 1)
+    assert [j["id"] for j in cli_json(env, "jobs", "list", "--state", "scheduled")["jobs"]] == [
+        later
+    ]
+    ready = cli_json(env, "jobs", "list", "--state", "ready")["jobs"]
+    assert [j["id"] for j in ready] == [later, due]  # ready: due or not
+
+
 def test_a_job_that_kills_its_worker_each_time_is_quarantined_at_its_max_crashes(
     env: dict[str, str], db: psycopg.Connection[Any], schema: str, forklift_cli: Any
 ) -> None:
