@@ -254,7 +254,7 @@ def child_env(dsn: str, schema: str) -> dict[str, str]:
         PYTHONPATH=os.pathsep.join(
             p for p in [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")] if p
         ),
-        # `forklift run` serves /metrics on 127.0.0.1:9090 by default; a free port keeps
+        # `forklift run` serves /metrics on 127.0.0.1:9367 by default; a free port keeps
         # it from clashing with any other supervisor on this machine.
         FORKLIFT_METRICS_ADDR="127.0.0.1:0",
     )

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from forklift.errors import ConfigError, DatabaseError, DsnError
+from forklift.errors import ConfigError, DatabaseError, DsnError, NoDatabase
 
 _URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
 _KV_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
@@ -35,7 +35,7 @@ def resolve_dsn(dsn: str | None) -> str:
     not parse (check_dsn)."""
     found = dsn or os.environ.get("FORKLIFT_DATABASE_URL") or os.environ.get("DATABASE_URL")
     if not found:
-        raise ConfigError(
+        raise NoDatabase(
             "no database: pass App(dsn=...) or set FORKLIFT_DATABASE_URL (or DATABASE_URL)"
         )
     return check_dsn(found)

@@ -23,6 +23,13 @@ def child_owner(supervisor_id: str, pid: int, nonce: str) -> str:
     return f"{host}:{pid}:{nonce}@{spid}.{snonce}"
 
 
+def owner_process(owner: str) -> tuple[str, int]:
+    """The host and pid an owner id names (pid 0 if it names none: not one of ours)."""
+    host, _, rest = owner.partition(":")
+    pid = rest.partition(":")[0]
+    return host, int(pid) if pid.isdigit() else 0
+
+
 def liveness_holder(owner: str) -> str:
     """Whose liveness lock vouches for `owner`: its supervisor's for a child, its own
     for a process without one (`forklift worker`, a supervisor)."""

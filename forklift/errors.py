@@ -15,6 +15,11 @@ class DsnError(ConfigError):
     """The database URL (DSN) does not parse, or says something no database can be."""
 
 
+class NoDatabase(ConfigError):
+    """No database URL was given: none passed, and neither FORKLIFT_DATABASE_URL nor
+    DATABASE_URL is set."""
+
+
 class AppImportError(ForkliftError):
     """The app named MODULE:APP could not be imported."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
@@ -29,6 +30,15 @@ ENQUEUE_OPTIONS = frozenset(
 def check_priority(priority: int) -> None:
     if not -32768 <= priority <= 32767:
         raise ConfigError(f"priority must be between -32768 and 32767, got {priority}")
+
+
+def _unknown(name: str, free: list[str]) -> str:
+    close = difflib.get_close_matches(name, free, n=1, cutoff=0.6)
+    return f"unknown argument {name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+
+
+def _listed(what: str, names: list[str]) -> str:
+    return f"{what}{'s' if len(names) > 1 else ''} {', '.join(map(repr, names))}"
 
 
 class Task(Generic[P, R]):
@@ -84,6 +94,9 @@ class Task(Generic[P, R]):
             and p.kind in (*by_name, inspect.Parameter.POSITIONAL_ONLY)
         )
         self._any_keyword = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+        self._positional = frozenset(
+            p.name for p in params[1:] if p.kind is inspect.Parameter.POSITIONAL_ONLY
+        )
 
     def __call__(self, ctx: JobContext, /, **kwargs: Any) -> R:
         return self.fn(ctx, **kwargs)
@@ -94,10 +107,28 @@ class Task(Generic[P, R]):
         return self._required <= keys and (self._any_keyword or keys <= self._names)
 
     def misfit(self, args: Mapping[str, Any]) -> str | None:
-        """Why `args` do not fit the handler's keyword parameters (None if they do)."""
+        """Why `args` do not fit the handler's keyword parameters (None if they do): every
+        unknown argument, with the parameter it may have meant, and every missing one.
+
+        `unknown argument 'txt' (did you mean 'text'?); missing required argument 'text'`
+        """
         if self.fits(args):
             return None
-        try:
+        keys = set(args)
+        unknown = [] if self._any_keyword else sorted(keys - self._names)
+        missing = sorted(self._required - keys - self._positional)
+        free = sorted(self._names - keys)  # what an unknown name may have meant
+        problems = [
+            f"argument {name!r} is positional-only (a job's arguments are passed by name)"
+            if name in self._positional
+            else _unknown(name, free)
+            for name in unknown
+        ]
+        if missing:
+            problems.append(_listed("missing required argument", missing))
+        if problems:
+            return "; ".join(problems)
+        try:  # what the counts above do not see (a positional-only parameter by name)
             self.signature.bind(None, **args)
         except TypeError as exc:
             return str(exc)

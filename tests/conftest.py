@@ -71,7 +71,7 @@ def env(dsn: str, schema: str) -> dict[str, str]:
     e.update(
         FORKLIFT_DATABASE_URL=dsn,
         FORKLIFT_SCHEMA=schema,
-        FORKLIFT_METRICS_ADDR="127.0.0.1:0",  # a free port: tests never fight over 9090
+        FORKLIFT_METRICS_ADDR="127.0.0.1:0",  # a free port: tests never fight over 9367
         FORKLIFT_LOG_FORMAT="text",  # tests grep event lines; JSON has its own tests
         PYTHONPATH=os.pathsep.join(
             [os.path.dirname(os.path.dirname(__file__)), e.get("PYTHONPATH", "")]

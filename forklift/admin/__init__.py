@@ -16,7 +16,15 @@ from forklift.admin._connect import Connector
 from forklift.admin.jobs import JobAdmin, operator
 from forklift.errors import ArgumentError, SchemaMissing
 
-__all__ = ["AdminStore", "Connector", "JobAdmin", "PausedQueue", "ProcessRow", "QueueStats"]
+__all__ = [
+    "AdminStore",
+    "Connector",
+    "JobAdmin",
+    "PausedQueue",
+    "ProcessRow",
+    "QueueStats",
+    "checked_queue",
+]
 
 
 @dataclass(frozen=True)
@@ -114,15 +122,21 @@ class AdminStore:
         with self._conn("reading paused queues failed") as conn:
             return [PausedQueue(*r) for r in conn.execute(self.q["queue_paused_list"])]
 
+    def queue_known_list(self) -> set[str]:
+        """Every queue in use: with jobs that are not finished, or among the newest
+        finished; served by a registered process; or paused. Cheap: a probe per queue."""
+        with self._conn("reading the queues in use failed") as conn:
+            return {r[0] for r in conn.execute(self.q["queue_known_list"])}
+
     def queue_pause(self, queue: str) -> bool:
         """Pause `queue` everywhere; False if it was paused already."""
-        params = {"queue": _checked_queue(queue), "by": operator()}
+        params = {"queue": checked_queue(queue), "by": operator()}
         with self._conn("pausing the queue failed") as conn:
             return conn.execute(self.q["queue_pause"], params).fetchone() is not None
 
     def queue_resume(self, queue: str) -> bool:
         """Resume `queue` and wake its workers; False if it was not paused."""
-        params = {"queue": _checked_queue(queue)}
+        params = {"queue": checked_queue(queue)}
         with self._conn("resuming the queue failed") as conn:
             return conn.execute(self.q["queue_resume"], params).fetchone() is not None
 
@@ -143,7 +157,8 @@ class AdminStore:
             )
 
 
-def _checked_queue(queue: str) -> str:
+def checked_queue(queue: str) -> str:
+    """`queue` if it is a well-formed queue name; else ArgumentError saying why."""
     try:
         return _names.check("queue", queue)
     except ValueError as exc:

@@ -56,8 +56,10 @@ class JobAdmin:
         self, where: JobFilter, *, limit: int, before: int | None, window: int = LIST_WINDOW
     ) -> JobPage:
         """Up to `limit` jobs matching `where`, newest first, older than `before`."""
+        scheduled = where.state == "scheduled"  # ready, due later (status's column)
         params = {
-            "state": where.state,
+            "state": "ready" if scheduled else where.state,
+            "scheduled": scheduled,
             "queue": where.queue,
             "task": where.task,
             "error": where.pattern,

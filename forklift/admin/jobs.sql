@@ -5,8 +5,9 @@
 
 -- name: job_list
 -- A page of jobs, newest first: a window of at most `window` jobs (of `state`, older
--- than `before`) is scanned in id order, through the primary key or the dead/cancelled
--- index, and filtered by queue, task and error text; never more than the window is read.
+-- than `before`; with `scheduled`, ready ones due later, through the ready jobs' due-time
+-- index) is scanned in id order, through the primary key or the dead/cancelled index,
+-- and filtered by queue, task and error text; never more than the window is read.
 SELECT w.id, w.queue, w.task, w.state::text, w.priority, w.attempts, w.max_attempts,
        w.crashes, w.max_crashes, w.created_at, w.available_at, w.started_at,
        w.completed_at, w.lease_owner, w.last_error,
@@ -14,6 +15,7 @@ SELECT w.id, w.queue, w.task, w.state::text, w.priority, w.attempts, w.max_attem
 FROM (
     SELECT j.* FROM {schema}.jobs AS j
     WHERE (%(state)s::{schema}.job_state IS NULL OR j.state = %(state)s::{schema}.job_state)
+      AND (NOT %(scheduled)s::boolean OR j.available_at > now())
       AND (%(before)s::bigint IS NULL OR j.id < %(before)s::bigint)
     ORDER BY j.id DESC
     LIMIT %(window)s
@@ -30,6 +32,7 @@ LIMIT %(limit)s;
 SELECT count(*), min(w.id) FROM (
     SELECT j.id FROM {schema}.jobs AS j
     WHERE (%(state)s::{schema}.job_state IS NULL OR j.state = %(state)s::{schema}.job_state)
+      AND (NOT %(scheduled)s::boolean OR j.available_at > now())
       AND (%(before)s::bigint IS NULL OR j.id < %(before)s::bigint)
     ORDER BY j.id DESC
     LIMIT %(window)s

@@ -51,6 +51,41 @@ SELECT queue, paused_at, extract(epoch FROM now() - paused_at)::float8, paused_b
 FROM {schema}.paused_queues
 ORDER BY queue;
 
+-- name: queue_known_list
+-- Every queue in use: with jobs ready (due or not), running or dead, among the newest
+-- 10,000 finished jobs, served by a registered process, or paused. One probe of an index
+-- per queue for the ready and the dead (a loose index scan: never every row), the running
+-- jobs' index, the newest finished jobs alone: its cost grows with the queues, not the jobs.
+WITH RECURSIVE ready(queue) AS (
+    (SELECT j.queue FROM {schema}.jobs AS j WHERE j.state = 'ready' ORDER BY j.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM {schema}.jobs AS j
+            WHERE j.state = 'ready' AND j.queue > r.queue ORDER BY j.queue LIMIT 1)
+    FROM ready AS r WHERE r.queue IS NOT NULL
+), dead(queue) AS (
+    (SELECT j.queue FROM {schema}.jobs AS j WHERE j.state = 'dead' ORDER BY j.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM {schema}.jobs AS j
+            WHERE j.state = 'dead' AND j.queue > d.queue ORDER BY j.queue LIMIT 1)
+    FROM dead AS d WHERE d.queue IS NOT NULL
+)
+SELECT queue FROM ready WHERE queue IS NOT NULL
+UNION
+SELECT queue FROM dead WHERE queue IS NOT NULL
+UNION
+SELECT j.queue FROM {schema}.jobs AS j WHERE j.state = 'running'
+UNION
+SELECT f.queue FROM (
+    SELECT j.queue FROM {schema}.jobs AS j
+    WHERE j.state IN ('succeeded', 'dead', 'cancelled')
+    ORDER BY j.completed_at DESC
+    LIMIT 10000
+) AS f
+UNION
+SELECT unnest(p.queues) FROM {schema}.processes AS p
+UNION
+SELECT q.queue FROM {schema}.paused_queues AS q;
+
 -- name: queue_pause
 -- Pause a queue (no worker claims from it until it is resumed); returns nothing if it
 -- was paused already.

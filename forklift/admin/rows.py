@@ -53,7 +53,7 @@ def _number(value: Any) -> bool:
 class JobFilter:
     """Which jobs `forklift jobs list` looks for; None matches any."""
 
-    state: str | None = None
+    state: str | None = None  # a job state, or "scheduled": ready and due later
     queue: str | None = None
     task: str | None = None
     error: str | None = None  # a piece of the last error, any case

@@ -209,7 +209,11 @@ def detail_lines(d: BatchDetail) -> list[str]:
     running = "none"
     if s.count("running"):
         summed = output.fraction(s.counts.progress_done, s.counts.progress_total)
-        running = f"{summed}: the progress its {s.count('running')} running jobs report, summed"
+        running = (
+            f"{summed}: the progress its running job reports"
+            if s.count("running") == 1
+            else f"{summed}: the progress its {s.count('running')} running jobs report, summed"
+        )
     cancelled = output.when(row.cancelled_at, now)
     if row.cancelled_by:
         cancelled += f" by {shown(row.cancelled_by)}"
@@ -289,11 +293,14 @@ def cancel_text(batch_id: int, done: BatchCancelled) -> str:
     if not done.marked:
         head = f"batch {batch_id}: was cancelled already by {row.cancelled_by}"
     ready, running = done.cancelled("ready"), done.cancelled("running")
-    text = f"{head}; {ready} ready and {running} running jobs cancelled"
+    jobs = "job" if ready + running == 1 else "jobs"
+    text = f"{head}; {ready} ready and {running} running {jobs} cancelled"
     if running:
-        text += " (their workers are told to stop)"
+        text += (
+            " (its worker is told to stop)" if running == 1 else " (their workers are told to stop)"
+        )
     if late := sum(1 for a in done.jobs if not a.done):
-        text += f"; {late} ended before they could be"
+        text += f"; {late} ended before {'it' if late == 1 else 'they'} could be"
     if after.state == "finished":
         text += f"; it finished ({row.outcome})"
         if row.callback_job_id is not None:
@@ -301,7 +308,7 @@ def cancel_text(batch_id: int, done: BatchCancelled) -> str:
     elif after.state == "filling":
         text += "; it finishes once its producer's batch block ends"
     else:
-        text += f"; {after.pending} jobs still open"
+        text += f"; {output.plural(after.pending, 'job')} still open"
     return text
 
 

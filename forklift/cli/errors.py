@@ -10,7 +10,7 @@ from enum import IntEnum
 import psycopg
 
 from forklift import _db, _display
-from forklift.errors import AppImportError, DsnError, ForkliftError
+from forklift.errors import AppImportError, DsnError, ForkliftError, NoDatabase
 
 
 class Exit(IntEnum):
@@ -25,9 +25,16 @@ class Exit(IntEnum):
 
 _LINE_BREAK = re.compile(r"[ \t]*\n[ \t]*")
 
+# The library's words for a missing database name App(dsn=...); a command line has --dsn.
+NO_DATABASE = "no database: pass --dsn or set FORKLIFT_DATABASE_URL (or DATABASE_URL)"
+
 
 class UsageError(ForkliftError):
     """The command line is wrong (exit 2)."""
+
+
+class Refused(ForkliftError):
+    """The command would most likely do what was not meant; a flag says it was (exit 1)."""
 
 
 def report(exc: BaseException, *, debug: bool) -> int:
@@ -40,7 +47,8 @@ def report(exc: BaseException, *, debug: bool) -> int:
     hint = "; --debug shows the traceback" if isinstance(exc, AppImportError) and not debug else ""
     # libpq's messages come in lines ("Connection refused\n\tIs the server running"):
     # one line of them here; anything else that would move the cursor shows escaped.
-    message = _display.line(_LINE_BREAK.sub(" ", _db.redact(str(exc)).strip()))
+    text = NO_DATABASE if isinstance(exc, NoDatabase) else str(exc)
+    message = _display.line(_LINE_BREAK.sub(" ", _db.redact(text).strip()))
     print(f"forklift: error: {message}{hint}", file=sys.stderr)
     if isinstance(exc, UsageError | DsnError):
         return Exit.USAGE

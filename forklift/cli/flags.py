@@ -256,7 +256,7 @@ def add_policing(p: argparse.ArgumentParser) -> None:
         p,
         "--metrics-addr",
         str,
-        "127.0.0.1:9090",
+        "127.0.0.1:9367",
         "serve /metrics (all workers as one), /healthz and /readyz here; 'off' to "
         "disable; port 0 picks a free one",
         metavar="HOST:PORT",

@@ -148,10 +148,11 @@ def cmd_purge(args: argparse.Namespace) -> int:
         )  # fmt: skip
         return 0
     verb = "would purge" if args.dry_run else "purged"
-    count = f"at least {done.jobs}" if done.capped else str(done.jobs)
-    tail = "" if args.dry_run else f", in {done.batches} batches of at most {BATCH}"
+    count = ("at least " if done.capped else "") + output.plural(done.jobs, f"{done.state} job")
+    batches = output.plural(done.batches, "batch", "batches")
+    tail = "" if args.dry_run else f", in {batches} of at most {BATCH}"
     print(
-        f"{verb} {count} {done.state} jobs completed before {output.utc(done.cutoff)} "
+        f"{verb} {count} completed before {output.utc(done.cutoff)} "
         f"(older than {output.age(args.older_than)}){tail}"
     )
     return 0

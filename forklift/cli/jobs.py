@@ -15,7 +15,9 @@ from forklift.cli import job_actions, jobview, output
 from forklift.cli.apps import app_for
 from forklift.cli.flags import operator_command
 
-STATES = ("ready", "running", "succeeded", "dead", "cancelled")
+# "scheduled": ready jobs due later (delayed, or retrying after a backoff), as status
+# counts them apart; "ready" is every ready job, due or not.
+STATES = ("ready", "scheduled", "running", "succeeded", "dead", "cancelled")
 LIMIT = 50
 ERROR_CHARS = 60  # of the last error in the list table
 
@@ -35,7 +37,9 @@ LIST_DESCRIPTION = f"""\
 List jobs, newest first (by id), with filters. Each page looks through at most --scan
 jobs (of --state when given, through an index; else of all states) for the --queue,
 --task and --error matches, so no page ever reads the whole table; when a page comes out
-short with more left to look at, stderr says which --before to pass next.
+short with more left to look at, stderr says which --before to pass next. The last error
+of a job that succeeded or runs again since is an earlier attempt's: it reads
+"earlier: ...".
 
 examples:
   forklift jobs list --state dead --queue emails
@@ -52,7 +56,7 @@ Show one job: its state, attempts and crashes, timings, arguments and result (ea
 to {jobview.ARGS_CHARS} characters; values of secret-looking keys and DSN passwords are
 hidden), the progress it last reported (done/total, message, how long ago), its batch,
 and its whole error history: for each attempt that failed, when, on which worker, the
-error and its traceback.
+error and its traceback; an operator's retry or cancel as who did it and when.
 
 examples:
   forklift jobs show 1042
@@ -85,7 +89,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         (
             j.id, j.state, j.queue, j.task, f"{j.attempts}/{j.max_attempts}",
             f"{j.crashes}/{j.max_crashes}", f"{output.age(j.age)} ago",
-            output.clip(j.last_error, ERROR_CHARS),
+            output.clip(jobview.error_text(j), ERROR_CHARS),
         )
         for j in page.jobs
     ]  # fmt: skip
@@ -124,7 +128,11 @@ def register(
         "jobs, newest first, by state, queue, task, error",
         LIST_DESCRIPTION,
     )
-    p.add_argument("--state", choices=STATES, help="only jobs in this state")
+    p.add_argument(
+        "--state",
+        choices=STATES,
+        help="only jobs in this state (scheduled: ready and due later; ready: due or not)",
+    )
     p.add_argument("--queue", help="only jobs of this queue")
     p.add_argument("--task", help="only jobs of this task")
     p.add_argument(

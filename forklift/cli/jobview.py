@@ -44,6 +44,20 @@ def job_json(job: JobRow) -> dict[str, Any]:
     }
 
 
+# States in which a job's last error is why it is where it is: it went dead or was
+# cancelled, or it waits (ready) to be tried again after it. A job that succeeded or runs
+# again since carries the error of an earlier attempt, which is shown as that.
+ERROR_STATES = frozenset({"dead", "cancelled", "ready"})
+
+
+def error_text(job: JobRow) -> str:
+    """A job's last error for people: `-`, the error, or `earlier: ...` when it is an
+    earlier attempt's (the job succeeded, or runs again, since)."""
+    if job.last_error is None:
+        return "-"
+    return job.last_error if job.state in ERROR_STATES else f"earlier: {job.last_error}"
+
+
 def detail_json(detail: JobDetail) -> dict[str, Any]:
     """One job in the `--json` shape of `jobs show`."""
     args, truncated = safe_args(detail.args)
@@ -143,6 +157,27 @@ def _at(stamp: Any, now: datetime) -> str:
         return str(stamp)
 
 
+# What admin/jobs.sql writes into the error history for an operator's retry and cancel.
+# A handler's error never reads so: it starts with its exception's type name.
+_OPERATOR = re.compile(r"(Retried|Cancelled) by (\S+?)(?:: (.*)| (while it ran))?", re.DOTALL)
+
+
+def operator_action(entry: dict[str, Any], now: datetime) -> str | None:
+    """An error history entry that records an operator's retry or cancel, as one line
+    (`  retried by op@host at ...: attempts 2 and crashes 0 reset to 0`); None for an
+    attempt that failed."""
+    match = _OPERATOR.fullmatch(str(entry.get("error") or ""))
+    if match is None or entry.get("traceback"):
+        return None
+    verb, by, detail, ran = match.groups()
+    text = f"  {verb.lower()} by {by} at {_at(entry['at'], now)}"
+    if detail:
+        text += f": {detail}"
+    if ran and entry.get("worker"):
+        text += f", while it ran on worker {entry['worker']}"
+    return text
+
+
 def print_detail(detail: JobDetail) -> None:
     """`forklift jobs show` for people: the job, then its whole error history. Every
     value is escaped (`_display.line`): each field stays on its line, and a traceback's
@@ -167,10 +202,14 @@ def print_detail(detail: JobDetail) -> None:
         f"  completed    {output.when(job.completed_at, now)}",
         f"  worker       {shown(job.lease_owner or '-')}",
         f"  lease until  {output.when(detail.lease_until, now)}",
-        f"  last error   {shown(job.last_error or '-')}",
+        f"  last error   {shown(error_text(job))}",
         f"errors ({len(detail.errors)}, oldest first):" if detail.errors else "errors: none",
     ]
     for entry in map(history_entry, detail.errors):
+        action = operator_action(entry, now)
+        if action is not None:
+            lines.append(shown(action))
+            continue
         lines.append(
             shown(
                 f"  attempt {entry['attempt']} at {_at(entry['at'], now)} "

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
+from typing import Any
 
-from forklift.admin import AdminStore
+from forklift._ids import owner_process
+from forklift.admin import AdminStore, JobAdmin, ProcessRow
+from forklift.admin.rows import RunningJobRow
 from forklift.cli import flags, output
 from forklift.cli.apps import app_for
 
@@ -39,29 +43,92 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+PS_DESCRIPTION = """\
+Every registered supervisor and worker process, on every host, with the jobs each
+worker runs now (task#id), read from the jobs themselves as `forklift top` reads them
+(the registry's heartbeat, every few seconds, gives the rest). A worker that runs jobs
+before its registry row is written is listed too, as "not registered".
+
+--json prints a list with one object per process: id, kind, host, pid, supervisor_id,
+queues, current_job (the first job it runs, or null), jobs (a list of objects with id,
+task, queue), rss_bytes, uptime and heartbeat_age (seconds; null when not registered),
+registered, paused_queues.
+"""
+
+
+@dataclass(frozen=True)
+class Listed:
+    """One line of `ps`: a registered process, or a worker known only as the owner of
+    jobs it runs (its registry row not written yet, or gone while its lease lasts)."""
+
+    id: str
+    host: str
+    pid: int
+    jobs: list[RunningJobRow]
+    process: ProcessRow | None
+
+
+def listed(procs: list[ProcessRow], running: list[RunningJobRow]) -> list[Listed]:
+    """Every process with the jobs it runs now, read from the jobs (as `top` reads them),
+    not from the registry's heartbeat, which is seconds behind; unregistered owners last."""
+    by_owner: dict[str, list[RunningJobRow]] = {}
+    for job in running:
+        by_owner.setdefault(job.owner, []).append(job)
+    shown = [Listed(p.id, p.host, p.pid, by_owner.pop(p.id, []), p) for p in procs]
+    for owner, jobs in sorted(by_owner.items()):
+        shown.append(Listed(owner, *owner_process(owner), jobs, None))
+    return shown
+
+
+def ps_json(line: Listed, paused: set[str]) -> dict[str, Any]:
+    p = line.process
+    jobs = [{"id": j.id, "task": j.task, "queue": j.queue} for j in line.jobs]
+    if p is None:
+        return {
+            "id": line.id, "kind": "worker", "host": line.host, "pid": line.pid,
+            "supervisor_id": None, "queues": [], "current_job": line.jobs[0].id, "jobs": jobs,
+            "rss_bytes": None, "uptime": None, "heartbeat_age": None, "registered": False,
+            "paused_queues": [],
+        }  # fmt: skip
+    return {
+        **vars(p),
+        "current_job": line.jobs[0].id if line.jobs else None,
+        "jobs": jobs,
+        "registered": True,
+        "paused_queues": [q for q in p.queues if q in paused],
+    }
+
+
+def ps_row(line: Listed, paused: set[str]) -> tuple[object, ...]:
+    jobs = ", ".join(f"{j.task}#{j.id}" for j in line.jobs) or "-"
+    p = line.process
+    if p is None:
+        queues = ",".join(sorted({j.queue for j in line.jobs}))
+        return (line.host, line.pid, "  worker", queues, jobs, "-", "-", "not registered")
+    return (
+        p.host,
+        p.pid,
+        p.kind if p.kind == "supervisor" else "  worker",
+        ",".join(f"{q}(paused)" if q in paused else q for q in p.queues),
+        jobs,
+        output.age(p.uptime),
+        f"{p.rss_bytes / 2**20:.0f} MiB" if p.rss_bytes else "-",
+        f"{p.heartbeat_age:.0f}s ago",
+    )
+
+
 def cmd_ps(args: argparse.Namespace) -> int:
     app = app_for(args)
     admin = AdminStore(app.dsn, app.schema)
-    procs = admin.process_list()
-    paused = {q.queue for q in admin.queue_paused_list()}
+    jobs = JobAdmin(app.dsn, app.schema, admin.connector)
+    with admin.connector.session("forklift ps: reading failed"):
+        lines = listed(admin.process_list(), jobs.job_running_list())
+        paused = {q.queue for q in admin.queue_paused_list()}
     if args.json:
-        shown = [{**vars(p), "paused_queues": [q for q in p.queues if q in paused]} for p in procs]
-        output.print_json(shown)
+        output.print_json([ps_json(line, paused) for line in lines])
         return 0
     header = ("host", "pid", "kind", "queues", "job", "uptime", "rss", "seen")
-    rows = [
-        (
-            p.host,
-            p.pid,
-            p.kind if p.kind == "supervisor" else "  worker",
-            ",".join(f"{q}(paused)" if q in paused else q for q in p.queues),
-            p.current_job or "-",
-            output.age(p.uptime),
-            f"{p.rss_bytes / 2**20:.0f} MiB" if p.rss_bytes else "-",
-            f"{p.heartbeat_age:.0f}s ago",
-        )
-        for p in procs
-    ]
+    rows = [ps_row(line, paused) for line in lines]
     output.table(header, rows, empty="no forklift processes registered")
     return 0
 
@@ -79,7 +146,13 @@ def register(
     flags.add_database(p)
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("ps", parents=common, help="live supervisors and workers, all hosts")
+    p = sub.add_parser(
+        "ps",
+        parents=common,
+        help="live supervisors and workers, all hosts",
+        description=PS_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     flags.add_database(p)
     p.set_defaults(func=cmd_ps)

@@ -25,6 +25,12 @@ def age(seconds: float) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """A count and its noun, agreeing: `1 supervisor`, `2 supervisors`, `1 batch`, `3
+    batches` (`nouns` for a plural that is not `noun` + s)."""
+    return f"{count} {noun if count == 1 else nouns or noun + 's'}"
+
+
 def number(value: float) -> str:
     """A count or amount as people read it: 12, 0.25, 3.14, 1234568 (never 1.23e+06)."""
     if isinstance(value, int) or value.is_integer():

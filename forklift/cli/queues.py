@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import difflib
+from collections.abc import Iterable
 from typing import Any
 
-from forklift.admin import AdminStore, PausedQueue, QueueStats
+from forklift.admin import AdminStore, PausedQueue, QueueStats, checked_queue
 from forklift.cli import output
 from forklift.cli.apps import app_for
-from forklift.cli.errors import UsageError
+from forklift.cli.errors import Refused, UsageError
 from forklift.cli.flags import operator_command
 
 DESCRIPTION = """\
@@ -21,9 +23,15 @@ already running finish). Persisted in the database: it holds across restarts unt
 `resume Q`, which wakes the workers that serve Q at once. A queue may be paused before
 it has any jobs. Pausing or resuming twice is not an error.
 
+A queue nobody uses (no jobs ready, running or dead, none among the newest finished, no
+registered process serving it) is refused, with the close names that are in use: it is
+most likely a typo, and pausing it would leave the real queue running. --force pauses it
+anyway: ahead of a deploy that brings its workers.
+
 examples:
   forklift queues
   forklift queues pause emails
+  forklift queues pause reports --force
   forklift queues resume emails
 
 --json prints, without an action, a list with one object per queue: queue, paused,
@@ -91,6 +99,8 @@ def _act(admin: AdminStore, args: argparse.Namespace) -> int:
             f"queues {args.action} needs the queue's name, e.g. queues {args.action} emails"
         )
     if args.action == "pause":
+        if not args.force:
+            _check_in_use(admin, queue)
         changed = admin.queue_pause(queue)
         text = (
             f"queue {queue} paused: no worker claims from it until `forklift queues resume "
@@ -101,11 +111,30 @@ def _act(admin: AdminStore, args: argparse.Namespace) -> int:
     else:
         changed = admin.queue_resume(queue)
         text = f"queue {queue} resumed" if changed else f"queue {queue} was not paused"
+        if not changed:
+            text += _did_you_mean(queue, (p.queue for p in admin.queue_paused_list()))
     if args.json:
         output.print_json({"queue": queue, "action": args.action, "changed": changed})
     else:
         output.say(text)
     return 0
+
+
+def _check_in_use(admin: AdminStore, queue: str) -> None:
+    """Refuse to pause a queue nobody uses (a typo, most likely), naming the close ones."""
+    checked_queue(queue)  # a malformed name is refused for what is wrong with it
+    known = admin.queue_known_list()
+    if queue in known:
+        return
+    raise Refused(
+        f"queue {queue!r} has no jobs and no worker serves it{_did_you_mean(queue, known)}; "
+        "to pause it anyway (ahead of a deploy that brings its workers), pass --force"
+    )
+
+
+def _did_you_mean(queue: str, names: Iterable[str]) -> str:
+    close = difflib.get_close_matches(queue, sorted(names), n=3, cutoff=0.6)
+    return f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
 
 
 def register(
@@ -118,4 +147,9 @@ def register(
     )  # fmt: skip
     p.add_argument("action", nargs="?", choices=("pause", "resume"), help="pause or resume QUEUE")
     p.add_argument("queue", nargs="?", metavar="QUEUE", help="the queue to pause or resume")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="pause a queue that nobody uses yet (no jobs, no worker serving it)",
+    )
     p.set_defaults(func=cmd_queues)

@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 def parse_addr(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"{text!r}: expected HOST:PORT, e.g. 127.0.0.1:9090")
+        raise ConfigError(f"{text!r}: expected HOST:PORT, e.g. 127.0.0.1:9367")
     return host.strip("[]") or "0.0.0.0", int(port)
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import psycopg
+import pytest
 
 import forklift
 
@@ -91,3 +93,28 @@ def test_an_unreachable_database_says_where_and_why_at_once(env: dict[str, str])
     assert "cannot connect to PostgreSQL at someone@127.0.0.1:1/nowhere" in line
     assert "Connection refused" in line and "FORKLIFT_DATABASE_URL" in line
     assert "s3cr3t" not in line
+
+
+def test_no_database_names_the_flag_and_the_variable_a_command_line_has(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The library's words (App(dsn=...)) are for library users; a command has --dsn.
+    for name in ("FORKLIFT_DATABASE_URL", "DATABASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    env = dict(os.environ)
+    for command in (
+        ["status"],
+        ["ps"],
+        ["queues", "pause", "emails"],
+        ["jobs", "list"],
+        ["enqueue", "tests.apps.basic:app", "noop"],
+        ["run", "tests.apps.basic:app"],
+    ):
+        result = forklift_cmd(*command, env=env)
+        assert result.returncode == 1, (command, result.stderr)
+        assert one_error_line(result) == (
+            "forklift: error: no database: pass --dsn or set FORKLIFT_DATABASE_URL "
+            "(or DATABASE_URL)"
+        )
+    with pytest.raises(forklift.ConfigError, match=r"pass App\(dsn=\.\.\.\)"):
+        forklift.App(schema="t_cli").dsn  # noqa: B018

@@ -17,7 +17,15 @@ import pytest
 
 import forklift
 from forklift.testing import WaitTimedOut, wait_for
-from tests.acceptance.conftest import get, metrics_url, scalar, still_serves, wait_state
+from tests.acceptance.conftest import (
+    cli,
+    cli_json,
+    get,
+    metrics_url,
+    scalar,
+    still_serves,
+    wait_state,
+)
 from tests.acceptance.proxy import Proxy
 
 
@@ -228,6 +236,57 @@ def test_ps_lists_supervisors_of_other_processes(
     second.stop_cleanly(timeout=20)
     wait_for(lambda: len(ps()) == 2, what="the stopped supervisor deregistered")
     first.stop_cleanly(timeout=20)
+
+
+def test_ps_shows_a_job_as_task_and_id_the_moment_it_runs(
+    dsn: str, schema: str, forklift_cli: Any, env: dict[str, str]
+) -> None:
+    # The registry's heartbeat (every 5 s) lags; ps reads what runs from the jobs, as top.
+    app = forklift.App(dsn, schema=schema)
+    sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "1", "--grace", "0.5")
+    wait_for(lambda: len(cli_json(env, "ps")) == 2, what="the supervisor and its worker")
+    job_id = app.enqueue("sleep", {"seconds": 60})
+    sup.wait_started("sleep", job_id)
+    [worker] = [r for r in cli_json(env, "ps") if r["kind"] == "worker"]
+    assert worker["jobs"] == [{"id": job_id, "task": "sleep", "queue": "default"}]
+    assert worker["current_job"] == job_id and worker["registered"] is True
+    described = cli({}, "ps", "--help").stdout
+    assert [k for k in worker if k not in described] == []
+    [row] = [line for line in cli(env, "ps").stdout.splitlines() if line.split()[2] == "worker"]
+    assert row.split()[1] == str(sup.children()[0]) and f"sleep#{job_id}" in row.split()
+    sup.stop_cleanly(timeout=30)
+    app.close()
+
+
+def test_ps_lists_the_owner_of_a_running_job_that_is_not_registered(
+    dsn: str, schema: str, db: psycopg.Connection[Any], env: dict[str, str]
+) -> None:
+    # A worker forked a moment ago runs jobs before its supervisor's next heartbeat
+    # registers it; its jobs are shown all the same, on a line of its own.
+    app = forklift.App(dsn, schema=schema)
+    registered, unregistered = "h1:10:aa@9.bb", "h1:11:cc@9.bb"
+    db.execute(
+        f"INSERT INTO {schema}.processes (id, kind, host, pid, supervisor_id, queues)"
+        " VALUES (%s, 'worker', 'h1', 10, 'h1:9:bb', '{default}')",
+        (registered,),
+    )
+    ids = [app.enqueue("noop"), app.enqueue("sleep", {"seconds": 1}), app.enqueue("noop")]
+    for job_id, owner in zip(ids, (registered, unregistered, registered), strict=True):
+        db.execute(
+            f"UPDATE {schema}.jobs SET state = 'running', lease_owner = %s, attempts = 1,"
+            " started_at = now(), lease_until = now() + interval '30 seconds' WHERE id = %s",
+            (owner, job_id),
+        )
+    rows = {r["id"]: r for r in cli_json(env, "ps")}
+    assert [j["id"] for j in rows[registered]["jobs"]] == [ids[0], ids[2]]
+    assert rows[unregistered]["registered"] is False and rows[unregistered]["pid"] == 11
+    assert rows[unregistered]["jobs"] == [{"id": ids[1], "task": "sleep", "queue": "default"}]
+    lines = cli(env, "ps").stdout.splitlines()
+    assert f"noop#{ids[0]}, noop#{ids[2]}" in lines[1]
+    assert lines[2].split() == [
+        "h1", "11", "worker", "default", f"sleep#{ids[1]}", "-", "-", "not", "registered",
+    ]  # fmt: skip
+    app.close()
 
 
 def test_a_vanished_supervisors_jobs_are_recovered_by_another(

@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from forklift.admin.jobs import operator
 from forklift.testing import wait_for
 from tests.acceptance.conftest import cli, cli_json, wait_state
 
@@ -53,6 +54,7 @@ def test_a_job_failing_to_dead_is_found_read_and_retried_to_success(
     table = cli(env, "jobs", "list", "--task", "flaky").stdout.splitlines()
     assert table[0].split()[:4] == ["id", "state", "queue", "task"]
     assert table[1].split()[:5] == [str(job_id), "dead", "default", "flaky", "2/2"]
+    assert "earlier" not in table[1]  # why it is dead
 
     shown = cli_json(env, "jobs", "show", str(job_id))
     assert set(shown) == SHOW_KEYS and shown["state"] == "dead" and shown["attempts"] == 2
@@ -77,6 +79,15 @@ def test_a_job_failing_to_dead_is_found_read_and_retried_to_success(
     ]
     documented(set(retried[0]), "jobs", "retry")
     wait_state(db, schema, job_id, "succeeded", timeout=10)
+    # The error it still carries is an earlier attempt's, and the retry an operator's.
+    [row] = cli(env, "jobs", "list", "--task", "flaky").stdout.splitlines()[1:]
+    assert row.split()[:2] == [str(job_id), "succeeded"] and "earlier: RuntimeError" in row
+    text = cli(env, "jobs", "show", str(job_id)).stdout
+    assert "last error   earlier: RuntimeError" in text
+    [retry] = [line for line in text.splitlines() if "retried by" in line]
+    assert retry.startswith(f"  retried by {operator()} at ")
+    assert retry.endswith(": attempts 2 and crashes 0 reset to 0")
+    assert "on worker -" not in text
     again = cli(env, "jobs", "retry", str(job_id), "999999")
     assert again.returncode == 1
     assert again.stdout.splitlines() == [
@@ -102,6 +113,9 @@ def test_cancel_a_ready_job_retry_all_dead_and_purge(
         {"id": dead[0], "result": "not_cancellable", "was": "dead", "worker": None},
     ]
     documented(set(answer[0]), "jobs", "cancel")
+    shown = cli(env, "jobs", "show", str(ready)).stdout.splitlines()
+    assert shown[-2:] == ["errors (1, oldest first):", shown[-1]]
+    assert shown[-1].startswith(f"  cancelled by {operator()} at ")
     dry = cli_json(env, "jobs", "purge", "--state", "dead", "--older-than", "1d", "--dry-run")
     assert (dry["jobs"], dry["dry_run"], dry["batches"]) == (3, True, 0)
     documented(set(dry), "jobs", "purge")
@@ -115,7 +129,21 @@ def test_cancel_a_ready_job_retry_all_dead_and_purge(
     )
     purged = cli(env, "jobs", "purge", "--state", "cancelled", "--older-than", "1d")
     assert purged.stdout.startswith("purged 4 cancelled jobs completed before ")
+    assert purged.stdout.rstrip().endswith(", in 1 batch of at most 500")
     assert db.execute(f"SELECT count(*) FROM {schema}.jobs").fetchone() == (0,)
+
+
+def test_jobs_list_finds_the_scheduled_jobs_status_counts(env: dict[str, str]) -> None:
+    due = enqueue(env, "polite", '{"key": "a"}')
+    result = cli(env, "enqueue", APP, "polite", "--args", '{"key": "b"}', "--delay", "1h")
+    later = int(result.stdout)
+    [status] = cli_json(env, "status")
+    assert (status["ready"], status["scheduled"]) == (1, 1)
+    assert [j["id"] for j in cli_json(env, "jobs", "list", "--state", "scheduled")["jobs"]] == [
+        later
+    ]
+    ready = cli_json(env, "jobs", "list", "--state", "ready")["jobs"]
+    assert [j["id"] for j in ready] == [later, due]  # ready: due or not
 
 
 def test_a_job_that_kills_its_worker_each_time_is_quarantined_at_its_max_crashes(

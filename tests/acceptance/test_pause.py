@@ -56,3 +56,36 @@ def test_a_paused_queue_is_claimed_by_no_replica_until_it_is_resumed(
     for sup in (one, two):
         sup.stop_cleanly(timeout=30)
     app.close()
+
+
+def test_pausing_a_queue_nobody_uses_is_refused_with_the_close_names_unless_forced(
+    dsn: str, env: dict[str, str], db: psycopg.Connection[Any], schema: str, forklift_cli: Any
+) -> None:
+    app = forklift.App(dsn, schema=schema)
+    app.enqueue("noop", queue="emails")  # jobs, no worker yet
+    worker = forklift_cli("worker", "tests.apps.basic:app", "--queues", "reports")  # no jobs
+    wait_for(
+        lambda: any(p["queues"] == ["reports"] for p in cli_json(env, "ps")),
+        what="the worker registered",
+    )
+    for typo, meant in (("emials", "emails"), ("report", "reports")):
+        result = cli(env, "queues", "pause", typo)
+        assert result.returncode == 1, result.stderr
+        assert result.stderr.strip() == (
+            f"forklift: error: queue '{typo}' has no jobs and no worker serves it (did you "
+            f"mean '{meant}'?); to pause it anyway (ahead of a deploy that brings its "
+            "workers), pass --force"
+        )
+    assert [q["queue"] for q in cli_json(env, "queues")] == ["emails"]  # no phantom row
+    assert "emials" not in cli(env, "status").stdout
+    for queue in ("emails", "reports"):
+        assert cli_json(env, "queues", "pause", queue)["changed"] is True
+    result = cli(env, "queues", "pause", "video")
+    assert result.returncode == 1 and "--force" in result.stderr
+    assert "did you mean" not in result.stderr  # nothing close
+    assert cli_json(env, "queues", "pause", "video", "--force")["changed"] is True
+    assert cli(env, "queues", "resume", "emials").stdout.strip() == (
+        "queue emials was not paused (did you mean 'emails'?)"
+    )
+    worker.stop_cleanly(timeout=30)
+    app.close()

@@ -81,7 +81,7 @@ def test_top_shows_a_running_job_in_80x24_and_q_or_ctrl_c_quit_it(
     lines = screen.rstrip("\n").splitlines()
     assert len(lines) <= 24 and all(len(line) <= 80 for line in lines)
     assert lines[0].startswith("forklift top ") and lines[0].rstrip().endswith("q quits")
-    assert "Workers: 1 (1 busy) of 1 supervisors" in screen
+    assert "Workers: 1 (1 busy) of 1 supervisor" in screen and "supervisors" not in screen
     [row] = [line for line in lines if f"sleep#{job_id}" in line]
     assert row.split()[1] == str(sup.children()[0])  # the worker's pid, on the job's row
     # The progress a job reports shows on its row (the handler reports none: set here).

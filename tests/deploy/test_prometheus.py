@@ -67,7 +67,7 @@ def test_promtool_checks_the_scrape_config(tmp_path: Path) -> None:
     config = yaml.safe_load((PROMETHEUS / "prometheus.yml").read_text())
     for job in config["scrape_configs"]:
         assert job.pop("kubernetes_sd_configs") == [{"role": "pod"}]
-        job["static_configs"] = [{"targets": ["127.0.0.1:9090"]}]
+        job["static_configs"] = [{"targets": ["127.0.0.1:9367"]}]
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
     shutil.copy(PROMETHEUS / "alerts.yaml", tmp_path)
     assert "SUCCESS" in _promtool("check", "config", "prometheus.yml", cwd=tmp_path)

@@ -50,14 +50,18 @@ def test_every_filter_combination_of_a_list_reads_through_an_index(db: Conn, sch
     _fill(db, schema)
     q = _sql.load("forklift.admin", "jobs.sql", schema)
     combinations = itertools.product(
-        [None, "ready", "running", "succeeded", "dead", "cancelled"],
+        [None, "ready", "scheduled", "running", "succeeded", "dead", "cancelled"],
         [None, "q1"],
         [None, "t2"],
         [None, "%boom%"],
         [None, 50_000],
     )
     for state, queue, task, error, before in combinations:
-        params = dict(state=state, queue=queue, task=task, error=error, before=before)
+        scheduled = state == "scheduled"  # as JobAdmin.job_list passes it
+        params = dict(
+            state="ready" if scheduled else state, scheduled=scheduled, queue=queue, task=task,
+            error=error, before=before,
+        )  # fmt: skip
         params.update(window=50_000, limit=50)
         for name in ("job_list", "job_list_window"):
             plan = "\n".join(r[0] for r in db.execute("EXPLAIN " + q[name], params))
@@ -82,6 +86,21 @@ def test_pages_run_newest_first_and_say_where_the_next_one_starts(
     # A window smaller than the table: a short page says where older matches may be.
     page = admin.job_list(JobFilter(queue="default"), limit=10, before=None, window=3)
     assert [j.id for j in page.jobs] == [ids[4]] and page.next_before == ids[4]
+
+
+def test_scheduled_jobs_are_the_ready_ones_due_later(
+    producer: forklift.App, admin: JobAdmin
+) -> None:
+    due = _jobs(producer, 2)
+    later = _jobs(producer, 2, delay=3600) + _jobs(producer, 1, delay=60, queue="other")
+    page = admin.job_list(JobFilter(state="scheduled"), limit=10, before=None)
+    assert [j.id for j in page.jobs] == later[::-1] and page.next_before is None
+    page = admin.job_list(JobFilter(state="scheduled", queue="other"), limit=10, before=None)
+    assert [j.id for j in page.jobs] == later[2:]
+    page = admin.job_list(JobFilter(state="ready"), limit=10, before=None)  # due or not
+    assert [j.id for j in page.jobs] == (due + later)[::-1]
+    page = admin.job_list(JobFilter(state="scheduled"), limit=2, before=None)
+    assert [j.id for j in page.jobs] == later[:0:-1] and page.next_before == later[1]
 
 
 def test_the_error_filter_takes_its_text_literally(

@@ -22,13 +22,15 @@ PARAMS: dict[str, list[dict[str, Any]]] = {
     "queue_pause": [{"queue": "q1", "by": "op@host"}],
     "queue_resume": [{"queue": "q1"}],
     "job_list": [
-        {"state": s, "queue": q, "task": None, "error": e, "before": None}
-        for s, q, e in [
-            (None, None, None),
-            (None, "q1", None),
-            ("dead", None, "%boom%"),
-            ("ready", "q2", None),
-            ("succeeded", None, None),
+        {"state": s, "scheduled": later, "queue": q, "task": None, "error": e, "before": None}
+        for s, later, q, e in [
+            (None, False, None, None),
+            (None, False, "q1", None),
+            ("dead", False, None, "%boom%"),
+            ("ready", False, "q2", None),
+            ("ready", True, None, None),  # --state scheduled
+            ("ready", True, "q3", None),
+            ("succeeded", False, None, None),
         ]
     ],
     "job_get": [{"id": 1234}],

@@ -55,6 +55,44 @@ def test_misfit_says_what_is_wrong() -> None:
         kw.check_args({"c": 3})
 
 
+@app.task(name="hash_it")
+def hash_it(ctx: forklift.JobContext, *, text: str, rounds: int = 1) -> None: ...
+
+
+@pytest.mark.parametrize(
+    ("args", "problem"),
+    [
+        (
+            {"txt": "a"},
+            "unknown argument 'txt' (did you mean 'text'?); missing required argument 'text'",
+        ),
+        ({}, "missing required argument 'text'"),
+        ({"text": "a", "zzz": 1}, "unknown argument 'zzz'"),
+        (
+            {"txt": "a", "rnds": 2},
+            "unknown argument 'rnds' (did you mean 'rounds'?); "
+            "unknown argument 'txt' (did you mean 'text'?); missing required argument 'text'",
+        ),
+        # A name already given is no suggestion for another.
+        ({"text": "a", "txt": "b"}, "unknown argument 'txt'"),
+    ],
+)
+def test_misfit_names_the_unknown_and_the_missing_arguments(
+    args: dict[str, Any], problem: str
+) -> None:
+    assert hash_it.misfit(args) == problem
+    with pytest.raises(forklift.ArgumentError) as raised:
+        hash_it.check_args(args)
+    assert str(raised.value) == f"task 'hash_it': {problem}"
+
+
+def test_misfit_names_every_missing_argument() -> None:
+    @app.task(name="two")
+    def two(ctx: forklift.JobContext, *, a: int, b: int) -> None: ...
+
+    assert two.misfit({}) == "missing required arguments 'a', 'b'"
+
+
 def test_a_task_is_named_after_its_function_wherever_it_is_defined() -> None:
     def render(ctx: forklift.JobContext) -> None: ...
 

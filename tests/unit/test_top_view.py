@@ -50,7 +50,13 @@ def test_a_busy_frame_fits_80x24_and_says_what_it_left_out() -> None:
     assert all(len(line) <= 80 for line in lines), max(lines, key=len)
     text = "\n".join(lines)
     assert "more not shown" in text and "q quits" in lines[0]
-    assert "paused" in text and "Recent failures" in text and "Workers: 40 (20 busy)" in text
+    assert "paused" in text and "Recent failures" in text
+    assert "Workers: 40 (20 busy) of 3 supervisors" in text
+
+
+def test_one_supervisor_is_one_supervisor() -> None:
+    text = "\n".join(shown(Frame(NOW, "db", supervisors=1), 80, 24))
+    assert "Workers: 0 (0 busy) of 1 supervisor" in text and "supervisors" not in text
 
 
 def test_a_bigger_terminal_shows_more_rows() -> None:

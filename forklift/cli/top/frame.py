@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from forklift import _db
+from forklift._ids import owner_process
 from forklift.admin import AdminStore, Connector, JobAdmin, ProcessRow, QueueStats
 from forklift.admin.rows import DeadJob, RunningJobRow
 from forklift.cli import output
@@ -54,9 +55,8 @@ def workers_of(procs: list[ProcessRow], running: list[RunningJobRow]) -> list[Wo
         if p.kind == "worker"
     ]
     for owner, jobs in by_owner.items():
-        host, _, rest = owner.partition(":")
-        pid = rest.partition(":")[0]
-        shown.append(Worker(owner, host, int(pid) if pid.isdigit() else 0, jobs, None, False))
+        host, pid = owner_process(owner)
+        shown.append(Worker(owner, host, pid, jobs, None, False))
     return sorted(shown, key=lambda w: (not w.jobs, w.host, w.pid))
 
 

@@ -127,7 +127,8 @@ def render(frame: Frame, trends: Trends, width: int, height: int) -> Group:
         *_queue_lines(frame, trends, width, queues),
         _line("", width),
         _title(
-            f"Workers: {len(frame.workers)} ({busy} busy) of {frame.supervisors} supervisors",
+            f"Workers: {len(frame.workers)} ({busy} busy) of "
+            f"{output.plural(frame.supervisors, 'supervisor')}",
             workers, len(frame.workers), width,
         ),
         _line(WORKER_HEAD, width, "dim"),

@@ -69,7 +69,7 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"every": 60, "name": "bad\nname"}, "control character"),
     ({"every": 60, "name": ""}, "must not be empty"),
     ({"every": 60, "queue": "q\x00"}, "control character"),
-    ({"every": 60, "args": {"nope": 1}}, "unexpected keyword argument 'nope'"),
+    ({"every": 60, "args": {"nope": 1}}, "unknown argument 'nope'"),
     ({"every": 60, "args": {"x": float("nan")}}, "NaN"),
 ]
 

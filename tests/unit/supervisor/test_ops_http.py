@@ -78,7 +78,7 @@ def test_an_unknown_path_is_404_whatever_the_method(
 def test_the_server_binds_loopback_by_default() -> None:
     from forklift.supervisor.config import SupervisorConfig
 
-    assert SupervisorConfig().metrics_addr in (None, "127.0.0.1:9090")
+    assert SupervisorConfig().metrics_addr in (None, "127.0.0.1:9367")
     from forklift.cli import build_parser
 
     args = build_parser().parse_args(["run", "x:app"])
