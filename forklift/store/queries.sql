@@ -191,7 +191,9 @@ SELECT state, CASE WHEN state = 'ready' THEN pg_notify('{channel}', queue) END I
 FROM failed;
 
 -- name: job_release_many
--- Give jobs back (graceful stop): ready now, attempt not counted; fenced. Wakes workers.
+-- Give jobs back (graceful stop, or claimed ahead and not started in time): ready at
+-- once, in their place in line (their due time unchanged: it has passed), attempt not
+-- counted; fenced. Wakes workers.
 -- Rows are locked in id order, as every other write over many jobs locks them (renewal,
 -- completion, an operator's cancel): in any other order two of them could deadlock.
 WITH mine AS (
@@ -203,8 +205,7 @@ WITH mine AS (
     FOR UPDATE OF j
 ), released AS (
     UPDATE {schema}.jobs AS j SET
-        state = 'ready', attempts = j.attempts - 1, available_at = now(),
-        lease_owner = NULL, lease_until = NULL
+        state = 'ready', attempts = j.attempts - 1, lease_owner = NULL, lease_until = NULL
     FROM mine
     WHERE j.id = mine.id
     RETURNING j.id, j.queue
