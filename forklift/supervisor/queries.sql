@@ -131,3 +131,9 @@ SELECT j.id FROM {schema}.jobs AS j
 JOIN unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS h(id, attempt)
   ON j.id = h.id AND j.attempts = h.attempt
 WHERE j.state = 'succeeded';
+
+-- name: backend_count
+-- How many sessions one worker process still has (after backend_terminate, until gone).
+SELECT count(*) FROM pg_stat_activity AS a
+WHERE a.application_name = %(name)s::text AND a.datname = current_database()
+  AND a.pid <> pg_backend_pid();

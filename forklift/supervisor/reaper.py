@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from forklift._events import emit
+from forklift._ids import application_name
 from forklift.metrics import Totals
 from forklift.supervisor.child import Child, Children
 from forklift.supervisor.deaths import Deaths
@@ -25,6 +26,9 @@ from forklift.supervisor.restarts import RestartSchedule
 from forklift.supervisor.store import SupervisorStore
 
 log = logging.getLogger(__name__)
+
+# How long settling a dead child's unanswered group commit waits for its sessions to go.
+SESSIONS_GONE = 0.5
 
 # os.wait4, or a scripted one in the unit tests.
 Wait4 = Callable[[int, int], tuple[int, int, resource.struct_rusage]]
@@ -107,6 +111,12 @@ def settle_unanswered(
     jobs = child.unanswered
 
     def count() -> None:
+        # Its sessions were told to end: a statement of its may still be committing
+        # until they are gone (half a second at most, then read anyway).
+        name = application_name(child.owner)
+        deadline = time.monotonic() + SESSIONS_GONE
+        while store.backend_count(name) and time.monotonic() < deadline:
+            time.sleep(0.01)
         done = store.job_succeeded_among([(job_id, attempt) for job_id, attempt, _ in jobs])
         grown = Counter(key for job_id, _, key in jobs if job_id in done)
         if grown:

@@ -155,6 +155,11 @@ class SupervisorStore:
             row = c.execute(self.q["job_backlog"], params).fetchone()
         return int(row[0]) if row else 0
 
+    def backend_count(self, application_name: str) -> int:
+        with self._conn("counting a worker's sessions failed") as c:
+            row = c.execute(self.q["backend_count"], {"name": application_name}).fetchone()
+        return int(row[0]) if row else 0
+
     def job_succeeded_among(self, held: Sequence[tuple[int, int]]) -> set[int]:
         """Which (id, attempt) succeeded on that attempt."""
         params = {"ids": [h[0] for h in held], "attempts": [h[1] for h in held]}
