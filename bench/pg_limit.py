@@ -38,7 +38,6 @@ def _loop(dsn: str, schema: str, batch: int, owner: str, go: Barrier, out: Queue
             started = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process
             while rows := conn.execute(queries["job_claim"], claim).fetchall():
                 ids = {"ids": [r[0] for r in rows], "attempts": [r[6] for r in rows]}
-                ids["results"] = ids["progress"] = [None] * len(rows)
                 done += len(
                     conn.execute(queries["job_complete_many"], ids | {"owner": owner}).fetchall()
                 )

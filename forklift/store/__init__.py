@@ -217,9 +217,12 @@ class JobStore:
         """Mark (id, attempt, result JSON, progress JSON) jobs succeeded; return the ids
         completed (others were lost)."""
         params = {**_leases(done), "owner": owner}
-        params["results"], params["progress"] = [d[2] for d in done], [d[3] for d in done]
+        query = "job_complete_many"
+        if any(d[2] is not None or d[3] is not None for d in done):
+            query = "job_complete_many_values"
+            params["results"], params["progress"] = [d[2] for d in done], [d[3] for d in done]
         with translated("completion failed", self.where), self.pool.connection() as conn:
-            return {r[0] for r in conn.execute(self.q["job_complete_many"], params)}
+            return {r[0] for r in conn.execute(self.q[query], params)}
 
     def job_progress_many(self, held: Sequence[tuple[int, int, str]], owner: str) -> None:
         """Record (id, attempt, progress JSON) of running jobs this worker holds."""
@@ -235,7 +238,7 @@ class JobStore:
         `statement_limit` seconds (default, either: the session's bound)."""
         pool = self.effects if self.effects is not None else self.pool
         assert isinstance(pool, ConnectionPool), "effects need a pool"
-        effect = Effect(pool, self.q["job_complete_many"], self.q["effect_limits_end"])
+        effect = Effect(pool, self.q["job_complete_many_values"], self.q["effect_limits_end"])
         set_local = getattr(pool, "set_local", None)  # behind a pooler: the bounds, per txn
         limited = idle_limit is not None or statement_limit is not None
         if set_local or limited:

@@ -126,9 +126,26 @@ WHERE j.id = mine.id
 RETURNING j.id;
 
 -- name: job_complete_many
--- Mark jobs succeeded with their results (NULL: none) and their last progress not yet
--- written (NULL: none), fenced by owner and attempt; returns the ids completed. A job someone waits for (app.result()) notifies the
--- waiters' channel.
+-- Mark jobs succeeded, fenced by owner and attempt; returns the ids completed. A job
+-- someone waits for (app.result()) notifies the waiters' channel. For jobs with no
+-- result and no progress to write: the group commit of plain jobs, the common case.
+WITH mine AS (
+    SELECT j.id FROM {schema}.jobs j
+    JOIN unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS h(id, attempt)
+      ON j.id = h.id AND j.attempts = h.attempt
+    WHERE j.state = 'running' AND j.lease_owner = %(owner)s::text
+    ORDER BY j.id
+    FOR UPDATE OF j
+)
+UPDATE {schema}.jobs AS j SET
+    state = 'succeeded', completed_at = now(), lease_owner = NULL, lease_until = NULL
+FROM mine
+WHERE j.id = mine.id
+RETURNING j.id, CASE WHEN j.waited THEN pg_notify('{done_channel}', 'j' || j.id) END;
+
+-- name: job_complete_many_values
+-- The same, writing each job's result (NULL: none) and its last progress not yet
+-- written (NULL: none) with it.
 WITH mine AS (
     SELECT j.id, h.result, h.progress FROM {schema}.jobs j
     JOIN unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(results)s::jsonb[],
@@ -138,18 +155,14 @@ WITH mine AS (
     WHERE j.state = 'running' AND j.lease_owner = %(owner)s::text
     ORDER BY j.id
     FOR UPDATE OF j
-), done AS (
-    UPDATE {schema}.jobs AS j SET
-        state = 'succeeded', completed_at = now(), lease_owner = NULL, lease_until = NULL,
-        result = mine.result,
-        progress = coalesce(mine.progress || jsonb_build_object('at', now()), j.progress)
-    FROM mine
-    WHERE j.id = mine.id
-    RETURNING j.id, j.waited
-), told AS (
-    SELECT count(pg_notify('{done_channel}', 'j' || done.id)) AS n FROM done WHERE done.waited
 )
-SELECT done.id FROM done, told;
+UPDATE {schema}.jobs AS j SET
+    state = 'succeeded', completed_at = now(), lease_owner = NULL, lease_until = NULL,
+    result = mine.result,
+    progress = coalesce(mine.progress || jsonb_build_object('at', now()), j.progress)
+FROM mine
+WHERE j.id = mine.id
+RETURNING j.id, CASE WHEN j.waited THEN pg_notify('{done_channel}', 'j' || j.id) END;
 
 -- name: effect_limits
 -- How long this effect transaction may sit idle while its handler works, and how long
