@@ -64,6 +64,12 @@ class Task(Generic[P, R]):
         if timeout is not None and timeout <= 0:
             raise ConfigError(f"task {name!r}: timeout must be > 0 seconds")
         check_priority(priority)
+        if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+            raise ConfigError(
+                f"task {name!r}: async handlers are not supported yet (a worker would call "
+                "it and never await the coroutine: its work would not run); make it a "
+                "plain def, and run async code inside it with asyncio.run(...)"
+            )
         self.app = app
         self.fn = fn
         self.name = name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import traceback
 from dataclasses import dataclass
 from typing import Any
@@ -78,6 +79,14 @@ def call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], max_result_byte
         return failure(exc)
     if value is None:
         return SUCCEEDED
+    if inspect.isawaitable(value):  # never awaited: nothing it was to do has run
+        if inspect.iscoroutine(value):
+            value.close()
+        return give_up(
+            f"TypeError: the handler returned {type(value).__name__} object, which the "
+            "worker does not await: its work did not run (async handlers are not "
+            "supported yet)"
+        )
     try:
         return Result(True, value=_json.dumps_result(value, max_result_bytes))
     except ResultError as exc:

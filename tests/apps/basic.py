@@ -202,3 +202,13 @@ def assemble(ctx: forklift.JobContext, *, out: str = "") -> None:
             f"INSERT INTO {SCHEMA}.effects (job_id, key, n) VALUES (%s, %s, %s)",
             (ctx.job_id, f"batch-{batch.id}:{status.outcome}:{len(batch.dead())}:{out}", total),
         )
+
+
+async def _never_awaited(key: str) -> None:  # what an async handler's body would be
+    raise AssertionError(f"{key}: a coroutine of a sync handler ran")
+
+
+@app.task(name="returns_coroutine")
+def returns_coroutine(ctx: forklift.JobContext, *, key: str) -> object:
+    """A plain def that hands back a coroutine: the worker must not call it done."""
+    return _never_awaited(key)
