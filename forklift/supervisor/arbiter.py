@@ -231,7 +231,8 @@ class Supervisor:
         """READY=1 once the first full set of workers is up (Type=notify units)."""
         if not self._told_ready and len(self.children.live()) >= self.scaling.target:
             self._told_ready = True
-            self.notifier.ready(f"{self.scaling.target} workers")
+            n = self.scaling.target
+            self.notifier.ready(f"{n} worker{'' if n == 1 else 's'}")
 
     def update_title(self) -> None:
         cfg, children, db = self.config, self.children, self.db
