@@ -136,8 +136,7 @@ class BatchAdmin:
             summary = self._find(batch_id)
             with self.connector.conn("reading the batch failed") as conn:
                 found = conn.execute(self.q["batch_callback"], {"id": batch_id}).fetchone()
-                params = {"id": batch_id, "limit": DEAD_SHOWN}
-                dead = [(r[0], r[1]) for r in conn.execute(self.q["batch_dead_first"], params)]
+            dead = list(self.store.dead(batch_id, first=DEAD_SHOWN).items())
             return BatchDetail(
                 summary, found[0] if found else None, self._job(summary.row.callback_job_id), dead
             )

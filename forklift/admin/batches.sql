@@ -28,11 +28,3 @@ LIMIT %(limit)s;
 -- max_attempts, max_crashes, timeout); NULL: it has none.
 SELECT b.callback::text FROM {schema}.batches AS b
 WHERE b.id = %(id)s::bigint;
-
--- name: batch_dead_first
--- The first of a batch's dead jobs and their last errors, in id order, through the
--- batch's finished-jobs index.
-SELECT j.id, j.last_error FROM {schema}.jobs AS j
-WHERE j.batch_id = %(id)s::bigint AND j.state = 'dead'
-ORDER BY j.id
-LIMIT %(limit)s;

@@ -169,21 +169,24 @@ class BatchStore:
             for r in self._pages("batch_results", batch_id)
         }
 
-    def dead(self, batch_id: int) -> dict[int, str | None]:
-        """The dead jobs' last errors, in job order."""
-        return {r[0]: r[1] for r in self._pages("batch_dead", batch_id)}
+    def dead(self, batch_id: int, first: int | None = None) -> dict[int, str | None]:
+        """The dead jobs' last errors, in job order (only the `first` ones, if given)."""
+        return {r[0]: r[1] for r in self._pages("batch_dead", batch_id, first)}
 
     def open_job_ids(self, batch_id: int) -> list[int]:
         return [r[0] for r in self._pages("batch_open_jobs", batch_id)]
 
-    def _pages(self, query: str, batch_id: int) -> Iterator[tuple[Any, ...]]:
-        after = 0
+    def _pages(
+        self, query: str, batch_id: int, first: int | None = None
+    ) -> Iterator[tuple[Any, ...]]:
+        """Every row (the `first` ones, if given), a page of PAGE at a time."""
+        after, page = 0, PAGE if first is None else min(first, PAGE)
         while True:
-            params = {"id": batch_id, "after": after, "limit": PAGE}
+            params = {"id": batch_id, "after": after, "limit": page}
             with self._conn("reading the batch's jobs failed") as conn:
                 rows = conn.execute(self.q[query], params).fetchall()
             yield from rows
-            if len(rows) < PAGE:
+            if len(rows) < page or first is not None:
                 return
             after = rows[-1][0]
 

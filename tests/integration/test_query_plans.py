@@ -50,7 +50,6 @@ PARAMS: dict[str, list[dict[str, Any]]] = {
     "batch_list_open": [{"limit": 20}],
     "batch_list_finished": [{"limit": 20}],
     "batch_callback": [{"id": 1}],
-    "batch_dead_first": [{"id": 1, "limit": 5}],
 }
 PARAMS["job_list_window"] = PARAMS["job_list"]
 for p in PARAMS["job_list"]:
