@@ -75,7 +75,7 @@ class JobEvents:
 
     def intend(self, contexts: list[JobContext]) -> None:
         """A group commit of these is about to be sent (metrics.Tally.intend)."""
-        if self.tally is not None:
+        if self.tally is not None and self.tally.shared is not None:  # a supervisor's child
             self.tally.intend([(c.job_id, c.attempt, c.queue, c.task) for c in contexts])
 
     def answered(self) -> None:
