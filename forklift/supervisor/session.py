@@ -23,7 +23,6 @@ import psycopg
 
 from forklift import _db, _locks, _sql
 from forklift._events import emit
-from forklift._service import TestSignal
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +103,6 @@ class SupervisorSession:
         self.supervisor_id = ""  # set before start()
         self.held = threading.Event()  # the liveness lock is held
         self.maintaining = threading.Event()  # the maintenance lock is held
-        self.taken: TestSignal[None] = TestSignal()  # each time the session is (re)made
         self.error: str | None = None  # why the session is down, for readiness
         self._q = _sql.load("forklift.store", "queries.sql", schema)
         self._control = _sql.control_channel_name(schema)
@@ -144,7 +142,6 @@ class SupervisorSession:
         if self.error is not None:
             emit(log, "supervisor.session_back")
         self.error = None
-        self.taken.emit(None)
         self.fanout.send(QUEUE, "")  # whatever came while we were away: look now
         next_ping = next_try = time.monotonic()
         while not self._stopped.is_set():

@@ -23,7 +23,6 @@ import psycopg
 from forklift import _db, _locks
 from forklift._db import looks_alive
 from forklift._events import emit
-from forklift._service import TestSignal
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +51,6 @@ class LivenessLock:
         self.application_name = application_name
         self.config = config or LivenessConfig()
         self.held = threading.Event()
-        self.taken: TestSignal[None] = TestSignal()  # each time the lock is (re)taken
         self._stopped = threading.Event()
         self._conn: psycopg.Connection[Any] | None = None
         self._since_ping = 0.0
@@ -108,7 +106,6 @@ class LivenessLock:
         if self._failing:
             self._failing = False
             emit(log, "worker.liveness_taken", lock=self.name)
-        self.taken.emit(None)
 
     def _drop(self) -> None:
         self.held.clear()
