@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 import math
 import threading
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -136,17 +137,15 @@ class Tally:
             with self.lock:
                 self.shared.intend([(i, a, (q, t, "succeeded")) for i, a, q, t in jobs])
 
-    def answered(self) -> None:
-        if self.shared is not None:
-            self.shared.answered()
-
-    def settled(self) -> None:
-        if self.shared is not None:
-            self.shared.settled()
-
     def jobs_succeeded(self, done: list[tuple[str, str, float]]) -> None:
-        """Many successes (queue, task, duration), counted under one hold of the lock."""
+        """Many successes (queue, task, duration), counted under one hold of the lock;
+        a group commit's, folded into its intent (SharedCounts.fold) when it has one."""
         with self.lock:
+            if self.shared is not None and self.shared.intended:
+                self.shared.fold(Counter((q, t, "succeeded") for q, t, _ in done))
+                for queue, task, duration in done:
+                    self._duration(queue, task, duration)
+                return
             for queue, task, duration in done:
                 self._job(queue, task, "succeeded", duration)
 
@@ -155,10 +154,13 @@ class Tally:
         if self.shared is None or not self.shared.add(key):
             self.jobs[key] = self.jobs.get(key, 0) + 1
         if duration is not None:
-            h = self.durations.get((queue, task))
-            if h is None:
-                h = self.durations[(queue, task)] = Histo.empty(DURATION_BUCKETS)
-            h.observe(DURATION_BUCKETS, duration)
+            self._duration(queue, task, duration)
+
+    def _duration(self, queue: str, task: str, duration: float) -> None:
+        h = self.durations.get((queue, task))
+        if h is None:
+            h = self.durations[(queue, task)] = Histo.empty(DURATION_BUCKETS)
+        h.observe(DURATION_BUCKETS, duration)
 
     def wait(self, queue: str, seconds: float) -> None:
         with self.lock:

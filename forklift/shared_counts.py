@@ -11,18 +11,22 @@ and once more after it exited, and adds what grew.
 
 A group commit's completions are the other gap: the statement commits on the server
 while the worker waits for its answer, and a kill then loses them all (hundreds at full
-speed). So before it sends one, the worker writes its jobs (id, attempt) as an intent,
-marks the intent answered when the statement returns, counts the completions and
-clears it. A supervisor that finds an intent unanswered in a dead child's memory asks
-the database which of those attempts succeeded (`pending()`), and counts those.
+speed). So before it sends one, the worker writes its jobs (id, attempt) as an intent
+under a fresh generation number, and marks each slot the intent counts into as not yet
+folded. When the statement returns, the worker folds the successes into those slots,
+each with one aligned 8-byte store that carries the new count and the intent's
+generation together, then clears the intent. A supervisor that finds an intent in a dead
+child's memory asks the database which attempts succeeded (`pending()`) for the slots
+not yet folded, and counts those: a kill at any instruction counts each job once.
 
-Layout: a header of one u64 (slots in use), then SLOTS slots of [u64 count][u16 key
-length][key: UTF-8 JSON of [queue, task, outcome]], then the intent: [u64 state: 0 none,
-1 sent, 2 answered][u64 entries] and INTENT_MAX entries of [u64 job id][u32 attempt][u32
-slot]. Only the child writes: a slot's key first, then the header (a new slot is
-published after its key is whole); counts are aligned 8-byte stores; an intent's entries
-before its state. The supervisor trusts nothing in it: a key that does not parse, a
-count that shrank or a slot number out of range is dropped, and said to be malformed.
+Layout: a header of one u64 (slots in use), then SLOTS slots of [u64 word: generation
+(high 20 bits) and count (low 44)][u16 key length][key: UTF-8 JSON of [queue, task,
+outcome]], then the intent: [u64 state: 0 none, 1 sent][u64 entries][u64 generation]
+and INTENT_MAX entries of [u64 job id][u32 attempt][u32 slot]. Only the child writes: a
+slot's key first, then the header (a new slot is published after its key is whole);
+words are aligned 8-byte stores; an intent's entries and its slots' marks before its
+state. The supervisor trusts nothing in it: a key that does not parse, a count that
+shrank or a slot number out of range is dropped, and said to be malformed.
 """
 
 from __future__ import annotations
@@ -37,11 +41,15 @@ KEY_BYTES = 1014  # two names of at most 200 characters (4 bytes each) and an ou
 _SLOT = 8 + 2 + KEY_BYTES
 INTENT_MAX = 1000  # jobs per group commit at most (CompleterConfig.batch)
 _INTENT = 8 + SLOTS * _SLOT
+_ENTRIES = _INTENT + 24
 _ENTRY = struct.Struct("<QII")
-SIZE = _INTENT + 16 + INTENT_MAX * _ENTRY.size  # ~0.5 MiB, touched only as it is used
+SIZE = _ENTRIES + INTENT_MAX * _ENTRY.size  # ~0.5 MiB, touched only as it is used
 _U64 = struct.Struct("<Q")
 _U16 = struct.Struct("<H")
-SENT, ANSWERED = 1, 2
+SENT = 1
+_COUNT_BITS = 44  # 1.7e13 outcomes of one key in one child's life
+_COUNT = (1 << _COUNT_BITS) - 1
+_GENERATIONS = 1 << 20  # 0 is "not folded"; wraps harmlessly (only the current is compared)
 
 Key = tuple[str, str, str]
 
@@ -53,6 +61,9 @@ class SharedCounts:
     def __init__(self) -> None:
         self.region = mmap.mmap(-1, SIZE)  # anonymous: shared with the children forked after
         self._slot: dict[Key, int] = {}  # the child's own index of its slots
+        # The child's group commit in flight: its generation and the slots of its keys.
+        self._intent: tuple[int, dict[Key, int]] | None = None
+        self._generation = 0
         self._seen: dict[Key, int] = {}  # the parent's: the counts it has added
 
     # -- the child -----------------------------------------------------------------------
@@ -64,10 +75,17 @@ class SharedCounts:
             slot = self._new_slot(key)
             if slot is None:
                 return False
-        offset = 8 + slot * _SLOT
-        count = _U64.unpack_from(self.region, offset)[0]
-        _U64.pack_into(self.region, offset, count + n)
+        self._bump(slot, n)
         return True
+
+    def _bump(self, slot: int, n: int, generation: int | None = None) -> None:
+        """Add `n` to a slot's count in one store, keeping its generation unless given."""
+        offset = 8 + slot * _SLOT
+        word = _U64.unpack_from(self.region, offset)[0]
+        if generation is None:
+            generation = word >> _COUNT_BITS
+        count = ((word & _COUNT) + n) & _COUNT
+        _U64.pack_into(self.region, offset, generation << _COUNT_BITS | count)
 
     def _new_slot(self, key: Key) -> int | None:
         used = len(self._slot)
@@ -87,41 +105,61 @@ class SharedCounts:
         written (too many, or no slot left), and then it is not."""
         if len(jobs) > INTENT_MAX:
             return False
-        slots = []
+        slots: dict[Key, int] = {}
         for _, _, key in jobs:
             slot = self._slot.get(key)
             if slot is None and (slot := self._new_slot(key)) is None:
                 return False
-            slots.append(slot)
-        for i, (job_id, attempt, _) in enumerate(jobs):
-            at = _INTENT + 16 + i * _ENTRY.size
-            _ENTRY.pack_into(self.region, at, job_id, attempt, slots[i])
+            slots[key] = slot
+        self._generation = self._generation % (_GENERATIONS - 1) + 1
+        for slot in slots.values():
+            self._bump(slot, 0, generation=0)  # not folded into by this intent yet
+        for i, (job_id, attempt, key) in enumerate(jobs):
+            _ENTRY.pack_into(self.region, _ENTRIES + i * _ENTRY.size, job_id, attempt, slots[key])
         _U64.pack_into(self.region, _INTENT + 8, len(jobs))
+        _U64.pack_into(self.region, _INTENT + 16, self._generation)
         _U64.pack_into(self.region, _INTENT, SENT)
+        self._intent = (self._generation, slots)
         return True
 
-    def answered(self) -> None:
-        """The group commit's statement returned: what it did is counted by the child."""
-        _U64.pack_into(self.region, _INTENT, ANSWERED)
+    def fold(self, succeeded: dict[Key, int]) -> None:
+        """The intent's statement returned: count its successes (every key was in the
+        intent), each slot in one store that also marks it folded, then clear it."""
+        assert self._intent is not None, "fold() without an intent"
+        generation, slots = self._intent
+        for key, slot in slots.items():
+            self._bump(slot, succeeded.get(key, 0), generation=generation)
+        self.settled()
 
     def settled(self) -> None:
+        """No group commit is in flight (answered and counted, or given up)."""
         _U64.pack_into(self.region, _INTENT, 0)
+        self._intent = None
+
+    @property
+    def intended(self) -> bool:
+        return self._intent is not None
 
     # -- the parent ----------------------------------------------------------------------
 
     def pending(self) -> list[tuple[int, int, Key]]:
-        """A dead child's group commit that was sent and not answered: its jobs (id,
-        attempt, key), for the database to say which succeeded; [] if there is none."""
+        """A dead child's group commit that was sent and not counted: its jobs (id,
+        attempt, key) in slots not yet folded, for the database to say which succeeded;
+        [] if there is none."""
         if _U64.unpack_from(self.region, _INTENT)[0] != SENT:
             return []
+        generation = _U64.unpack_from(self.region, _INTENT + 16)[0]
         keys = {slot: key for slot, (key, _) in enumerate(self._read()) if key is not None}
         n = min(_U64.unpack_from(self.region, _INTENT + 8)[0], INTENT_MAX)
         found = []
         for i in range(n):
-            job_id, attempt, slot = _ENTRY.unpack_from(self.region, _INTENT + 16 + i * _ENTRY.size)
-            if slot in keys:
+            job_id, attempt, slot = _ENTRY.unpack_from(self.region, _ENTRIES + i * _ENTRY.size)
+            if slot in keys and self._word(slot) >> _COUNT_BITS != generation:
                 found.append((job_id, attempt, keys[slot]))
         return found
+
+    def _word(self, slot: int) -> int:
+        return int(_U64.unpack_from(self.region, 8 + slot * _SLOT)[0])
 
     def changes(self) -> tuple[list[list[object]], int]:
         """What grew since the last call, as Tally.take()'s "jobs" rows ([queue, task,
@@ -144,7 +182,7 @@ class SharedCounts:
         used = _U64.unpack_from(self.region, 0)[0]
         for slot in range(min(used, SLOTS)):
             offset = 8 + slot * _SLOT
-            count = _U64.unpack_from(self.region, offset)[0]
+            count = self._word(slot) & _COUNT
             length = _U16.unpack_from(self.region, offset + 8)[0]
             yield _key(self.region[offset + 10 : offset + 10 + min(length, KEY_BYTES)]), count
         if used > SLOTS:

@@ -126,7 +126,6 @@ class Completer:
                         if batch
                         else set()
                     )
-                    self.events.answered()
                     for ctx in batch:
                         ctx.finished = True
                 break
@@ -138,7 +137,6 @@ class Completer:
                 time.sleep(self._retry.failed())
         self._retry.succeeded()
         self.events.count_succeeded([c for c in batch if c.job_id in done])
-        self.events.settled()
         lost = []
         for ctx in batch:
             if ctx.job_id in done:

@@ -78,17 +78,9 @@ class JobEvents:
         if self.tally is not None and self.tally.shared is not None:  # a supervisor's child
             self.tally.intend([(c.job_id, c.attempt, c.queue, c.task) for c in contexts])
 
-    def answered(self) -> None:
-        if self.tally is not None:
-            self.tally.answered()
-
-    def settled(self) -> None:
-        if self.tally is not None:
-            self.tally.settled()
-
     def count_succeeded(self, contexts: list[JobContext]) -> None:
-        """Count a group commit's successes at once, first thing after its commit: a
-        SIGKILL in the time the jobs' ends take one by one then loses no count."""
+        """Count a group commit's successes (folded into its intent), first thing after
+        its statement returns; [] when it was given up."""
         if self.tally is not None:
             self.tally.jobs_succeeded([(c.queue, c.task, c.duration) for c in contexts])
 

@@ -45,14 +45,46 @@ def test_an_unanswered_group_commit_is_left_for_the_parent_to_settle() -> None:
     in_child(counts, sent_and_killed)
     assert counts.pending() == [(11, 1, key), (12, 3, key)]
 
-    answered = SharedCounts()
+    counted = SharedCounts()
 
-    def answered_then_killed(c: SharedCounts) -> None:
-        c.intend([(11, 1, key)])
-        c.answered()  # the child counts it itself from here on
+    def counted_then_killed(c: SharedCounts) -> None:
+        c.intend([(11, 1, key), (12, 3, key)])
+        c.fold({key: 1})  # one of the two succeeded, and the child counted it
 
-    in_child(answered, answered_then_killed)
-    assert answered.pending() == []
+    in_child(counted, counted_then_killed)
+    assert counted.pending() == []
+    assert counted.changes() == ([[*key, 1]], 0)
+
+
+def test_a_kill_in_the_middle_of_a_fold_leaves_only_the_unfolded_slots_to_settle() -> None:
+    """A group commit of two tasks, killed after the first slot took its count and
+    before the second did: the parent asks about the second task's jobs alone, and the
+    first task's count arrives once, from its slot."""
+    counts = SharedCounts()
+    a, b = ("default", "a", "succeeded"), ("default", "b", "succeeded")
+
+    def killed_mid_fold(c: SharedCounts) -> None:
+        c.add(a, 5)  # counted before: kept through the intent's marks
+        assert c.intend([(1, 1, a), (2, 1, b), (3, 1, a)])
+        c.add(b)  # another thread's count while the statement runs
+        generation, slots = c._intent or (0, {})
+        c._bump(slots[a], 2, generation=generation)  # fold() got this far
+
+    in_child(counts, killed_mid_fold)
+    assert counts.pending() == [(2, 1, b)]
+    grown, bad = counts.changes()
+    assert sorted(grown) == [[*a, 7], [*b, 1]] and bad == 0
+
+
+def test_counts_survive_many_intents_and_their_marks() -> None:
+    counts = SharedCounts()
+    key = ("q", "t", "succeeded")
+    for i in range(2000):
+        assert counts.intend([(i, 1, key)])
+        counts.add(key)
+        counts.fold({key: 1})
+    assert counts.pending() == []
+    assert counts.changes() == ([[*key, 4000]], 0)
 
 
 def test_garbage_in_the_region_is_dropped_and_counted_as_malformed() -> None:
