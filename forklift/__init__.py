@@ -18,11 +18,13 @@ from forklift.errors import (
     JobNotFound,
     LeaseLost,
     MigrationError,
+    QueueFull,
     ResultError,
     Retry,
     SchemaMissing,
     UnknownTaskError,
 )
+from forklift.limits import Limit
 from forklift.task import Task
 from forklift.workers.config import WorkerConfig
 from forklift.workers.context import JobContext
@@ -46,7 +48,9 @@ __all__ = [
     "JobNotFound",
     "JobSpec",
     "LeaseLost",
+    "Limit",
     "MigrationError",
+    "QueueFull",
     "ResultError",
     "Retry",
     "SchemaMissing",

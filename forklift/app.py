@@ -18,6 +18,7 @@ from forklift import _db, _json, _names, _singleton, _sql, _waiting, batch
 from forklift.backoff import Backoff
 from forklift.batch import Batch
 from forklift.errors import ArgumentError, ConfigError, UnknownTaskError
+from forklift.limits import Limit
 from forklift.scheduler import declare
 from forklift.scheduler.schedule import Schedule
 from forklift.store import JobStore, NewJob, short_connection, translated
@@ -109,6 +110,7 @@ def build_job(
         run_at,
         _seconds(delay),
         max_crashes or task.max_crashes,
+        limit_key=task.limit_key(args),
     )
 
 
@@ -184,6 +186,7 @@ class App:
         max_crashes: int = 2,
         timeout: float | None = None,
         backoff: Backoff | None = None,
+        limit: Limit | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(  # type: ignore[misc]
@@ -198,11 +201,14 @@ class App:
         max_crashes: int = 2,
         timeout: float | None = None,
         backoff: Backoff | None = None,
+        limit: Limit | None = None,
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Register a handler `fn(ctx, **kwargs)` as a task (bare or with options).
 
         `max_crashes`: how many of its runs may kill their worker process (segfault, OOM
         kill, os._exit) before the job is quarantined, dead, whatever attempts are left.
+        `limit`: a forklift.Limit on how many run at once and start per window, across
+        every replica (per value of its key, if it has one).
         """
 
         def register(f: Callable[P, R]) -> Task[P, R]:
@@ -231,6 +237,7 @@ class App:
                 timeout=timeout,
                 backoff=backoff or Backoff(),
                 max_crashes=max_crashes,
+                limit=limit,
             )
             self.tasks[task_name] = t
             return t

@@ -53,6 +53,20 @@ class ResultError(ForkliftError, ValueError):
     larger than App(max_result_bytes=...)): the job ends dead."""
 
 
+class QueueFull(ForkliftError):
+    """The queue holds its max_depth of ready and scheduled jobs (`forklift queues limit
+    Q --max-depth N`): nothing was enqueued. `.queue`, `.depth`, `.max_depth`."""
+
+    def __init__(self, queue: str, depth: int, max_depth: int, adding: int) -> None:
+        super().__init__(
+            f"queue {queue!r} is full: {depth} ready or scheduled, max depth {max_depth}"
+            + (f" ({adding} more refused)" if adding > 1 else "")
+        )
+        self.queue = queue
+        self.depth = depth
+        self.max_depth = max_depth
+
+
 class JobFailed(ForkliftError):
     """The job is dead: it failed every attempt (or was given up). `.error` is its last
     error."""

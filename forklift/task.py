@@ -12,6 +12,7 @@ import psycopg
 
 from forklift.backoff import Backoff
 from forklift.errors import ArgumentError, ConfigError
+from forklift.limits import Limit
 
 if TYPE_CHECKING:
     from forklift.app import App
@@ -56,6 +57,7 @@ class Task(Generic[P, R]):
         timeout: float | None,
         backoff: Backoff,
         max_crashes: int = 2,
+        limit: Limit | None = None,
     ) -> None:
         if max_attempts < 1:
             raise ConfigError(f"task {name!r}: max_attempts must be >= 1")
@@ -103,6 +105,20 @@ class Task(Generic[P, R]):
         self._positional = frozenset(
             p.name for p in params[1:] if p.kind is inspect.Parameter.POSITIONAL_ONLY
         )
+        if limit is not None and not isinstance(limit, Limit):
+            raise ConfigError(f"task {name!r}: limit must be a forklift.Limit, got {limit!r}")
+        if limit is not None:
+            limit.check_against(name, self.signature)
+        self.limit = limit
+        self._defaults = {
+            p.name: p.default for p in params[1:] if p.default is not inspect.Parameter.empty
+        }
+
+    def limit_key(self, args: Mapping[str, Any]) -> str | None:
+        """The value of its limit's key for a job with `args` (None: not keyed)."""
+        if self.limit is None:
+            return None
+        return self.limit.key_of(self.name, args, self._defaults)
 
     def __call__(self, ctx: JobContext, /, **kwargs: Any) -> R:
         return self.fn(ctx, **kwargs)

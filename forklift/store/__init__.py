@@ -6,7 +6,6 @@ is a forklift DatabaseError (`translated`), raised from the original.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol, TypeVar
@@ -17,7 +16,7 @@ from forklift import _db, _sql
 from forklift.store._boundary import Conn, short_connection, translated
 from forklift.store._effect import Effect
 from forklift.store._listen import Notifications
-from forklift.store._rows import ClaimedJob, JobState, NewJob
+from forklift.store._rows import ClaimedJob, JobState, NewJob, claimed
 
 __all__ = [
     "ClaimedJob",
@@ -38,7 +37,7 @@ _T = TypeVar("_T")
 # The NewJob fields an insert takes, as its parameters are named.
 _JOB_COLUMNS = (
     "queue", "task", "args", "idempotency_key", "priority", "max_attempts", "max_crashes",
-    "timeout", "run_at", "delay", "batch_id",
+    "timeout", "run_at", "delay", "batch_id", "limit_key",
 )  # fmt: skip
 
 # Rows per statement of a bulk enqueue. Each statement must end within the connection's
@@ -135,7 +134,7 @@ class JobStore:
                 for i in part:
                     j = jobs[i]
                     row = (ids[i], j.queue, j.task, j.args, j.priority, j.max_attempts)
-                    copy.write_row((*row, j.max_crashes, j.timeout, j.batch_id))
+                    copy.write_row((*row, j.max_crashes, j.timeout, j.batch_id, j.limit_key))
         other = [i for i, j in enumerate(jobs) if not (j.idempotency_key is None and j.due_now)]
         by_key: dict[str, int] = {}
         for part in self._chunks(other):
@@ -180,22 +179,7 @@ class JobStore:
         }
         with translated("claim failed", self.where), self.pool.connection() as conn:
             rows = conn.execute(self.q["job_claim"], params).fetchall()
-        return [
-            ClaimedJob(
-                id=r[0],
-                queue=r[1],
-                task=r[2],
-                args=r[3] if isinstance(r[3], dict) else json.loads(r[3]),
-                idempotency_key=r[4],
-                priority=r[5],
-                attempt=r[6],
-                max_attempts=r[7],
-                timeout=r[8],
-                wait=r[9],
-                batch_id=r[10],
-            )
-            for r in rows
-        ]
+        return claimed(rows)
 
     def job_next_available(self, queues: Sequence[str]) -> float | None:
         """Seconds until the next ready job of `queues` is due; None if there is none."""

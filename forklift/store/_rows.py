@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import enum
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -23,6 +25,7 @@ class NewJob:
     delay: float = 0.0
     max_crashes: int = 2  # worker deaths it may cause before it is quarantined (dead)
     batch_id: int | None = None
+    limit_key: str | None = None  # its task limit's key value (Limit(key=...))
 
     @property
     def due_now(self) -> bool:
@@ -44,6 +47,26 @@ class ClaimedJob:
     timeout: float | None
     wait: float = 0.0  # seconds from available to claimed (database clock)
     batch_id: int | None = None  # the batch it belongs to
+
+
+def claimed(rows: Sequence[Sequence[Any]]) -> list[ClaimedJob]:
+    """The claim's rows (job_claim's columns, in order) as ClaimedJob."""
+    return [
+        ClaimedJob(
+            id=r[0],
+            queue=r[1],
+            task=r[2],
+            args=r[3] if isinstance(r[3], dict) else json.loads(r[3]),
+            idempotency_key=r[4],
+            priority=r[5],
+            attempt=r[6],
+            max_attempts=r[7],
+            timeout=r[8],
+            wait=r[9],
+            batch_id=r[10],
+        )
+        for r in rows
+    ]
 
 
 class JobState(enum.StrEnum):

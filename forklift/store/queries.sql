@@ -6,13 +6,13 @@
 -- Insert one job; with an idempotency key already taken, insert nothing.
 INSERT INTO {schema}.jobs
     (queue, task, args, idempotency_key, priority, max_attempts, max_crashes, timeout,
-     available_at, batch_id)
+     available_at, batch_id, limit_key)
 VALUES (
     %(queue)s::text, %(task)s::text, %(args)s::jsonb, %(idempotency_key)s::text,
     %(priority)s::smallint, %(max_attempts)s::integer, %(max_crashes)s::integer,
     %(timeout)s::float8,
     coalesce(%(run_at)s::timestamptz, now()) + make_interval(secs => %(delay)s::float8),
-    %(batch_id)s::bigint
+    %(batch_id)s::bigint, %(limit_key)s::text
 )
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id;
@@ -21,17 +21,17 @@ RETURNING id;
 -- Insert many jobs (reserved ids, or NULL to draw one); taken keys insert nothing.
 INSERT INTO {schema}.jobs
     (id, queue, task, args, idempotency_key, priority, max_attempts, max_crashes, timeout,
-     available_at, batch_id)
+     available_at, batch_id, limit_key)
 SELECT coalesce(id, nextval('{schema}.jobs_id_seq'::regclass)),
        queue, task, args, idempotency_key, priority, max_attempts, max_crashes, timeout,
-       coalesce(run_at, now()) + make_interval(secs => delay), batch_id
+       coalesce(run_at, now()) + make_interval(secs => delay), batch_id, limit_key
 FROM unnest(
     %(id)s::bigint[], %(queue)s::text[], %(task)s::text[], %(args)s::jsonb[],
     %(idempotency_key)s::text[], %(priority)s::smallint[], %(max_attempts)s::integer[],
     %(max_crashes)s::integer[], %(timeout)s::float8[], %(run_at)s::timestamptz[],
-    %(delay)s::float8[], %(batch_id)s::bigint[]
+    %(delay)s::float8[], %(batch_id)s::bigint[], %(limit_key)s::text[]
 ) AS j(id, queue, task, args, idempotency_key, priority, max_attempts, max_crashes, timeout,
-       run_at, delay, batch_id)
+       run_at, delay, batch_id, limit_key)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, idempotency_key;
 
@@ -48,7 +48,7 @@ FROM generate_series(1, %(n)s::integer);
 -- name: job_copy
 -- Bulk-load jobs that are due now and carry no idempotency key, with reserved ids.
 COPY {schema}.jobs
-    (id, queue, task, args, priority, max_attempts, max_crashes, timeout, batch_id)
+    (id, queue, task, args, priority, max_attempts, max_crashes, timeout, batch_id, limit_key)
 FROM STDIN;
 
 -- name: job_claim

@@ -33,8 +33,10 @@ from forklift.errors import DatabaseError, SchemaMissing
 from forklift.metrics import Tally
 from forklift.store import ClaimedJob
 from forklift.store.batches import BatchStore
+from forklift.store.limits import LimitStore
 from forklift.workers import executor, progress
 from forklift.workers.batch_ends import BatchEnds
+from forklift.workers.claimer import Claimer
 from forklift.workers.config import WorkerConfig
 from forklift.workers.connections import WorkerConnections, detect_pooler
 from forklift.workers.context import JobContext, Reads
@@ -176,6 +178,9 @@ class Worker:
             self.app.dsn, self._timeouts, application_name(self.owner), cfg.pool_size
         )
         self.store = self._conns.store(self.app.schema)
+        limits = LimitStore(self._conns.own, self.app.schema, self.store.where)
+        declared = {name: task.limit for name, task in self.app.tasks.items()}
+        self.claimer = Claimer(self.store, limits, cfg.queues, declared, self.owner, cfg.lease)
         self.holdings = Holdings(cfg.concurrency)
         self.prefetch = Prefetch(cfg.concurrency)
         self.events = JobEvents(
@@ -240,9 +245,7 @@ class Worker:
             expired = time.monotonic() >= next_expiry_check
             try:
                 began = time.monotonic()
-                jobs = self.store.job_claim(
-                    cfg.queues, self.owner, free, cfg.lease, expired=expired
-                )
+                jobs, again = self.claimer.claim(free, expired=expired)
                 self.prefetch.observe_claim(time.monotonic() - began)
                 self._waiting(None)
             except SchemaMissing as exc:
@@ -270,7 +273,7 @@ class Worker:
                 break
             for job in jobs:
                 self._work.put(self._adopt(job))
-            if len(jobs) < free:
+            if len(jobs) < free and not again:
                 wait = self._idle_wait()
                 if not jobs:
                     self.idle.emit(None)
@@ -313,7 +316,7 @@ class Worker:
     def _idle_wait(self) -> float:
         """Sleep until the next delayed job is due, or the poll interval, whichever first."""
         try:
-            due_in = self.store.job_next_available(self.config.queues)
+            due_in = self.claimer.due_in()
         except DatabaseError:
             return self.config.poll_interval
         if due_in is None:

@@ -1,0 +1,92 @@
+"""The limit store: the only caller of the limit queries (store/limits.sql).
+
+A claim under limits is one round trip of a pipelined transaction: lock the limits'
+rows (limit_lock), then claim in a fresh snapshot (job_claim_limited), which sees every
+claim committed under them and none in flight. A claim with no limit to hold stays the
+plain one-statement claim (JobStore.job_claim).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from forklift import _sql
+from forklift.limits import Limit
+from forklift.store import ConnSource, translated
+from forklift.store._rows import ClaimedJob, claimed
+
+
+class LimitStore:
+    def __init__(self, pool: ConnSource, schema: str, where: str) -> None:
+        self.pool = pool
+        self.where = where
+        self.q = _sql.load("forklift.store", "limits.sql", schema)
+
+    def apply(self, queues: Sequence[str], tasks: Sequence[str]) -> bool:
+        """True if a claim of these queues and tasks has limits to hold."""
+        params = {"queues": list(queues), "tasks": list(tasks)}
+        with translated("limit lookup failed", self.where), self.pool.connection() as conn:
+            row = conn.execute(self.q["limits_apply"], params).fetchone()
+        return bool(row and row[0])
+
+    def claim(
+        self,
+        queues: Sequence[str],
+        tasks: Sequence[str],
+        owner: str,
+        limit: int,
+        lease: float,
+        *,
+        expired: bool,
+    ) -> tuple[list[ClaimedJob], bool]:
+        """Claim under the limits; also whether candidates were turned away (their keys
+        just filled: claim again at once for what else is ready)."""
+        params = {
+            "queues": list(queues),
+            "tasks": list(tasks),
+            "owner": owner,
+            "limit": limit,
+            "lease": lease,
+            "expired": expired,
+        }
+        with translated("claim failed", self.where), self.pool.connection() as conn:
+            with conn.pipeline(), conn.transaction():
+                conn.execute(self.q["limit_lock"], params)
+                cur = conn.execute(self.q["job_claim_limited"], params)
+            rows = cur.fetchall()
+        return claimed(rows), any(r[11] for r in rows)
+
+    def wake_in(self, queues: Sequence[str], tasks: Sequence[str]) -> float | None:
+        """Seconds until a full rate window of these limits frees or a delayed job is
+        due; None if neither (a freed concurrency slot notifies)."""
+        params = {"queues": list(queues), "tasks": list(tasks)}
+        with translated("limit lookup failed", self.where), self.pool.connection() as conn:
+            row = conn.execute(self.q["limit_wake"], params).fetchone()
+        return None if row is None or row[0] is None else float(row[0])
+
+    def register(self, limits: Mapping[str, Limit | None]) -> None:
+        """Write the task limits the code declares; drop those of tasks that declare none
+        (one autocommit statement each: never a lock held across two)."""
+        with translated("limit registration failed", self.where), self.pool.connection() as conn:
+            gone = [name for name, limit in limits.items() if limit is None]
+            for name, limit in sorted(limits.items()):
+                if limit is not None:
+                    conn.execute(self.q["limit_register"], _row(name, limit))
+            if gone:
+                conn.execute(self.q["limit_unregister"], {"names": gone})
+
+    def depth_limits(self) -> dict[str, int]:
+        with translated("limit lookup failed", self.where), self.pool.connection() as conn:
+            return dict(conn.execute(self.q["queue_depth_limits"]).fetchall())
+
+
+def _row(name: str, limit: Limit) -> dict[str, Any]:
+    return {
+        "name": name,
+        "concurrency": limit.concurrency,
+        "rate": limit.rate,
+        "per": float(limit.per) if limit.rate is not None else None,
+        "keyed": limit.key is not None,
+        "key_arg": limit.key_arg,
+    }

@@ -1,0 +1,64 @@
+"""Which claim a worker makes: the plain one-statement claim, or the claim under limits
+(store/limits.py) when a limit covers its queues or its app's tasks.
+
+Whether one does is looked up at most once a second, so a limit set at run time
+(`forklift queues limit`) is obeyed by every replica within a second. The app's own task
+limits are written before its first claim, so they hold from the first job on.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from forklift.limits import Limit
+from forklift.store import ClaimedJob, JobStore
+from forklift.store.limits import LimitStore
+
+LOOK_EVERY = 1.0  # seconds between lookups of whether limits apply
+
+
+class Claimer:
+    def __init__(
+        self,
+        store: JobStore,
+        limits: LimitStore,
+        queues: Sequence[str],
+        declared: dict[str, Limit | None],
+        owner: str,
+        lease: float,
+    ) -> None:
+        self.store = store
+        self.limits = limits
+        self.queues = list(queues)
+        self.tasks = sorted(declared)
+        self.owner = owner
+        self.lease = lease
+        self._declared: dict[str, Limit | None] | None = declared  # until written
+        self._look_at = 0.0
+        self.limited = False  # the last lookup found limits to hold
+
+    def claim(self, free: int, *, expired: bool) -> tuple[list[ClaimedJob], bool]:
+        """Claim up to `free` jobs: (jobs, claim again at once: candidates were turned
+        away by a limit whose keys are now full, others may be free)."""
+        if self._declared is not None:
+            self.limits.register(self._declared)
+            self._declared = None
+        now = time.monotonic()
+        if now >= self._look_at:
+            self.limited = self.limits.apply(self.queues, self.tasks)
+            self._look_at = now + LOOK_EVERY
+        if self.limited:
+            return self.limits.claim(
+                self.queues, self.tasks, self.owner, free, self.lease, expired=expired
+            )
+        return self.store.job_claim(
+            self.queues, self.owner, free, self.lease, expired=expired
+        ), False
+
+    def due_in(self) -> float | None:
+        """Seconds until a job held back or delayed may be claimed; None if nothing is
+        waiting on a clock (a freed slot or a new job notifies)."""
+        if self.limited:
+            return self.limits.wake_in(self.queues, self.tasks)
+        return self.store.job_next_available(self.queues)
