@@ -179,7 +179,8 @@ RETURNING j.id, j.queue, j.task, j.args, j.idempotency_key, j.priority, j.attemp
 -- After a limited claim took less than it could: seconds until a rate window of these
 -- queues' and tasks' limits frees, or the next delayed job is due (NULL: neither; a
 -- freed concurrency slot notifies).
-SELECT greatest(0, least(
+SELECT CASE WHEN w.at IS NOT NULL THEN greatest(0, w.at) END::float8
+FROM (SELECT least(
     (SELECT min({schema}.limit_window_frees(w.newest, w.counts, l.per / 100))
             - extract(epoch FROM clock_timestamp())
      FROM {schema}.limit_windows w JOIN {schema}.limits l ON l.id = w.limit_id
@@ -190,7 +191,7 @@ SELECT greatest(0, least(
              floor(extract(epoch FROM clock_timestamp()) / (l.per / 100))::bigint) >= l.rate),
     (SELECT extract(epoch FROM min(available_at) - now()) FROM {schema}.jobs
      WHERE state = 'ready' AND queue = ANY(%(queues)s::text[]) AND available_at > now())
-))::float8;
+) AS at) AS w;
 
 -- name: limit_register
 -- Write a task's limit as the code declares it (a worker at boot); unchanged: no write.

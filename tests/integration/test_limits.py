@@ -1,0 +1,356 @@
+"""Limits in the claim: declaration errors, keys computed at enqueue, what a claim under
+limits admits and passes over, rate windows, queue limits, a worker that sleeps while all
+its work is held back, and backpressure (QueueFull)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+import forklift
+from forklift.store.limits import LimitStore
+from forklift.testing import wait_for
+from forklift.workers import Worker, WorkerConfig
+
+Db = psycopg.Connection[Any]
+
+
+@pytest.fixture
+def app(dsn: str, schema: str) -> Iterator[forklift.App]:
+    a = forklift.App(dsn, schema=schema)
+
+    @a.task(limit=forklift.Limit(concurrency=1, key="account"))
+    def charge(ctx: forklift.JobContext, *, account: str, cents: int = 0) -> None: ...
+
+    @a.task(limit=forklift.Limit(concurrency=2))
+    def resize(ctx: forklift.JobContext, *, n: int = 0) -> None: ...
+
+    @a.task(limit=forklift.Limit(rate=5, per=1.0))
+    def call_api(ctx: forklift.JobContext, *, n: int = 0) -> None: ...
+
+    @a.task(limit=forklift.Limit(concurrency=1, key=lambda args: args["host"].lower()))
+    def fetch(ctx: forklift.JobContext, *, host: str) -> None: ...
+
+    @a.task
+    def plain(ctx: forklift.JobContext, *, n: int = 0) -> None: ...
+
+    yield a
+    a.close()
+
+
+@pytest.fixture
+def limits(app: forklift.App) -> LimitStore:
+    store = LimitStore(app.store.pool, app.schema, "test")
+    store.register({name: task.limit for name, task in app.tasks.items()})
+    return store
+
+
+def claim(
+    limits: LimitStore, app: forklift.App, owner: str, n: int = 10, *, expired: bool = False
+) -> list[tuple[str, dict[str, Any]]]:
+    jobs, _ = limits.claim(["default"], sorted(app.tasks), owner, n, 30.0, expired=expired)
+    return [(j.task, j.args) for j in jobs]
+
+
+def finish(db: Db, schema: str, task: str, **args: Any) -> None:
+    """End one running job of `task` (with these args) as succeeded."""
+    found = db.execute(
+        f"UPDATE {schema}.jobs SET state = 'succeeded', lease_owner = NULL, completed_at = now()"
+        f" WHERE id = (SELECT id FROM {schema}.jobs WHERE state = 'running' AND task = %s"
+        "  AND args @> %s::jsonb ORDER BY id LIMIT 1) RETURNING id",
+        (task, psycopg.types.json.Jsonb(args)),
+    ).fetchone()
+    assert found is not None, f"no running {task} {args}"
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: forklift.Limit(), "give concurrency=, rate= or both"),
+        (lambda: forklift.Limit(concurrency=0), "concurrency must be a whole number >= 1"),
+        (lambda: forklift.Limit(concurrency=-1), "concurrency must be a whole number >= 1"),
+        (lambda: forklift.Limit(concurrency=True), "concurrency must be a whole number >= 1"),
+        (lambda: forklift.Limit(rate=0), "rate must be a whole number >= 1"),
+        (lambda: forklift.Limit(rate=10, per=0), "per must be > 0 seconds"),
+        (lambda: forklift.Limit(rate=10, per=float("inf")), "per must be > 0 seconds"),
+        (lambda: forklift.Limit(concurrency=1, key="not a name"), "is not an argument name"),
+        (lambda: forklift.Limit(concurrency=1, key=3), "must be an argument name or a callable"),
+    ],
+)
+def test_a_bad_limit_is_a_config_error(make: Any, message: str) -> None:
+    with pytest.raises(forklift.ConfigError, match=message):
+        make()
+
+
+def test_a_key_naming_no_argument_is_a_config_error_at_declaration() -> None:
+    app = forklift.App("postgresql://nowhere/x")
+    with pytest.raises(forklift.ConfigError, match=r"names no argument .*takes: account"):
+
+        @app.task(limit=forklift.Limit(concurrency=1, key="acount"))
+        def charge(ctx: forklift.JobContext, *, account: str) -> None: ...
+
+    with pytest.raises(forklift.ConfigError, match=r"must be a forklift\.Limit"):
+        app.task(limit=4)(lambda ctx: None)  # type: ignore[arg-type]
+
+
+def test_the_key_is_stored_at_enqueue(app: forklift.App, db: Db, schema: str) -> None:
+    ids = [
+        app.enqueue("charge", {"account": "acme"}),
+        app.enqueue("fetch", {"host": "Example.COM"}),
+        app.enqueue("resize", {}),
+    ]
+    rows = db.execute(
+        f"SELECT limit_key FROM {schema}.jobs WHERE id = ANY(%s) ORDER BY id", (ids,)
+    ).fetchall()
+    assert [r[0] for r in rows] == ["acme", "example.com", None]
+    with pytest.raises(forklift.ArgumentError, match=r"limit's key raised AttributeError"):
+        app.enqueue("fetch", {"host": 5})
+    assert app.tasks["fetch"].limit_key({"host": "A"}) == "a"
+
+
+def test_one_per_key_and_a_busy_key_does_not_hide_the_others(
+    app: forklift.App, limits: LimitStore, db: Db, schema: str
+) -> None:
+    app.enqueue_many([("charge", {"account": "a", "cents": i}) for i in range(50)])
+    app.enqueue_many([("charge", {"account": "b", "cents": i}) for i in range(3)])
+    got = claim(limits, app, "w1")
+    assert got == [("charge", {"account": "a", "cents": 0})]
+    # a's slot is taken: the next claim passes over its 49 ready jobs and finds b.
+    assert claim(limits, app, "w2") == [("charge", {"account": "b", "cents": 0})]
+    assert claim(limits, app, "w3") == []
+    held = db.execute(
+        f"SELECT count(*), max(attempts) FROM {schema}.jobs WHERE state = 'ready'"
+    ).fetchone()
+    assert held == (51, 0)  # held back: still ready, no attempt counted
+    finish(db, schema, "charge", account="a", cents=0)
+    # The next in line of a runs (its place kept), and b still runs one.
+    assert claim(limits, app, "w1") == [("charge", {"account": "a", "cents": 1})]
+
+
+def test_priority_then_due_time_decides_who_runs_when_a_slot_frees(
+    app: forklift.App, limits: LimitStore, db: Db, schema: str
+) -> None:
+    first = app.enqueue("resize", {"n": 0})
+    app.enqueue("resize", {"n": 1})
+    app.enqueue("resize", {"n": 2})
+    app.enqueue("resize", {"n": 3}, priority=5)
+    got = claim(limits, app, "w1")
+    assert got == [("resize", {"n": 3}), ("resize", {"n": 0})]  # concurrency 2, in line
+    db.execute(
+        f"UPDATE {schema}.jobs SET state = 'dead', lease_owner = NULL WHERE id = %s", (first,)
+    )
+    assert claim(limits, app, "w2") == [("resize", {"n": 1})]
+    assert claim(limits, app, "w2") == []
+
+
+def test_unlimited_jobs_are_claimed_beside_limited_ones(
+    app: forklift.App, limits: LimitStore
+) -> None:
+    app.enqueue_many([("resize", {"n": i}) for i in range(5)] + [("plain", {"n": 1})])
+    got = claim(limits, app, "w1")
+    assert sorted(t for t, _ in got) == ["plain", "resize", "resize"]
+
+
+def test_a_rate_is_a_sliding_window_that_allows_a_burst_then_waits(
+    app: forklift.App, limits: LimitStore, db: Db, schema: str
+) -> None:
+    app.enqueue_many([("call_api", {"n": i}) for i in range(12)])
+    assert len(claim(limits, app, "w1")) == 5  # the whole burst at once
+    assert claim(limits, app, "w1") == []
+    wake = limits.wake_in(["default"], sorted(app.tasks))
+    assert wake is not None and 0.5 < wake <= 1.02  # when the burst leaves the window
+    deadline = time.monotonic() + 5
+    got: list[tuple[str, dict[str, Any]]] = []
+    while len(got) < 7 and time.monotonic() < deadline:
+        got += claim(limits, app, "w1")
+        time.sleep(0.01)  # a poll with a deadline, each claim exact
+    assert len(got) == 7
+    starts = [
+        r[0]
+        for r in db.execute(
+            f"SELECT extract(epoch FROM started_at) FROM {schema}.jobs"
+            " WHERE task = 'call_api' ORDER BY started_at"
+        )
+    ]
+    assert len(starts) == 12
+    for i, at in enumerate(starts):  # any window of 1 s holds at most 5 starts
+        assert sum(1 for s in starts[i:] if s - at < 1.0) <= 5, starts
+
+
+def test_queue_limits_combine_with_task_limits(
+    app: forklift.App, limits: LimitStore, db: Db, schema: str
+) -> None:
+    db.execute(
+        f"INSERT INTO {schema}.limits (scope, name, concurrency) VALUES ('queue', 'default', 3)"
+    )
+    app.enqueue_many([("resize", {"n": i}) for i in range(4)])
+    app.enqueue_many([("plain", {"n": i}) for i in range(4)])
+    got = claim(limits, app, "w1")
+    assert len(got) == 3 and sum(t == "resize" for t, _ in got) == 2
+    assert claim(limits, app, "w2") == []
+
+
+def test_jobs_under_a_limit_the_claim_does_not_hold_wait_for_one_that_does(
+    app: forklift.App, limits: LimitStore, db: Db, schema: str
+) -> None:
+    """A worker whose app does not declare `resize` does not lock its limit, so it may
+    not run its jobs (another worker's app counts them)."""
+    app.enqueue_many([("resize", {"n": 1}), ("plain", {"n": 2})])
+    jobs, _ = limits.claim(["default"], ["plain"], "other-app", 10, 30.0, expired=False)
+    assert [j.task for j in jobs] == ["plain"]
+
+
+def test_an_expired_job_keeps_its_slot_and_is_rerun_within_the_limit(
+    app: forklift.App, limits: LimitStore, db: Db, schema: str
+) -> None:
+    app.enqueue_many([("resize", {"n": i}) for i in range(4)])
+    assert len(claim(limits, app, "dead-worker")) == 2
+    db.execute(
+        f"UPDATE {schema}.jobs SET lease_until = now() - interval '1 s' WHERE state = 'running'"
+    )
+    again = claim(limits, app, "w2", expired=True)
+    assert sorted(a["n"] for _, a in again) == [0, 1]  # the two expired, not more
+    running = db.execute(f"SELECT count(*) FROM {schema}.jobs WHERE state = 'running'").fetchone()
+    assert running == (2,)
+
+
+def test_a_worker_with_only_held_back_work_sleeps_then_wakes_when_a_slot_frees(
+    app: forklift.App, db: Db, schema: str
+) -> None:
+    release = threading.Event()
+    started: list[int] = []
+
+    @app.task(name="slow", limit=forklift.Limit(concurrency=1))
+    def slow(ctx: forklift.JobContext) -> None:
+        started.append(ctx.job_id)
+        release.wait(10)
+
+    app.enqueue_many([("slow", {}) for _ in range(3)])
+    worker = Worker(app, WorkerConfig(concurrency=4, maintenance=False, poll_interval=30.0))
+    worker.booted.enable()
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        worker.booted.wait()
+        wait_for(lambda: len(started) == 1, what="the first job started")
+        claims = worker.claimer.limits.claim
+        calls = []
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            calls.append(time.monotonic())
+            return claims(*args, **kwargs)
+
+        worker.claimer.limits.claim = counted  # type: ignore[method-assign]
+        time.sleep(1.5)  # the window in which a spinning worker would claim again and again
+        assert len(calls) <= 2, f"{len(calls)} claims while everything was held back"
+        release.set()  # the job ends: its freed slot notifies, the next starts
+        wait_for(lambda: len(started) == 3, timeout=5, what="the held-back jobs ran")
+    finally:
+        release.set()
+        worker.request_stop(fast=True)
+        thread.join(timeout=15)
+
+
+def test_a_limited_job_that_stops_running_notifies_its_queue(
+    app: forklift.App, limits: LimitStore, dsn: str, db: Db, schema: str
+) -> None:
+    app.enqueue_many([("resize", {"n": 1}), ("plain", {"n": 2})])
+    assert len(claim(limits, app, "w1")) == 2
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute(f"LISTEN {schema}_jobs")
+        finish(db, schema, "plain", n=2)  # not limited: nobody is woken
+        assert list(listener.notifies(timeout=0.3)) == []
+        finish(db, schema, "resize", n=1)
+        heard = [(n.channel, n.payload) for n in listener.notifies(timeout=2, stop_after=1)]
+    assert heard == [(f"{schema}_jobs", "default")]
+
+
+def test_a_full_queue_refuses_enqueues_all_or_nothing(
+    app: forklift.App, db: Db, schema: str
+) -> None:
+    db.execute(
+        f"INSERT INTO {schema}.limits (scope, name, max_depth) VALUES ('queue', 'default', 3)"
+    )
+    app.enqueue("plain", {"n": 1})
+    app.enqueue("plain", {"n": 2}, delay=60)  # scheduled jobs count too
+    with pytest.raises(forklift.QueueFull, match=r"queue 'default' is full: 2 ready"):
+        app.enqueue_many([("plain", {"n": 3}), ("plain", {"n": 4})])
+    app.enqueue("plain", {"n": 3})
+    with pytest.raises(forklift.QueueFull) as caught:
+        app.enqueue("plain", {"n": 4})
+    assert (caught.value.depth, caught.value.max_depth) == (3, 3)
+    app.enqueue("plain", {"n": 5}, queue="other")  # other queues are not limited
+    rows = db.execute(f"SELECT count(*) FROM {schema}.jobs WHERE queue = 'default'").fetchone()
+    assert rows == (3,)
+    rejected = db.execute(f"SELECT rejected FROM {schema}.limits WHERE scope = 'queue'").fetchone()
+    assert rejected == (3,)
+    # A producer's own transaction sees the refusal too.
+    with db.transaction(), pytest.raises(forklift.QueueFull):
+        app.enqueue("plain", {"n": 6}, conn=db)
+
+
+def most_at_once(spans: list[tuple[float, float]]) -> int:
+    """The most of these [start, end) spans that overlap at any instant."""
+    edges = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    now = peak = 0
+    for _, step in edges:
+        now += step
+        peak = max(peak, now)
+    return peak
+
+
+def test_claimers_racing_in_threads_never_exceed_a_limit(
+    app: forklift.App, limits: LimitStore, dsn: str, db: Db, schema: str
+) -> None:
+    """Six claimers at once, each ending what it claimed after a moment: the spans from
+    each claim (started_at, set under the limit's lock) to its end (completed_at) never
+    overlap past the limit, per key and per task."""
+    app.enqueue_many([("charge", {"account": f"k{i % 3}", "cents": i}) for i in range(150)])
+    app.enqueue_many([("resize", {"n": i}) for i in range(100)])
+    errors: list[BaseException] = []
+
+    def claimer(owner: str) -> None:
+        try:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                while True:
+                    jobs, _ = limits.claim(
+                        ["default"], sorted(app.tasks), owner, 3, 30, expired=False
+                    )
+                    if (
+                        not jobs
+                        and not conn.execute(
+                            f"SELECT 1 FROM {schema}.jobs WHERE state <> 'succeeded' LIMIT 1"
+                        ).fetchone()
+                    ):
+                        return
+                    for job in jobs:
+                        time.sleep(0.001)
+                        conn.execute(
+                            f"UPDATE {schema}.jobs SET state = 'succeeded', lease_owner = NULL,"
+                            " completed_at = clock_timestamp() WHERE id = %s",
+                            (job.id,),
+                        )
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=claimer, args=(f"w{i}",)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    rows = db.execute(
+        f"SELECT task, limit_key, extract(epoch FROM started_at)::float8,"
+        f" extract(epoch FROM completed_at)::float8 FROM {schema}.jobs"
+    ).fetchall()
+    assert len(rows) == 250 and all(r[3] is not None for r in rows)
+    per_key = {
+        k: most_at_once([(s, e) for t, key, s, e in rows if key == k]) for k in ("k0", "k1", "k2")
+    }
+    resize = most_at_once([(s, e) for t, _, s, e in rows if t == "resize"])
+    assert max(per_key.values()) == 1 and resize <= 2, (per_key, resize)
