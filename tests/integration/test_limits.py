@@ -7,10 +7,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 import forklift
 from forklift.store.limits import LimitStore
@@ -63,7 +64,7 @@ def finish(db: Db, schema: str, task: str, **args: Any) -> None:
         f"UPDATE {schema}.jobs SET state = 'succeeded', lease_owner = NULL, completed_at = now()"
         f" WHERE id = (SELECT id FROM {schema}.jobs WHERE state = 'running' AND task = %s"
         "  AND args @> %s::jsonb ORDER BY id LIMIT 1) RETURNING id",
-        (task, psycopg.types.json.Jsonb(args)),
+        (task, Jsonb(args)),
     ).fetchone()
     assert found is not None, f"no running {task} {args}"
 
@@ -79,7 +80,10 @@ def finish(db: Db, schema: str, task: str, **args: Any) -> None:
         (lambda: forklift.Limit(rate=10, per=0), "per must be > 0 seconds"),
         (lambda: forklift.Limit(rate=10, per=float("inf")), "per must be > 0 seconds"),
         (lambda: forklift.Limit(concurrency=1, key="not a name"), "is not an argument name"),
-        (lambda: forklift.Limit(concurrency=1, key=3), "must be an argument name or a callable"),
+        (
+            lambda: forklift.Limit(concurrency=1, key=cast(Any, 3)),
+            "must be an argument name or a callable",
+        ),
     ],
 )
 def test_a_bad_limit_is_a_config_error(make: Any, message: str) -> None:
@@ -95,7 +99,7 @@ def test_a_key_naming_no_argument_is_a_config_error_at_declaration() -> None:
         def charge(ctx: forklift.JobContext, *, account: str) -> None: ...
 
     with pytest.raises(forklift.ConfigError, match=r"must be a forklift\.Limit"):
-        app.task(limit=4)(lambda ctx: None)  # type: ignore[arg-type]
+        app.task(limit=4)(lambda ctx: None)  # type: ignore[call-overload]
 
 
 def test_the_key_is_stored_at_enqueue(app: forklift.App, db: Db, schema: str) -> None:
