@@ -3,7 +3,8 @@
 
 ALTER TABLE {schema}.jobs
     -- The value of its task's limit key (Limit(key=...)), computed at enqueue; NULL:
-    -- none, or a producer that did not know the task (the claim reads the argument).
+    -- none. A producer that does not know the task stores none: such jobs of a keyed
+    -- task share one key ('').
     ADD COLUMN limit_key text,
     -- Claimed under a limit: when it stops running, its queue's workers are woken (a
     -- slot freed; jobs_notify_freed below).
@@ -21,7 +22,7 @@ CREATE TABLE {schema}.limits (
     rate         integer,            -- starts in any window of `per` seconds, per key
     per          double precision,
     keyed        boolean NOT NULL DEFAULT false,   -- per value of the job's key
-    key_arg      text,               -- the argument that is the key (when not a callable)
+    key_arg      text,               -- the argument that is the key (when not a callable; shown)
     max_depth    integer,            -- queues: ready and scheduled jobs at most
     rejected     bigint NOT NULL DEFAULT 0,        -- enqueues refused by max_depth
     updated_at   timestamptz NOT NULL DEFAULT now(),

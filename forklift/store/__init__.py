@@ -302,6 +302,7 @@ class JobStore:
     def job_prune(self, keep_finished: float, keep_dead: float, limit: int = 2000) -> int:
         params = {"keep_finished": keep_finished, "keep_dead": keep_dead, "limit": limit}
         with translated("prune failed", self.where), self.pool.connection() as conn:
+            conn.execute(self.q["limit_windows_prune"])
             return conn.execute(self.q["job_prune"], params).rowcount
 
     def jobs_owned(self) -> bool:

@@ -40,8 +40,7 @@ WITH held AS (
     WHERE (l.concurrency IS NOT NULL OR l.rate IS NOT NULL)
       AND l.id NOT IN (SELECT id FROM held)
 ), running AS (
-    SELECT h.id, CASE WHEN h.keyed THEN coalesce(j.limit_key, j.args ->> h.key_arg, '')
-                      ELSE '' END AS key,
+    SELECT h.id, CASE WHEN h.keyed THEN coalesce(j.limit_key, '') ELSE '' END AS key,
            count(*) AS n
     FROM {schema}.jobs j
     JOIN held h ON (h.scope = 'task' AND h.name = j.task) OR (h.scope = 'queue' AND h.name = j.queue)
@@ -60,6 +59,10 @@ WITH held AS (
 ), full_keys AS (
     SELECT u.id, u.key FROM used u JOIN held h ON h.id = u.id
     WHERE u.running >= h.concurrency OR u.started >= h.rate
+), full_tasks AS (
+    -- (task, key) pairs with no room; an unkeyed limit's jobs all have key ''.
+    SELECT h.name AS task, f.key FROM full_keys f JOIN held h ON h.id = f.id
+    WHERE h.scope = 'task'
 ), ready AS (
     SELECT c.* FROM unnest(%(queues)s::text[]) AS q(name),
     LATERAL (
@@ -67,12 +70,8 @@ WITH held AS (
                false AS expired
         FROM {schema}.jobs j
         WHERE j.state = 'ready' AND j.queue = q.name AND j.available_at <= now()
-          AND NOT EXISTS (SELECT 1 FROM unheld u WHERE u.scope = 'task' AND u.name = j.task)
-          AND NOT EXISTS (
-              SELECT 1 FROM full_keys f JOIN held h ON h.id = f.id
-              WHERE h.scope = 'task' AND h.name = j.task
-                AND f.key = CASE WHEN h.keyed
-                    THEN coalesce(j.limit_key, j.args ->> h.key_arg, '') ELSE '' END)
+          AND j.task NOT IN (SELECT u.name FROM unheld u WHERE u.scope = 'task')
+          AND (j.task, coalesce(j.limit_key, '')) NOT IN (SELECT task, key FROM full_tasks)
         ORDER BY j.priority DESC, j.available_at, j.id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -93,8 +92,7 @@ WITH held AS (
     FOR UPDATE SKIP LOCKED
 ), candidates AS (
     SELECT c.*, t.id AS task_limit, q.id AS queue_limit,
-           CASE WHEN t.keyed THEN coalesce(c.limit_key, c.args ->> t.key_arg, '')
-                ELSE '' END AS key
+           CASE WHEN t.keyed THEN coalesce(c.limit_key, '') ELSE '' END AS key
     FROM (SELECT * FROM ready UNION ALL SELECT * FROM expired) AS c
     LEFT JOIN held t ON t.scope = 'task' AND t.name = c.task
     LEFT JOIN held q ON q.scope = 'queue' AND q.name = c.queue

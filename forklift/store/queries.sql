@@ -261,6 +261,13 @@ SET progress = mine.progress || jsonb_build_object('at', now())
 FROM mine
 WHERE j.id = mine.id;
 
+-- name: limit_windows_prune
+-- Forget rate windows whose every start has slid out (keys not started for `per`).
+DELETE FROM {schema}.limit_windows AS w
+USING {schema}.limits AS l
+WHERE l.id = w.limit_id
+  AND (w.newest + 101) * (l.per / 100) < extract(epoch FROM clock_timestamp());
+
 -- name: job_prune
 -- Delete finished jobs past their retention, a bounded batch at a time; a job of a batch
 -- that has not finished stays (its callback reads every result).

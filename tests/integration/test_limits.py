@@ -358,3 +358,16 @@ def test_claimers_racing_in_threads_never_exceed_a_limit(
     }
     resize = most_at_once([(s, e) for t, _, s, e in rows if t == "resize"])
     assert max(per_key.values()) == 1 and resize <= 2, (per_key, resize)
+
+
+def test_rate_windows_of_keys_gone_quiet_are_pruned(
+    app: forklift.App, limits: LimitStore, db: Db, schema: str
+) -> None:
+    app.enqueue("call_api", {"n": 1})
+    assert len(claim(limits, app, "w1")) == 1
+    windows = f"SELECT count(*) FROM {schema}.limit_windows"
+    app.store.job_prune(86400, 86400)
+    assert db.execute(windows).fetchone() == (1,)  # its start is still in the window
+    db.execute(f"UPDATE {schema}.limit_windows SET newest = newest - 200")
+    app.store.job_prune(86400, 86400)
+    assert db.execute(windows).fetchone() == (0,)
