@@ -228,17 +228,10 @@ class App:
                     f"{f.__module__}.{f.__qualname__}): give one of them name=..."
                 )
             t: Task[P, R] = Task(
-                self,
-                f,
-                name=task_name,
-                queue=queue,
-                priority=priority,
-                max_attempts=max_attempts,
-                timeout=timeout,
-                backoff=backoff or Backoff(),
-                max_crashes=max_crashes,
-                limit=limit,
-            )
+                self, f, name=task_name, queue=queue, priority=priority,
+                max_attempts=max_attempts, timeout=timeout, backoff=backoff or Backoff(),
+                max_crashes=max_crashes, limit=limit,
+            )  # fmt: skip
             self.tasks[task_name] = t
             return t
 

@@ -42,6 +42,38 @@ def _listed(what: str, names: list[str]) -> str:
     return f"{what}{'s' if len(names) > 1 else ''} {', '.join(map(repr, names))}"
 
 
+def _check_options(
+    name: str,
+    fn: Callable[..., Any],
+    max_attempts: int,
+    max_crashes: int,
+    timeout: float | None,
+    priority: int,
+) -> None:
+    if max_attempts < 1:
+        raise ConfigError(f"task {name!r}: max_attempts must be >= 1")
+    if max_crashes < 1:
+        raise ConfigError(f"task {name!r}: max_crashes must be >= 1")
+    if timeout is not None and timeout <= 0:
+        raise ConfigError(f"task {name!r}: timeout must be > 0 seconds")
+    check_priority(priority)
+    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+        raise ConfigError(
+            f"task {name!r}: async handlers are not supported yet (a worker would call "
+            "it and never await the coroutine: its work would not run); make it a "
+            "plain def, and run async code inside it with asyncio.run(...)"
+        )
+
+
+def _checked_limit(name: str, limit: object, signature: inspect.Signature) -> Limit | None:
+    if limit is None:
+        return None
+    if not isinstance(limit, Limit):
+        raise ConfigError(f"task {name!r}: limit must be a forklift.Limit, got {limit!r}")
+    limit.check_against(name, signature)
+    return limit
+
+
 class Task(Generic[P, R]):
     """A registered handler plus its defaults; `.enqueue(**kwargs)` schedules a run."""
 
@@ -59,19 +91,7 @@ class Task(Generic[P, R]):
         max_crashes: int = 2,
         limit: Limit | None = None,
     ) -> None:
-        if max_attempts < 1:
-            raise ConfigError(f"task {name!r}: max_attempts must be >= 1")
-        if max_crashes < 1:
-            raise ConfigError(f"task {name!r}: max_crashes must be >= 1")
-        if timeout is not None and timeout <= 0:
-            raise ConfigError(f"task {name!r}: timeout must be > 0 seconds")
-        check_priority(priority)
-        if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
-            raise ConfigError(
-                f"task {name!r}: async handlers are not supported yet (a worker would call "
-                "it and never await the coroutine: its work would not run); make it a "
-                "plain def, and run async code inside it with asyncio.run(...)"
-            )
+        _check_options(name, fn, max_attempts, max_crashes, timeout, priority)
         self.app = app
         self.fn = fn
         self.name = name
@@ -105,11 +125,7 @@ class Task(Generic[P, R]):
         self._positional = frozenset(
             p.name for p in params[1:] if p.kind is inspect.Parameter.POSITIONAL_ONLY
         )
-        if limit is not None and not isinstance(limit, Limit):
-            raise ConfigError(f"task {name!r}: limit must be a forklift.Limit, got {limit!r}")
-        if limit is not None:
-            limit.check_against(name, self.signature)
-        self.limit = limit
+        self.limit = _checked_limit(name, limit, self.signature)
         self._defaults = {
             p.name: p.default for p in params[1:] if p.default is not inspect.Parameter.empty
         }

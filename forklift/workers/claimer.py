@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from forklift.limits import Limit
-from forklift.store import ClaimedJob, JobStore
+from forklift.store import ClaimedJob, ConnSource, JobStore
 from forklift.store.limits import LimitStore
+
+if TYPE_CHECKING:
+    from forklift.app import App
+    from forklift.workers.config import WorkerConfig
 
 LOOK_EVERY = 1.0  # seconds between lookups of whether limits apply
 
@@ -37,6 +42,15 @@ class Claimer:
         self._declared: dict[str, Limit | None] | None = declared  # until written
         self._look_at = 0.0
         self.limited = False  # the last lookup found limits to hold
+
+    @classmethod
+    def of_worker(
+        cls, app: App, store: JobStore, conns: ConnSource, config: WorkerConfig, owner: str
+    ) -> Claimer:
+        """A worker's: its app's tasks and their limits, its queues, on its own connection."""
+        limits = LimitStore(conns, app.schema, store.where)
+        declared = {name: task.limit for name, task in app.tasks.items()}
+        return cls(store, limits, config.queues, declared, owner, config.lease)
 
     def claim(self, free: int, *, expired: bool) -> tuple[list[ClaimedJob], bool]:
         """Claim up to `free` jobs: (jobs, claim again at once: candidates were turned

@@ -33,7 +33,6 @@ from forklift.errors import DatabaseError, SchemaMissing
 from forklift.metrics import Tally
 from forklift.store import ClaimedJob
 from forklift.store.batches import BatchStore
-from forklift.store.limits import LimitStore
 from forklift.workers import executor, progress
 from forklift.workers.batch_ends import BatchEnds
 from forklift.workers.claimer import Claimer
@@ -178,9 +177,7 @@ class Worker:
             self.app.dsn, self._timeouts, application_name(self.owner), cfg.pool_size
         )
         self.store = self._conns.store(self.app.schema)
-        limits = LimitStore(self._conns.own, self.app.schema, self.store.where)
-        declared = {name: task.limit for name, task in self.app.tasks.items()}
-        self.claimer = Claimer(self.store, limits, cfg.queues, declared, self.owner, cfg.lease)
+        self.claimer = Claimer.of_worker(self.app, self.store, self._conns.own, cfg, self.owner)
         self.holdings = Holdings(cfg.concurrency)
         self.prefetch = Prefetch(cfg.concurrency)
         self.events = JobEvents(
