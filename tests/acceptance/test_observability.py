@@ -85,11 +85,14 @@ def test_metrics_sum_every_child_and_survive_crashes_and_recycling(
         lambda: samples(get(url + "/metrics")[1], "forklift_workers") == 2,
         what="the replacement counted among the workers",
     )
-    assert (
-        samples(body, "forklift_queue_depth", queue="default", state="running")
-        + samples(body, "forklift_queue_depth", queue="default", state="ready")
-        >= 1
-    )
+
+    def open_jobs() -> float:  # the queue gauges are the probes' cached counts
+        body = get(url + "/metrics")[1]
+        return samples(body, "forklift_queue_depth", queue="default", state="running") + samples(
+            body, "forklift_queue_depth", queue="default", state="ready"
+        )
+
+    wait_for(lambda: open_jobs() >= 1, what="the charged job in the queue gauges")
     sup.stop_cleanly(timeout=40)
     app.close()
 
