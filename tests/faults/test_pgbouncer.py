@@ -23,6 +23,7 @@ import forklift
 from forklift import _locks
 from forklift.embedded import Cluster
 from forklift.errors import ConfigError
+from forklift.store.limits import LimitStore
 from forklift.testing import wait_for
 from tests.faults.bouncer import PgBouncer
 from tests.faults.harness import REPO, Fleet, Workload
@@ -154,3 +155,48 @@ def test_singletons_stay_exclusive_and_need_a_session(
     with psycopg.connect(workload.dsn, autocommit=True) as db:  # no lock left behind
         assert _locks.held_by_anyone(db, [f"singleton:{workload.schema}:x"]) == set()
     app.close()
+
+
+def test_a_claim_under_limits_holds_through_the_pooler(
+    workload: Workload, bouncer: PgBouncer
+) -> None:
+    """The limited claim is a pipelined transaction (lock, then claim in a fresh
+    snapshot, a transaction-local setting between them): through a transaction pooler
+    both statements reach the same backend, and four claimers at once never run more
+    than the limit."""
+    app = forklift.App(bouncer.dsn, schema=workload.schema)
+
+    @app.task(limit=forklift.Limit(concurrency=2))
+    def resize(ctx: forklift.JobContext, *, n: int) -> None: ...
+
+    app.enqueue_many([("resize", {"n": i}) for i in range(100)])
+    limits = LimitStore(app.store.pool, workload.schema, "pooled")
+    limits.register({"resize": resize.limit})
+    most = 0
+    errors: list[BaseException] = []
+
+    def claimer(owner: str) -> None:
+        nonlocal most
+        try:
+            while workload.scalar("SELECT count(*) FROM {s}.jobs WHERE state <> 'succeeded'"):
+                jobs, _ = limits.claim(["default"], ["resize"], owner, 5, 30.0, expired=False)
+                running = workload.scalar("SELECT count(*) FROM {s}.jobs WHERE state = 'running'")
+                most = max(most, int(running))
+                for job in jobs:
+                    workload.scalar(
+                        "UPDATE {s}.jobs SET state = 'succeeded', lease_owner = NULL"
+                        " WHERE id = %s RETURNING id",
+                        job.id,
+                    )
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=claimer, args=(f"w{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    app.close()
+    assert errors == []
+    assert most <= 2
+    assert workload.scalar("SELECT count(*) FROM {s}.jobs WHERE state = 'succeeded'") == 100
