@@ -83,10 +83,10 @@ class JobAdmin:
             r = conn.execute(self.q["job_get"], {"id": job_id}).fetchone()
         if r is None:
             raise JobNotFound(f"no job {job_id} in schema {self.schema}")
-        args, key, timeout, lease_until, errors, now, result, progress, batch_id = r[16:]
+        args, key, timeout, lease_until, errors, now, result, progress, batch_id, limit_key = r[16:]
         return JobDetail(
             JobRow(*r[:16]), args, key, timeout, lease_until, errors, now, result,
-            Progress.of(progress), batch_id,
+            Progress.of(progress), batch_id, limit_key,
         )  # fmt: skip
 
     def job_retry_many(self, ids: Sequence[int]) -> list[Acted]:

@@ -112,6 +112,7 @@ class JobDetail:
     result: str | None = None  # the handler's return value as JSON text; None: none
     progress: Progress | None = None  # the last it reported
     batch_id: int | None = None
+    limit_key: str | None = None  # its task limit's key value (Limit(key=...))
 
 
 @dataclass(frozen=True)

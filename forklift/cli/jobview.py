@@ -72,6 +72,7 @@ def detail_json(detail: JobDetail) -> dict[str, Any]:
         "result": safe_result(detail.result),
         "progress": progress_json(detail.progress),
         "batch_id": detail.batch_id,
+        "limit_key": detail.limit_key,
     }
 
 
@@ -195,6 +196,7 @@ def print_detail(detail: JobDetail) -> None:
         f"  result       {_result_text(detail.result)}",
         f"  progress     {shown(progress_text(detail.progress, now))}",
         f"  batch        {'-' if detail.batch_id is None else detail.batch_id}",
+        f"  limit key    {shown(detail.limit_key or '-')}",
         f"  timeout      {'-' if detail.timeout is None else f'{detail.timeout:g} s'}",
         f"  enqueued     {output.when(job.created_at, now)}",
         f"  available    {output.when(job.available_at, now)}",
