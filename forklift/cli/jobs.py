@@ -69,7 +69,8 @@ idempotency_key, timeout_seconds, lease_until, errors (a list, oldest first, of 
 with the keys attempt, at, worker, error, traceback; null where an entry has none),
 result (the handler's return value as a JSON value, whole, secrets hidden as above;
 null: none), progress (an object with done, total (null: not known), message, at (ISO
-8601 UTC); or null: it reported none), batch_id (or null).
+8601 UTC); or null: it reported none), batch_id (or null), limit_key (its
+task limit's key value, or null).
 """
 
 
