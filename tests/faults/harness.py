@@ -226,10 +226,16 @@ class Fleet:
     args: list[str]
     procs: list[Supervisor] = field(default_factory=list)
     retired: list[Supervisor] = field(default_factory=list)
+    app: str = "tests.faults.workload:app"  # MODULE:APP of `forklift run`
 
     @classmethod
     def for_workload(
-        cls, workload: Workload, logdir: Path, args: Sequence[str], dsn: str | None = None
+        cls,
+        workload: Workload,
+        logdir: Path,
+        args: Sequence[str],
+        dsn: str | None = None,
+        app: str = "tests.faults.workload:app",
     ) -> Fleet:
         env = dict(os.environ)
         env.update(
@@ -239,13 +245,13 @@ class Fleet:
             FORKLIFT_LOG_FORMAT="text",
             PYTHONPATH=os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p),
         )
-        return cls(env, logdir, list(args))
+        return cls(env, logdir, list(args), app=app)
 
     def start(self, n: int = 1) -> list[Supervisor]:
         started = []
         for _ in range(n):
             log = self.logdir / f"supervisor-{len(self.procs) + len(self.retired)}.log"
-            proc = Supervisor(["run", "tests.faults.workload:app", *self.args], self.env, log)
+            proc = Supervisor(["run", self.app, *self.args], self.env, log)
             self.procs.append(proc)
             started.append(proc)
         return started
