@@ -99,7 +99,7 @@ class Limit:
                 raise ArgumentError(
                     f"task {task!r}: its limit's key raised {type(exc).__name__}: {exc}"
                 ) from exc
-        text = value if isinstance(value, str) else json.dumps(value, separators=(", ", ": "))
+        text = key_text(value)
         if len(text.encode()) > KEY_BYTES:
             raise ArgumentError(
                 f"task {task!r}: its limit's key is {len(text.encode())} bytes, at most {KEY_BYTES}"
@@ -117,3 +117,19 @@ class Limit:
         if self.key is not None:
             text += f" per {self.key_arg or 'key'}"
         return text
+
+
+def key_text(value: object) -> str:
+    """A key's value as stored: a string as it is, anything else as its JSON."""
+    return value if isinstance(value, str) else json.dumps(value, separators=(", ", ": "))
+
+
+def key_from_args(args: str, name: str) -> str | None:
+    """The key of a job whose arguments are the JSON text `args`, keyed by argument
+    `name` (a producer that does not declare the task): None if it has no such
+    argument, or the value is too long (such jobs share one key)."""
+    value = json.loads(args).get(name)
+    if value is None:
+        return None
+    text = key_text(value)
+    return text if len(text.encode()) <= KEY_BYTES else None

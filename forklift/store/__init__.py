@@ -17,7 +17,7 @@ from forklift.store._boundary import Conn, short_connection, translated
 from forklift.store._effect import Effect
 from forklift.store._listen import Notifications
 from forklift.store._rows import ClaimedJob, JobState, NewJob, claimed
-from forklift.store.depth import DepthGuard
+from forklift.store.producing import ProducerLimits
 
 __all__ = [
     "ClaimedJob",
@@ -80,7 +80,7 @@ class JobStore:
         self.schema = schema
         self.insert_chunk = insert_chunk
         self.q = _sql.load("forklift.store", "queries.sql", schema)
-        self.depth = DepthGuard(pool.connection, schema)
+        self.producing = ProducerLimits(pool.connection, schema)
         conninfo = pool.conninfo  # a str, or a callable that makes one per connection
         self.where = _db.describe(conninfo if isinstance(conninfo, str) else conninfo())
 
@@ -95,7 +95,8 @@ class JobStore:
                 return self._insert_on(own, job, params)
 
     def _insert_on(self, conn: Conn, job: NewJob, params: dict[str, Any]) -> int:
-        self.depth.check(conn, [job])
+        self.producing.prepare(conn, [job])
+        params["limit_key"] = job.limit_key  # a key prepare() found
         row = conn.execute(self.q["job_insert"], params).fetchone()
         if row is not None:
             return int(row[0])
@@ -124,7 +125,7 @@ class JobStore:
                 return self._insert_many_on(own, jobs)
 
     def _insert_many_on(self, conn: Conn, jobs: Sequence[NewJob]) -> list[int]:
-        self.depth.check(conn, jobs)
+        self.producing.prepare(conn, jobs)
         # Unkeyed jobs get reserved ids up front, so every id is known without relying on
         # the order of RETURNING; keyed jobs are looked up by key.
         ids: list[int | None] = [None] * len(jobs)

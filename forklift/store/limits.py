@@ -76,10 +76,6 @@ class LimitStore:
             if gone:
                 conn.execute(self.q["limit_unregister"], {"names": gone})
 
-    def depth_limits(self) -> dict[str, int]:
-        with translated("limit lookup failed", self.where), self.pool.connection() as conn:
-            return dict(conn.execute(self.q["queue_depth_limits"]).fetchall())
-
 
 def _row(name: str, limit: Limit) -> dict[str, Any]:
     return {

@@ -40,7 +40,8 @@ WITH held AS (
     WHERE (l.concurrency IS NOT NULL OR l.rate IS NOT NULL)
       AND l.id NOT IN (SELECT id FROM held)
 ), running AS (
-    SELECT h.id, CASE WHEN h.keyed THEN coalesce(j.limit_key, '') ELSE '' END AS key,
+    SELECT h.id, CASE WHEN h.keyed THEN coalesce(j.limit_key, j.args ->> h.key_arg, '')
+                      ELSE '' END AS key,
            count(*) AS n
     FROM {schema}.jobs j
     JOIN held h ON (h.scope = 'task' AND h.name = j.task) OR (h.scope = 'queue' AND h.name = j.queue)
@@ -61,7 +62,7 @@ WITH held AS (
     WHERE u.running >= h.concurrency OR u.started >= h.rate
 ), full_tasks AS (
     -- (task, key) pairs with no room; an unkeyed limit's jobs all have key ''.
-    SELECT h.name AS task, f.key FROM full_keys f JOIN held h ON h.id = f.id
+    SELECT h.name AS task, f.key, h.key_arg FROM full_keys f JOIN held h ON h.id = f.id
     WHERE h.scope = 'task'
 ), ready AS (
     SELECT c.* FROM unnest(%(queues)s::text[]) AS q(name),
@@ -72,6 +73,10 @@ WITH held AS (
         WHERE j.state = 'ready' AND j.queue = q.name AND j.available_at <= now()
           AND j.task NOT IN (SELECT u.name FROM unheld u WHERE u.scope = 'task')
           AND (j.task, coalesce(j.limit_key, '')) NOT IN (SELECT task, key FROM full_tasks)
+          -- a job enqueued before its task's limit was known has no key stored yet
+          AND (j.limit_key IS NOT NULL OR NOT EXISTS (
+              SELECT 1 FROM full_tasks f
+              WHERE f.task = j.task AND f.key = coalesce(j.args ->> f.key_arg, '')))
         ORDER BY j.priority DESC, j.available_at, j.id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -92,7 +97,8 @@ WITH held AS (
     FOR UPDATE SKIP LOCKED
 ), candidates AS (
     SELECT c.*, t.id AS task_limit, q.id AS queue_limit,
-           CASE WHEN t.keyed THEN coalesce(c.limit_key, '') ELSE '' END AS key
+           t.keyed, CASE WHEN t.keyed THEN coalesce(c.limit_key, c.args ->> t.key_arg, '')
+                         ELSE '' END AS key
     FROM (SELECT * FROM ready UNION ALL SELECT * FROM expired) AS c
     LEFT JOIN held t ON t.scope = 'task' AND t.name = c.task
     LEFT JOIN held q ON q.scope = 'queue' AND q.name = c.queue
@@ -116,7 +122,7 @@ WITH held AS (
 ), task_admitted AS (
     SELECT * FROM by_task WHERE task_limit IS NULL OR place <= room
 ), by_queue AS (
-    SELECT a.id, a.priority, a.available_at, a.task_limit, a.queue_limit, a.key,
+    SELECT a.id, a.priority, a.available_at, a.task_limit, a.queue_limit, a.key, a.keyed,
            row_number() OVER (PARTITION BY a.queue_limit
                               ORDER BY a.priority DESC, a.available_at, a.id) AS place,
            least(
@@ -159,6 +165,7 @@ UPDATE {schema}.jobs AS j SET
     lease_until = now() + make_interval(secs => %(lease)s::float8),
     started_at = (SELECT at FROM clock),
     limited = p.task_limit IS NOT NULL OR p.queue_limit IS NOT NULL,
+    limit_key = CASE WHEN p.keyed THEN p.key ELSE j.limit_key END,
     last_error = CASE WHEN j.state = 'running'
         THEN 'LeaseExpired: lease of ' || j.lease_owner || ' expired' ELSE j.last_error END,
     errors = CASE WHEN j.state = 'running'
@@ -207,9 +214,11 @@ WHERE (l.concurrency, l.rate, l.per, l.keyed, l.key_arg)
 -- Drop the limits of these tasks (their code declares none any more).
 DELETE FROM {schema}.limits WHERE scope = 'task' AND name = ANY(%(names)s::text[]);
 
--- name: queue_depth_limits
--- The max_depth of every queue that has one.
-SELECT name, max_depth FROM {schema}.limits WHERE scope = 'queue' AND max_depth IS NOT NULL;
+-- name: producer_limits
+-- What an enqueue needs: every queue's max_depth, and the argument each keyed task
+-- limit is keyed by.
+SELECT scope, name, max_depth, key_arg FROM {schema}.limits
+WHERE (scope = 'queue' AND max_depth IS NOT NULL) OR (scope = 'task' AND key_arg IS NOT NULL);
 
 -- name: queue_depth
 -- Ready and scheduled jobs of a queue, counted up to `upto` (an index-only scan).

@@ -371,3 +371,22 @@ def test_rate_windows_of_keys_gone_quiet_are_pruned(
     db.execute(f"UPDATE {schema}.limit_windows SET newest = newest - 200")
     app.store.job_prune(86400, 86400)
     assert db.execute(windows).fetchone() == (0,)
+
+
+def test_a_producer_that_does_not_declare_the_task_still_keys_its_jobs(
+    app: forklift.App, limits: LimitStore, dsn: str, db: Db, schema: str
+) -> None:
+    """A web app enqueues `charge` by name without importing it: its jobs take their
+    key from the argument the workers' declaration names (read from the limits table),
+    so they are limited per account like everyone else's."""
+    producer = forklift.App(dsn, schema=schema)  # declares no task
+    try:
+        producer.enqueue_many([("charge", {"account": a, "cents": 1}) for a in "aab"])
+        producer.enqueue("charge", {"account": {"id": 7}})
+    finally:
+        producer.close()
+    keys = [r[0] for r in db.execute(f"SELECT limit_key FROM {schema}.jobs ORDER BY id")]
+    assert keys == ["a", "a", "b", '{"id": 7}']
+    assert keys[3] == app.tasks["charge"].limit_key({"account": {"id": 7}})
+    claimed = [str(a["account"]) for _, a in claim(limits, app, "w1")]
+    assert sorted(claimed) == ["a", "b", "{'id': 7}"]  # one per account

@@ -1,0 +1,68 @@
+"""What an enqueue takes from the limits table: limit keys, and backpressure.
+
+A job of a task whose limit is keyed by an argument gets its key (jobs.limit_key) even
+from a producer that does not declare the task (it enqueues by name): the key is that
+argument's value, as the worker's declaration would have made it. A callable key needs
+the task declared; without it, such jobs share one key.
+
+An enqueue into a queue holding its max_depth of ready and scheduled jobs (`forklift
+queues limit Q --max-depth N`) raises QueueFull and inserts nothing.
+
+Both are read from the limits table at most once a second per process, so a new limit
+is obeyed within a second and a queue or task without one costs an enqueue a dict
+lookup. The depth is counted (up to max_depth, an index-only scan of the ready index) in the
+enqueuing transaction's snapshot: producers enqueueing into the same queue at the same
+moment do not see each other, so the queue may overshoot by what they add together.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+
+from forklift import _sql
+from forklift.errors import QueueFull
+from forklift.limits import key_from_args
+from forklift.store._boundary import Conn
+from forklift.store._rows import NewJob
+
+LOOK_EVERY = 1.0  # seconds a process trusts its list of queues with a max_depth
+
+
+class ProducerLimits:
+    def __init__(self, connect: Callable[[], AbstractContextManager[Conn]], schema: str) -> None:
+        self.connect = connect  # for counting a refusal (the caller's transaction rolls back)
+        self.q = _sql.load("forklift.store", "limits.sql", schema)
+        self._limits: dict[str, int] = {}  # queue: max_depth
+        self._key_args: dict[str, str] = {}  # task: the argument its limit is keyed by
+        self._read_at = -LOOK_EVERY
+
+    def prepare(self, conn: Conn, jobs: Sequence[NewJob]) -> None:
+        """Give `jobs` their limit keys; raise QueueFull if adding them takes a queue
+        past its max_depth."""
+        now = time.monotonic()
+        if now - self._read_at >= LOOK_EVERY:
+            self._limits, self._key_args = {}, {}
+            for scope, name, max_depth, key_arg in conn.execute(self.q["producer_limits"]):
+                if scope == "queue":
+                    self._limits[name] = int(max_depth)
+                else:
+                    self._key_args[name] = str(key_arg)
+            self._read_at = now
+        if self._key_args:
+            for job in jobs:
+                if job.limit_key is None and job.task in self._key_args:
+                    job.limit_key = key_from_args(job.args, self._key_args[job.task])
+        if not self._limits:
+            return
+        adding = Counter(j.queue for j in jobs if j.queue in self._limits)
+        for queue, n in sorted(adding.items()):
+            max_depth = self._limits[queue]
+            params = {"queue": queue, "upto": max_depth}
+            depth = int(conn.execute(self.q["queue_depth"], params).fetchone()[0])  # type: ignore[index]
+            if depth + n > max_depth:
+                with self.connect() as own:
+                    own.execute(self.q["queue_rejected"], {"queue": queue, "n": n})
+                raise QueueFull(queue, depth, max_depth, n)
