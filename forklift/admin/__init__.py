@@ -1,5 +1,5 @@
-"""The operator's stores: queue statistics, paused queues and the process list (status,
-ps, queues, gauges) here; jobs (list, show, retry, cancel, purge) in `jobs.py`."""
+"""The operator's stores: queue statistics, paused queues, limits and the process list
+(status, ps, queues, gauges) here; jobs (list, show, retry, cancel, purge) in `jobs.py`."""
 
 from __future__ import annotations
 
@@ -14,12 +14,15 @@ import psycopg
 from forklift import _db, _names, _sql
 from forklift.admin._connect import Connector
 from forklift.admin.jobs import JobAdmin, operator
+from forklift.admin.rows import LimitChange, LimitRow, limit_text
 from forklift.errors import ArgumentError, SchemaMissing
 
 __all__ = [
     "AdminStore",
     "Connector",
     "JobAdmin",
+    "LimitChange",
+    "LimitRow",
     "PausedQueue",
     "ProcessRow",
     "QueueStats",
@@ -42,6 +45,17 @@ class QueueStats:
     succeeded_last_hour: int = 0
     dead_last_hour: int = 0
     paused: bool = False  # no worker claims from it (forklift queues pause)
+    # Its limits (forklift queues limit); None: no such limit.
+    concurrency: int | None = None
+    rate: int | None = None  # starts in any window of `per` seconds
+    per: float | None = None
+    max_depth: int | None = None
+    rejected: int = 0  # enqueues refused by max_depth
+
+    def limits(self) -> str:
+        """Its limits as people read them, `concurrency 4, 10/1s, max depth 10000`; empty:
+        none."""
+        return limit_text(self.concurrency, self.rate, self.per, self.max_depth)
 
 
 @dataclass(frozen=True)
@@ -94,15 +108,22 @@ class AdminStore:
         retained. `throughput` adds what finished in the last minute and, with `hour`, the
         last hour: ranges of the completion-time index, whose cost grows with the jobs
         finished in them (so the metrics endpoint leaves both out, `top` the hour).
-        Paused queues appear too.
+        Paused and limited queues appear too.
         """
         with self._conn("reading queue statistics failed") as conn:
             rows = conn.execute(self.q["queue_depth"]).fetchall()
             minute = self._finished(conn, 60.0) if throughput else {}
             last_hour = self._finished(conn, 3600.0) if throughput and hour else {}
             paused = {r[0] for r in conn.execute(self.q["queue_paused_list"])}
+            limits = {
+                r.name: r
+                for r in map(_limit_row, conn.execute(self.q["limit_list"]))
+                if r.scope == "queue"
+            }
         depth = {r[0]: (int(r[1]), int(r[2]), int(r[3]), int(r[4]), r[5]) for r in rows}
-        names = sorted(set(depth) | set(minute) | set(last_hour) | set(include) | paused)
+        names = sorted(
+            set(depth) | set(minute) | set(last_hour) | set(include) | paused | set(limits)
+        )
         return [
             QueueStats(
                 q,
@@ -110,6 +131,7 @@ class AdminStore:
                 *minute.get(q, (0, 0)),
                 *last_hour.get(q, (0, 0)),
                 paused=q in paused,
+                **_limits_of(limits.get(q)),
             )
             for q in names
         ]
@@ -140,6 +162,38 @@ class AdminStore:
         with self._conn("resuming the queue failed") as conn:
             return conn.execute(self.q["queue_resume"], params).fetchone() is not None
 
+    def limit_list(self) -> list[LimitRow]:
+        """Every limit in force: the queues' and the tasks', by scope and name."""
+        with self._conn("reading the limits failed") as conn:
+            return [_limit_row(r) for r in conn.execute(self.q["limit_list"])]
+
+    def queue_limit_set(self, queue: str, change: LimitChange) -> LimitRow | None:
+        """Set the limits `change` gives of `queue`, keep its others; what is in force now
+        (None: no limit is left, and its row is gone, as queue_limit_clear leaves it).
+
+        A `per` that changes resets the rate window, which is kept in hundredths of it."""
+        params = change.params(checked_queue(queue))
+        with self._conn("setting the queue's limits failed") as conn, conn.transaction():
+            before = conn.execute(self.q["queue_limit_lock"], params).fetchone()
+            row = conn.execute(self.q["queue_limit_set"], params).fetchone()
+            assert row is not None  # an upsert returns its row
+            limit_id, concurrency, rate, per, max_depth, rejected = row
+            if before is None or before[3] != per:
+                conn.execute(self.q["limit_window_reset"], {"id": limit_id})
+            if (concurrency, rate, max_depth) == (None, None, None):
+                conn.execute(self.q["queue_limit_clear"], params)
+                return None
+        return LimitRow(
+            "queue", queue, concurrency, rate, per, max_depth=max_depth, rejected=rejected
+        )
+
+    def queue_limit_clear(self, queue: str) -> LimitRow | None:
+        """Remove every limit of `queue`; what it had (None: it had none)."""
+        params = {"queue": checked_queue(queue)}
+        with self._conn("removing the queue's limits failed") as conn:
+            row = conn.execute(self.q["queue_limit_clear"], params).fetchone()
+        return None if row is None else _limit_row(row)
+
     def process_list(self) -> list[ProcessRow]:
         with self._conn("reading the process registry failed") as conn:
             rows = conn.execute(self.q["process_list"]).fetchall()
@@ -155,6 +209,24 @@ class AdminStore:
                 f'schema "{self.schema}" (forklift\'s tables) not found in '
                 f"{_db.describe(self.dsn)}: run forklift migrate"
             )
+
+
+def _limit_row(row: Sequence[Any]) -> LimitRow:
+    scope, name, concurrency, rate, per, keyed, key_arg, max_depth, rejected = row
+    return LimitRow(scope, name, concurrency, rate, per, keyed, key_arg, max_depth, int(rejected))
+
+
+def _limits_of(limit: LimitRow | None) -> dict[str, Any]:
+    """QueueStats' limit fields of a queue's limits row (none: no limits)."""
+    if limit is None:
+        return {}
+    return {
+        "concurrency": limit.concurrency,
+        "rate": limit.rate,
+        "per": limit.per,
+        "max_depth": limit.max_depth,
+        "rejected": limit.rejected,
+    }
 
 
 def checked_queue(queue: str) -> str:

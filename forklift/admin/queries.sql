@@ -84,7 +84,9 @@ SELECT f.queue FROM (
 UNION
 SELECT unnest(p.queues) FROM {schema}.processes AS p
 UNION
-SELECT q.queue FROM {schema}.paused_queues AS q;
+SELECT q.queue FROM {schema}.paused_queues AS q
+UNION
+SELECT l.name FROM {schema}.limits AS l WHERE l.scope = 'queue';
 
 -- name: queue_pause
 -- Pause a queue (no worker claims from it until it is resumed); returns nothing if it
@@ -101,6 +103,48 @@ WITH resumed AS (
     DELETE FROM {schema}.paused_queues WHERE queue = %(queue)s::text RETURNING queue
 )
 SELECT queue, pg_notify('{channel}', queue) IS NULL FROM resumed;
+
+-- name: limit_list
+-- Every limit in force, the queues' (forklift queues limit) and the tasks' (declared in
+-- code), by scope and name.
+SELECT l.scope, l.name, l.concurrency, l.rate, l.per, l.keyed, l.key_arg, l.max_depth,
+       l.rejected
+FROM {schema}.limits AS l
+ORDER BY l.scope, l.name;
+
+-- name: queue_limit_lock
+-- A queue's limits as they stand, its row locked until the change commits (no row: none).
+SELECT l.id, l.concurrency, l.rate, l.per, l.max_depth
+FROM {schema}.limits AS l
+WHERE l.scope = 'queue' AND l.name = %(queue)s::text
+FOR UPDATE;
+
+-- name: queue_limit_set
+-- Set a queue's limits: a `set_*` that is true takes its value (NULL removes that limit),
+-- false keeps what the row has. Returns the row as it now is.
+INSERT INTO {schema}.limits AS l (scope, name, concurrency, rate, per, max_depth)
+VALUES ('queue', %(queue)s::text, %(concurrency)s::integer, %(rate)s::integer,
+        %(per)s::float8, %(max_depth)s::integer)
+ON CONFLICT (scope, name) DO UPDATE SET
+    concurrency = CASE WHEN %(set_concurrency)s::boolean
+                       THEN excluded.concurrency ELSE l.concurrency END,
+    rate = CASE WHEN %(set_rate)s::boolean THEN excluded.rate ELSE l.rate END,
+    per = CASE WHEN %(set_rate)s::boolean THEN excluded.per ELSE l.per END,
+    max_depth = CASE WHEN %(set_max_depth)s::boolean
+                     THEN excluded.max_depth ELSE l.max_depth END,
+    updated_at = now()
+RETURNING l.id, l.concurrency, l.rate, l.per, l.max_depth, l.rejected;
+
+-- name: limit_window_reset
+-- Forget a limit's rate windows: its `per` changed, and their buckets are hundredths of
+-- the old one (counted on, they would hold the queue far too long, or not at all).
+DELETE FROM {schema}.limit_windows WHERE limit_id = %(id)s::bigint;
+
+-- name: queue_limit_clear
+-- Remove a queue's limits (its rate windows go with them); returns what it had.
+DELETE FROM {schema}.limits
+WHERE scope = 'queue' AND name = %(queue)s::text
+RETURNING scope, name, concurrency, rate, per, keyed, key_arg, max_depth, rejected;
 
 -- name: ping
 -- Is the database there, with forklift's tables in it? (NULL: not migrated)

@@ -160,3 +160,72 @@ class DeadJob:
     task: str
     ago: float
     error: str | None
+
+
+@dataclass(frozen=True)
+class LimitRow:
+    """A limit in force: a task's (declared in code, written by its workers) or a
+    queue's (`forklift queues limit`)."""
+
+    scope: str  # "task" or "queue"
+    name: str
+    concurrency: int | None
+    rate: int | None
+    per: float | None  # seconds; set exactly when `rate` is
+    keyed: bool = False
+    key_arg: str | None = None
+    max_depth: int | None = None
+    rejected: int = 0  # enqueues refused by max_depth
+
+    def describe(self) -> str:
+        """`concurrency 4, 10/1s per account` (as forklift.Limit.describe), `…, max
+        depth 10000` for a queue."""
+        return limit_text(
+            self.concurrency, self.rate, self.per, self.max_depth,
+            (self.key_arg or "key") if self.keyed else None,
+        )  # fmt: skip
+
+
+def limit_text(
+    concurrency: int | None,
+    rate: int | None,
+    per: float | None,
+    max_depth: int | None = None,
+    key: str | None = None,
+) -> str:
+    """Limits as people read them: `concurrency 4, 10/1s, max depth 10000`, `per KEY`
+    after what is counted per key; empty when there are none."""
+    parts = []
+    if concurrency is not None:
+        parts.append(f"concurrency {concurrency}")
+    if rate is not None and per is not None:
+        parts.append(f"{rate}/{per:g}s")
+    text = ", ".join(parts)
+    if text and key is not None:
+        text += f" per {key}"
+    if max_depth is not None:
+        text += f"{', ' if text else ''}max depth {max_depth}"
+    return text
+
+
+@dataclass(frozen=True)
+class LimitChange:
+    """What `forklift queues limit Q` sets: each limit named in `given` takes its value
+    here (None removes it); the others keep theirs."""
+
+    given: frozenset[str]  # of "concurrency", "rate" (with per), "max_depth"
+    concurrency: int | None = None
+    rate: int | None = None
+    per: float | None = None
+    max_depth: int | None = None
+
+    def params(self, queue: str) -> dict[str, Any]:
+        """queue_limit_set's parameters: a limit not given is NULL in a new row."""
+        keep = {
+            "concurrency": self.concurrency if "concurrency" in self.given else None,
+            "rate": self.rate if "rate" in self.given else None,
+            "per": self.per if "rate" in self.given and self.rate is not None else None,
+            "max_depth": self.max_depth if "max_depth" in self.given else None,
+        }
+        given = {f"set_{name}": name in self.given for name in ("concurrency", "rate", "max_depth")}
+        return {"queue": queue, **keep, **given}

@@ -9,19 +9,22 @@ from typing import Any
 from forklift._ids import owner_process
 from forklift.admin import AdminStore, JobAdmin, ProcessRow
 from forklift.admin.rows import RunningJobRow
-from forklift.cli import flags, output
+from forklift.cli import flags, limits, output
 from forklift.cli.apps import app_for
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     app = app_for(args)
-    stats = AdminStore(app.dsn, app.schema).queue_stats()
+    admin = AdminStore(app.dsn, app.schema)
+    with admin.connector.session("forklift status: reading failed"):
+        stats = admin.queue_stats()
+        tasks = limits.task_lines(admin.limit_list())
     if args.json:
         output.print_json([vars(s) for s in stats])
         return 0
     header = (
         "queue", "paused", "ready", "scheduled", "running", "dead", "oldest ready",
-        "done 1m", "dead 1m", "done 1h", "dead 1h",
+        "done 1m", "dead 1m", "done 1h", "dead 1h", "limits",
     )  # fmt: skip
     rows = [
         (
@@ -36,10 +39,12 @@ def cmd_status(args: argparse.Namespace) -> int:
             s.dead_last_minute,
             s.succeeded_last_hour,
             s.dead_last_hour,
+            limits.cell(s),
         )
         for s in stats
     ]
     output.table(header, rows, empty="no jobs")
+    limits.print_task_lines(tasks)
     return 0
 
 
@@ -140,7 +145,7 @@ def register(
     p = sub.add_parser(
         "status",
         parents=common,
-        help="queues: paused, ready, scheduled, running, dead, oldest age",
+        help="queues: paused, ready, scheduled, running, dead, oldest age, limits",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     flags.add_database(p)

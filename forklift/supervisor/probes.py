@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from forklift._events import emit
@@ -166,14 +166,16 @@ class Prefetched(Collector):
 
 
 class LiveCollector(Collector):
-    """Gauges of the served queues (the probes' cached counts) and of the workers (the
-    snapshot)."""
+    """Gauges of the served queues (the probes' cached counts and limits) and of the
+    workers (the snapshot)."""
 
     def __init__(self, probes: Probes) -> None:
         self.probes = probes
 
     def collect(self) -> Iterator[Metric]:
-        yield from self._queue_gauges(self.probes.queue_stats() or [])
+        stats = self.probes.queue_stats() or []
+        yield from self._queue_gauges(stats)
+        yield from self._limit_metrics(stats)
         snapshot = self.probes.board.read()
         workers = GaugeMetricFamily(
             "forklift_workers", "Worker processes by state.", labels=["state"]
@@ -209,6 +211,32 @@ class LiveCollector(Collector):
         yield depth
         yield oldest
         yield paused
+
+    @staticmethod
+    def _limit_metrics(stats: list[QueueStats]) -> Iterator[Metric]:
+        """The served queues' limits (a queue without one of them has no series of that
+        kind) and the enqueues their max_depth refused, as the limits table holds them."""
+        limit = GaugeMetricFamily(
+            "forklift_queue_limit",
+            "A queue's limits (forklift queues limit), by kind: concurrency, "
+            "rate_per_second, max_depth.",
+            labels=["queue", "kind"],
+        )
+        rejected = CounterMetricFamily(
+            "forklift_enqueue_rejected",
+            "Enqueues refused by the queue's max_depth.",
+            labels=["queue"],
+        )
+        for s in stats:
+            if s.concurrency is not None:
+                limit.add_metric([s.queue, "concurrency"], s.concurrency)
+            if s.rate is not None and s.per:
+                limit.add_metric([s.queue, "rate_per_second"], s.rate / s.per)
+            if s.max_depth is not None:
+                limit.add_metric([s.queue, "max_depth"], s.max_depth)
+            rejected.add_metric([s.queue], s.rejected)
+        yield limit
+        yield rejected
 
 
 # What PostgreSQL says when it takes no more connections (max_connections, reserved

@@ -5,7 +5,7 @@ from __future__ import annotations
 import psycopg
 
 import forklift
-from forklift.admin import AdminStore
+from forklift.admin import AdminStore, LimitChange, LimitRow
 
 
 def test_queue_stats_counts_by_state_and_lists_served_queues_even_when_empty(
@@ -68,3 +68,35 @@ def test_the_queues_in_use_are_those_with_jobs_a_process_or_a_pause(
         "due", "later", "busy", "failing", "finished", "served", "also", "held",
     }  # fmt: skip
     app.close()
+
+
+def test_a_queues_limits_change_one_by_one_and_a_new_per_resets_the_rate_window(
+    dsn: str, schema: str, db: psycopg.Connection[object]
+) -> None:
+    admin = AdminStore(dsn, schema)
+    set_ = admin.queue_limit_set
+    now = set_("mail", LimitChange(frozenset({"concurrency", "rate"}), 2, 10, 1.0))
+    assert now == LimitRow("queue", "mail", 2, 10, 1.0)
+    row = db.execute(f"SELECT id FROM {schema}.limits WHERE name = 'mail'").fetchone()
+    assert isinstance(row, tuple)
+    limit_id = row[0]
+    window = f"SELECT count(*) FROM {schema}.limit_windows WHERE limit_id = %s"
+    db.execute(
+        f"INSERT INTO {schema}.limit_windows (limit_id, key, newest, counts) "
+        "VALUES (%s, '', 1, '{10}')",
+        (limit_id,),
+    )
+    # The same per: the starts counted so far still count against the lower rate.
+    assert set_("mail", LimitChange(frozenset({"rate"}), rate=5, per=1.0)) == LimitRow(
+        "queue", "mail", 2, 5, 1.0
+    )
+    assert db.execute(window, (limit_id,)).fetchone() == (1,)
+    now = set_("mail", LimitChange(frozenset({"rate", "max_depth"}), rate=5, per=60.0, max_depth=9))
+    assert now == LimitRow("queue", "mail", 2, 5, 60.0, max_depth=9)
+    assert db.execute(window, (limit_id,)).fetchone() == (0,)  # hundredths of a second: gone
+    stats = {s.queue: s for s in admin.queue_stats(throughput=False)}
+    assert stats["mail"].limits() == "concurrency 2, 5/60s, max depth 9"
+    assert "mail" in admin.queue_known_list()
+    gone = LimitChange(frozenset({"concurrency", "rate", "max_depth"}))
+    assert set_("mail", gone) is None  # nothing left in force: no row
+    assert admin.limit_list() == [] and admin.queue_limit_clear("mail") is None

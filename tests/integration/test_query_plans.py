@@ -21,6 +21,21 @@ PARAMS: dict[str, list[dict[str, Any]]] = {
     "queue_finished": [{"window": 60.0}, {"window": 3600.0}],
     "queue_pause": [{"queue": "q1", "by": "op@host"}],
     "queue_resume": [{"queue": "q1"}],
+    "queue_limit_lock": [{"queue": "q1"}],
+    "queue_limit_set": [
+        {
+            "queue": "q1",
+            "concurrency": 4,
+            "rate": 10,
+            "per": 1.0,
+            "max_depth": None,
+            "set_concurrency": True,
+            "set_rate": True,
+            "set_max_depth": False,
+        }
+    ],
+    "limit_window_reset": [{"id": 1}],
+    "queue_limit_clear": [{"queue": "q1"}],
     "job_list": [
         {"state": s, "scheduled": later, "queue": q, "task": None, "error": e, "before": None}
         for s, later, q, e in [

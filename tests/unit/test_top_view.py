@@ -106,3 +106,20 @@ def test_a_running_jobs_progress_shows_on_its_row_escaped() -> None:
     assert second.endswith(" 12")  # no total: the count done
     narrow = shown(Frame(NOW, "db", [], workers), 80, 24)
     assert any(line.endswith("37% tiles") for line in narrow) and max(map(len, narrow)) <= 80
+
+
+def test_a_wide_terminal_shows_each_queues_limits_an_80_column_one_does_not() -> None:
+    queues = [
+        QueueStats("emails", 3, 0, 1, 0, 2.0, 5, concurrency=4, rate=10, per=1.0, rejected=2),
+        QueueStats("plain", 1, 0, 0, 0, 1.0, 0),
+    ]
+    frame = Frame(NOW, "db", queues)
+    wide = shown(frame, 120, 24)
+    assert any(line.rstrip().endswith("LIMITS") for line in wide)
+    [emails] = [line for line in wide if line.startswith("emails ")]
+    assert emails.endswith("concurrency 4, 10/1s (2 rejected)")
+    [plain] = [line for line in wide if line.startswith("plain ")]
+    assert plain.endswith(" -")
+    narrow = shown(frame, 80, 24)
+    assert not any("LIMITS" in line or "concurrency" in line for line in narrow)
+    assert max(map(len, narrow)) <= 80

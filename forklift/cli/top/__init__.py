@@ -27,9 +27,10 @@ ONCE_HEIGHT = 200  # lines `--once` may print: all there is, not a screen's wort
 DESCRIPTION = """\
 A live view of every replica, refreshed each second: each queue's counts, with
 sparklines of its depth (ready jobs) and rate (jobs done in the last minute) over the
-last refreshes, and whether it is paused; every worker process on every host and what it
-runs, for how long, and how far it says it is (ctx.progress: percent done, or the count
-when it gave no total, and its message); the most recent dead jobs. Keys: q quits
+last refreshes, whether it is paused, and its limits (on a terminal 90 columns wide or
+more); every worker process on every host and what it runs, for how long, and how far it
+says it is (ctx.progress: percent done, or the count when it gave no total, and its
+message); the most recent dead jobs. Keys: q quits
 (Ctrl-C does too). Fits an 80x24 terminal (over SSH too); a bigger one shows more rows.
 
 examples:
@@ -39,7 +40,8 @@ examples:
 
 --json prints one frame (and exits): an object with at (ISO 8601 UTC), error (null),
 supervisors, queues (objects with queue, paused, ready, scheduled, running, dead,
-oldest_ready_age_seconds, succeeded_last_minute, dead_last_minute), workers (objects with
+oldest_ready_age_seconds, succeeded_last_minute, dead_last_minute, concurrency, rate,
+per, max_depth, rejected: see `forklift queues --help`), workers (objects with
 id, host, pid, registered, rss_bytes, jobs: objects with id, task, queue, attempt,
 running_seconds, progress: done, total, message, at, or null), recent_failures (objects
 with id, queue, task, seconds_ago, error).

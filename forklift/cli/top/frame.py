@@ -12,7 +12,7 @@ from forklift import _db
 from forklift._ids import owner_process
 from forklift.admin import AdminStore, Connector, JobAdmin, ProcessRow, QueueStats
 from forklift.admin.rows import DeadJob, RunningJobRow
-from forklift.cli import output
+from forklift.cli import limits, output
 from forklift.cli.jobview import progress_json
 from forklift.errors import DatabaseError
 
@@ -122,7 +122,7 @@ def frame_json(frame: Frame) -> dict[str, Any]:
                 "running": q.running, "dead": q.dead,
                 "oldest_ready_age_seconds": q.oldest_ready_age,
                 "succeeded_last_minute": q.succeeded_last_minute,
-                "dead_last_minute": q.dead_last_minute,
+                "dead_last_minute": q.dead_last_minute, **limits.stats_json(q),
             }
             for q in frame.queues
         ],

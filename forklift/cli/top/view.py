@@ -12,7 +12,7 @@ from rich.text import Text
 
 from forklift._display import line as shown
 from forklift.admin.rows import Progress
-from forklift.cli import output
+from forklift.cli import limits, output
 from forklift.cli.top.frame import Frame, Trends, Worker
 
 SPARKS = "▁▂▃▄▅▆▇█"
@@ -20,6 +20,7 @@ QUEUE_HEAD = (
     f"{'QUEUE':<16} {'READY':>6} {'SCHED':>5} {'RUN':>4} {'DEAD':>5} {'OLDEST':>6} "
     f"{'DONE/M':>6} {'DEPTH':<11} {'DONE/M':<11}"
 )
+LIMITS_FROM = len(QUEUE_HEAD) + 12  # a terminal this wide shows each queue's limits too
 RUNNING = 28  # characters of the RUNNING column: task#id (+ more jobs)
 WORKER_HEAD = f"{'HOST':<16} {'PID':>7}  {'RUNNING':<{RUNNING}} {'FOR':>6} {'RSS':>7}  PROGRESS"
 FIXED_LINES = 8  # header, 3 titles, 2 column heads, 2 blank lines
@@ -38,6 +39,10 @@ def _line(text: str, width: int, style: str = "") -> Text:
     return Text(shown(text)[:width], style=style, no_wrap=True, overflow="crop")
 
 
+def _queue_head(width: int) -> str:
+    return f"{QUEUE_HEAD} LIMITS" if width >= LIMITS_FROM else QUEUE_HEAD
+
+
 def _queue_lines(frame: Frame, trends: Trends, width: int, rows: int) -> list[Text]:
     lines = []
     for q in frame.queues[:rows]:
@@ -49,6 +54,8 @@ def _queue_lines(frame: Frame, trends: Trends, width: int, rows: int) -> list[Te
             f"{q.succeeded_last_minute:>6} {spark(trends.depth.get(q.queue, ()), 11):<11} "
             f"{spark(trends.rate.get(q.queue, ()), 11):<11}"
         )
+        if width >= LIMITS_FROM:
+            text += f" {limits.cell(q)}"
         lines.append(_line(text, width, "yellow" if q.paused else "red" if q.dead else ""))
     return lines
 
@@ -123,7 +130,7 @@ def render(frame: Frame, trends: Trends, width: int, height: int) -> Group:
         lines[0] = _line(f"{head}  {frame.error}", width, "bold white on red")
     lines += [
         _title(f"Queues ({len(frame.queues)})", queues, len(frame.queues), width),
-        _line(QUEUE_HEAD, width, "dim"),
+        _line(_queue_head(width), width, "dim"),
         *_queue_lines(frame, trends, width, queues),
         _line("", width),
         _title(

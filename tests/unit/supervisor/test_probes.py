@@ -111,3 +111,25 @@ def test_without_the_database_the_queue_gauges_are_empty_and_the_rest_still_ther
     assert registry.get_sample_value("forklift_up") == 1
     assert registry.get_sample_value("forklift_workers", {"state": "busy"}) == 1
     assert registry.get_sample_value("forklift_queue_depth", {"queue": "default"}) is None
+
+
+def test_the_limit_gauges_and_the_rejected_counter() -> None:
+    admin = FakeAdmin()
+    admin.stats = [
+        QueueStats("default", 0, 0, 0, 0, None, concurrency=4, rate=100, per=60.0, rejected=7),
+        QueueStats("other", 0, 0, 0, 0, None, max_depth=5),  # not served here
+    ]
+    registry = metrics_registry(Totals(), probes_for(READY, admin))
+    limits = {
+        s.labels["kind"]: s.value
+        for f in registry.collect()
+        if f.name == "forklift_queue_limit"
+        for s in f.samples
+        if s.labels["queue"] == "default"
+    }
+    assert limits == {"concurrency": 4, "rate_per_second": 100 / 60}  # no max_depth: no series
+    assert registry.get_sample_value("forklift_enqueue_rejected_total", {"queue": "default"}) == 7
+    assert (
+        registry.get_sample_value("forklift_queue_limit", {"queue": "other", "kind": "max_depth"})
+        is None
+    )
