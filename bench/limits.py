@@ -27,11 +27,12 @@ variants in turn (the order rotated each round); the table gives the medians.
              hide that in. Checked too: no key ever ran two jobs at once.
 3. rate      Limit(rate=500, per=1.0) with --rate-jobs (40,000) ready up front (the same
              workers start ~10,000/s unlimited), for --seconds (60) from the first start:
-             starts/s over the run, starts/s after its first 2 s (the design admits
-             100/101 of the rate in a steady stream, ~495/s), and the most starts in any
-             1 s sliding window; all from the jobs' started_at (the claim time, set by the
-             limited claim), with their deviation from 500: target within 2 %, and no
-             window above 500.
+             starts/s over the run, as the count over --seconds and as the mean count of
+             a 1 s window over every position in the run (the long-run rate, burst or
+             not: the design admits 100/101 of the rate, ~495/s), and the most starts in
+             any 1 s (and 0.1 s) sliding window; all from the jobs' started_at (the claim
+             time, set by the limited claim), with their deviation from 500: target
+             within 2 %, and no 1 s window above 500.
 4. pgqueuer  (the peers venv of bench.compare, .venv-peers, made on first use) 2 worker
              processes at its defaults (batch size 10). Its @entrypoint takes
              concurrency_limit (enforced in its dequeue, across workers) and, in 1.6, no
@@ -84,7 +85,6 @@ KEYS = 100  # key values of the per-key scenario
 BATCH = 10_000  # jobs per enqueue_many
 QUEUE_LIMIT = 10_000  # the queue-wide concurrency of the overhead scenario
 QUIET_CORES = 0.3  # what the rest of the machine may use before a drain starts
-STEADY_AFTER = 2.0  # seconds of the rate run before its steady state is counted
 RESULTS = REPO_ROOT / "bench" / "results" / "limits.json"
 QUIET = ("--log-level", "WARNING")
 FORKLIFT_NOTE = (
@@ -199,9 +199,13 @@ class RateRun:
         return len(self.starts) / self.seconds
 
     @property
-    def steady(self) -> float:
-        late = [t for t in self.starts if t >= STEADY_AFTER]
-        return len(late) / (self.seconds - STEADY_AFTER)
+    def mean_in_a_second(self) -> float:
+        """The mean count of a 1 s window over every position in the run: the long-run
+        rate whether the starts come evenly or in bursts (unlike count / seconds, which
+        counts one burst more or less depending on where the run's end falls)."""
+        span = self.seconds - 1.0
+        covered = sum(max(0.0, min(t, span) - max(t - 1.0, 0.0)) for t in self.starts)
+        return covered / span
 
     @property
     def most_in_a_second(self) -> int:
@@ -383,14 +387,15 @@ def per_key_lines(fk: tuple[Variant, Variant], pq: tuple[Variant, Variant] | Non
 
 def rate_lines(run: RateRun, peer: str) -> list[Line]:
     rate = limits_app.RATE
-    off, most = run.rate / rate - 1, run.most_in_a_second
-    within = f"{rate} +- 2 %"
+    off, mean, most = run.rate / rate - 1, run.mean_in_a_second, run.most_in_a_second
     return [
-        Line(f"3 rate {rate}/1s", f"starts/s over {run.seconds:g} s", f"{run.rate:,.1f}", peer,
-             within, abs(off) <= 0.02),
+        Line(f"3 rate {rate}/1s", f"starts in {run.seconds:g} s / {run.seconds:g}",
+             f"{run.rate:,.1f}", peer, f"{rate} +- 2 %", abs(off) <= 0.02),
         Line("", "  deviation from 500", f"{off:+.2%}", "", "within 2 %", abs(off) <= 0.02),
-        Line("", f"starts/s after the first {STEADY_AFTER:g} s", f"{run.steady:,.1f}", "",
+        Line("", "mean starts in a 1 s window", f"{mean:,.1f}", "",
              f"~{rate * 100 / 101:.0f} (100/101)"),
+        Line("", "  deviation from 500", f"{mean / rate - 1:+.2%}", "", "within 2 %",
+             abs(mean / rate - 1) <= 0.02),
         Line("", "most starts in any 1 s window", f"{most:,}", "", f"<= {rate}", most <= rate),
         Line("", "  deviation from 500", f"{most / rate - 1:+.2%}", "", "within 2 %",
              abs(most / rate - 1) <= 0.02),
@@ -510,8 +515,8 @@ def write_json(path: Path, lines: Sequence[Line], environment: str, raw: dict[st
 def main(argv: Sequence[str] | None = None) -> int:
     p = build_parser()
     args = p.parse_args(argv)
-    if args.seconds <= STEADY_AFTER + 1:
-        p.error(f"--seconds must be more than {STEADY_AFTER + 1:g}")
+    if args.seconds < 5:
+        p.error("--seconds must be at least 5")
     enough = limits_app.RATE * (args.seconds + 5)
     if args.rate_jobs < enough:
         p.error(f"--rate-jobs must be at least {enough:,.0f}: the rate run must not run dry")
