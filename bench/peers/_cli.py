@@ -11,6 +11,10 @@ Commands (the DSN in $BENCH_DSN; every result is one JSON object on stdout):
     enqueue TASK N [--batch B] [--kwargs JSON]
                                  N jobs of TASK in batches of B, the peer's bulk path;
                                  {"seconds": time spent in the enqueue calls}
+    enqueue-keys PREFIX N KEYS [--batch B]
+                                 (pgqueuer only) N no-op jobs to the entrypoints
+                                 PREFIX0 .. PREFIX{KEYS-1} in turn, in batches of B;
+                                 {"seconds": ...}
     enqueue-one N                N no-op jobs, one call each (one more first, outside the
                                  clock, opens the connection); {"seconds": ...}
     latency N RATE               5 warm-up jobs, then N "stamp" jobs at RATE/s, each with
@@ -59,6 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
     many.add_argument("count", type=int)
     many.add_argument("--batch", type=int, default=10_000)
     many.add_argument("--kwargs", type=json.loads, default={})
+    keyed = sub.add_parser("enqueue-keys")
+    keyed.add_argument("prefix")
+    keyed.add_argument("count", type=int)
+    keyed.add_argument("keys", type=int)
+    keyed.add_argument("--batch", type=int, default=10_000)
     one = sub.add_parser("enqueue-one")
     one.add_argument("count", type=int)
     latency = sub.add_parser("latency")
@@ -73,6 +82,19 @@ async def enqueue_bulk(producer: Producer, args: argparse.Namespace) -> dict[str
         batch = [args.kwargs] * min(args.batch, args.count - done)
         started = time.perf_counter()
         await producer.enqueue_many(args.task, batch)
+        spent += time.perf_counter() - started
+    return {"seconds": spent}
+
+
+async def enqueue_keys(producer: Producer, args: argparse.Namespace) -> dict[str, float]:
+    enqueue = getattr(producer, "enqueue_keys", None)
+    if enqueue is None:
+        raise SystemExit(f"enqueue-keys: {type(producer).__module__} has no keyed entrypoints")
+    spent = 0.0
+    for done in range(0, args.count, args.batch):
+        size = min(args.batch, args.count - done)
+        started = time.perf_counter()
+        await enqueue(args.prefix, args.keys, done, [{}] * size)
         spent += time.perf_counter() - started
     return {"seconds": spent}
 
@@ -103,6 +125,8 @@ async def run(producer: Producer, args: argparse.Namespace) -> dict[str, Any]:
             await producer.uninstall()
         elif args.command == "enqueue":
             return await enqueue_bulk(producer, args)
+        elif args.command == "enqueue-keys":
+            return await enqueue_keys(producer, args)
         elif args.command == "enqueue-one":
             return await enqueue_one_by_one(producer, args.count)
         elif args.command == "latency":

@@ -10,6 +10,11 @@ Entrypoints must be async in pgqueuer 1.6; the CPU task runs `spin` through
 asyncio.to_thread, as the error message of pgqueuer's executor recommends for blocking
 work. The producer: `Queries.enqueue` with lists, its batch insert (one
 statement), or with scalars for one job.
+
+For bench.limits, `work --keys N --key-limit C` also registers the no-op entrypoints
+`k0` .. `k{N-1}`, each with `concurrency_limit=C` (0: unlimited): pgqueuer 1.6 has no
+per-key limit, so one entrypoint per key stands in for it; `enqueue-keys` fills them
+in turn.
 """
 
 from __future__ import annotations
@@ -32,6 +37,9 @@ from pgqueuer.models import Job
 from pgqueuer.queries import Queries
 
 from bench.peers import _work
+
+# The key entrypoints the workers of this process register: (count, concurrency_limit).
+KEYS = (0, 0)
 
 
 def kwargs_of(job: Job) -> Any:
@@ -56,6 +64,13 @@ def register(pgq: PgQueuer) -> None:
     async def nap(job: Job) -> None:
         _work.started("nap")
         await asyncio.sleep(kwargs_of(job)["seconds"])
+
+    keys, limit = KEYS
+    for key in range(keys):
+
+        @pgq.entrypoint(f"k{key}", concurrency_limit=limit)
+        async def tick(job: Job) -> None:
+            pass
 
 
 @contextlib.asynccontextmanager
@@ -105,13 +120,27 @@ class Producer:
         payloads: list[bytes | None] = [json.dumps(k).encode() for k in kwargs]
         await self.queries.enqueue([task] * len(kwargs), payloads, [0] * len(kwargs))
 
+    async def enqueue_keys(
+        self, prefix: str, keys: int, first: int, kwargs: list[dict[str, Any]]
+    ) -> None:
+        """One job per item of `kwargs`, to entrypoints PREFIX0 .. PREFIX{keys-1} in turn,
+        the turn of the first being `first` (so batches carry on where the last stopped)."""
+        assert self.queries is not None
+        names = [f"{prefix}{(first + i) % keys}" for i in range(len(kwargs))]
+        payloads: list[bytes | None] = [json.dumps(k).encode() for k in kwargs]
+        await self.queries.enqueue(names, payloads, [0] * len(kwargs))
+
 
 def work(argv: list[str]) -> None:
     """A worker process, as `pgq run` starts it (its options, its event loop)."""
     p = argparse.ArgumentParser(prog="python -m bench.peers pgqueuer work")
     p.add_argument("--batch-size", type=int, default=10)
     p.add_argument("--heartbeat-timeout", type=float, default=30.0)
+    p.add_argument("--keys", type=int, default=0, help="entrypoints k0.. to register too")
+    p.add_argument("--key-limit", type=int, default=0, help="their concurrency_limit")
     args = p.parse_args(argv)
+    global KEYS
+    KEYS = (args.keys, args.key_limit)
     logconfig.setup_fancy_logger(logconfig.LogLevel.WARNING)
     asyncio_run(
         pgqueuer.run(
