@@ -51,10 +51,18 @@ class LimitStore:
             "expired": expired,
         }
         with translated("claim failed", self.where), self.pool.connection() as conn:
-            with conn.pipeline(), conn.transaction():
-                conn.execute(self.q["limit_lock"], params)
-                cur = conn.execute(self.q["job_claim_limited"], params)
-            rows = cur.fetchall()
+            # BEGIN and COMMIT as statements of the pipeline: one round trip (psycopg's
+            # transaction() would wait for its BEGIN and its savepoint bookkeeping).
+            try:
+                with conn.pipeline():
+                    conn.execute("BEGIN")
+                    conn.execute(self.q["limit_lock"], params)
+                    cur = conn.execute(self.q["job_claim_limited"], params)
+                    conn.execute("COMMIT")
+                rows = cur.fetchall()
+            except BaseException:
+                conn.rollback()  # a failed statement left the transaction open (aborted)
+                raise
         return claimed(rows), any(r[11] for r in rows)
 
     def wake_in(self, queues: Sequence[str], tasks: Sequence[str]) -> float | None:

@@ -9,17 +9,23 @@ WHERE (l.concurrency IS NOT NULL OR l.rate IS NOT NULL)
     OR (l.scope = 'queue' AND l.name = ANY(%(queues)s::text[])));
 
 -- name: limit_lock
--- A limited claim's first statement: lock (in id order, so claimers never deadlock) the
--- limits of these queues and tasks, and note their ids for job_claim_limited, whose
--- fresh snapshot then sees every claim committed under them.
-SELECT set_config('forklift.limits', coalesce(string_agg(h.id::text, ','), ''), true)
+-- A limited claim's first statement: take a transaction lock per limit of these queues
+-- and tasks (advisory, keyed by the limit's id: no row is written), in id order so
+-- claimers never deadlock, and note their ids for job_claim_limited, whose fresh
+-- snapshot then sees every claim committed under them. That claim keeps one plan (its
+-- custom plans cost more to make than to run).
+SELECT set_config('forklift.limits', coalesce(string_agg(h.id::text, ','), ''), true),
+       set_config('plan_cache_mode', 'force_generic_plan', true)
 FROM (
-    SELECT l.id FROM {schema}.limits l
-    WHERE (l.concurrency IS NOT NULL OR l.rate IS NOT NULL)
-      AND ((l.scope = 'task' AND l.name = ANY(%(tasks)s::text[]))
-        OR (l.scope = 'queue' AND l.name = ANY(%(queues)s::text[])))
-    ORDER BY l.id
-    FOR UPDATE
+    SELECT s.id, pg_advisory_xact_lock(
+        ('x' || left(md5('forklift:limit:{schema}:' || s.id), 16))::bit(64)::bigint) AS locked
+    FROM (
+        SELECT l.id FROM {schema}.limits l
+        WHERE (l.concurrency IS NOT NULL OR l.rate IS NOT NULL)
+          AND ((l.scope = 'task' AND l.name = ANY(%(tasks)s::text[]))
+            OR (l.scope = 'queue' AND l.name = ANY(%(queues)s::text[])))
+        ORDER BY l.id
+    ) AS s
 ) AS h;
 
 -- name: job_claim_limited
@@ -53,7 +59,7 @@ WITH held AS (
     FROM {schema}.limit_windows w JOIN held h ON h.id = w.limit_id, clock c
     WHERE h.rate IS NOT NULL
 ), used AS (
-    SELECT id, key, sum(running) AS running, sum(started) AS started
+    SELECT id, key, sum(running)::bigint AS running, sum(started)::bigint AS started
     FROM (SELECT id, key, n AS running, 0 AS started FROM running
           UNION ALL SELECT id, key, 0, n FROM windows) AS u
     GROUP BY 1, 2
@@ -67,8 +73,8 @@ WITH held AS (
 ), ready AS (
     SELECT c.* FROM unnest(%(queues)s::text[]) AS q(name),
     LATERAL (
-        SELECT j.id, j.priority, j.available_at, j.queue, j.task, j.limit_key, j.args,
-               false AS expired
+        SELECT j.id, j.priority, j.available_at, j.queue, j.task, j.limit_key,
+               CASE WHEN j.limit_key IS NULL THEN j.args END AS args, false AS expired
         FROM {schema}.jobs j
         WHERE j.state = 'ready' AND j.queue = q.name AND j.available_at <= now()
           AND j.task NOT IN (SELECT u.name FROM unheld u WHERE u.scope = 'task')
@@ -79,22 +85,20 @@ WITH held AS (
               WHERE f.task = j.task AND f.key = coalesce(j.args ->> f.key_arg, '')))
         ORDER BY j.priority DESC, j.available_at, j.id
         LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
     ) AS c
     WHERE q.name NOT IN (SELECT p.queue FROM {schema}.paused_queues AS p)
       AND q.name NOT IN (SELECT u.name FROM unheld u WHERE u.scope = 'queue')
       AND q.name NOT IN (SELECT h.name FROM full_keys f JOIN held h ON h.id = f.id
                          WHERE h.scope = 'queue')
 ), expired AS (
-    SELECT j.id, j.priority, j.available_at, j.queue, j.task, j.limit_key, j.args,
-           true AS expired
+    SELECT j.id, j.priority, j.available_at, j.queue, j.task, j.limit_key,
+           CASE WHEN j.limit_key IS NULL THEN j.args END AS args, true AS expired
     FROM {schema}.jobs j
     WHERE %(expired)s::boolean AND j.state = 'running' AND j.lease_until < now()
       AND j.queue NOT IN (SELECT p.queue FROM {schema}.paused_queues AS p)
       AND j.attempts < j.max_attempts AND j.queue = ANY(%(queues)s::text[])
     ORDER BY j.priority DESC, j.available_at, j.id
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
 ), candidates AS (
     SELECT c.*, t.id AS task_limit, q.id AS queue_limit,
            t.keyed, CASE WHEN t.keyed THEN coalesce(c.limit_key, c.args ->> t.key_arg, '')
@@ -137,12 +141,21 @@ WITH held AS (
     SELECT * FROM by_queue WHERE queue_limit IS NULL OR place <= room
     ORDER BY priority DESC, available_at, id
     LIMIT %(limit)s
+), taken AS (
+    -- Only what it takes is locked (no candidate row is written): a job another claim
+    -- took meanwhile, one that holds no limit this claim holds, is passed over.
+    SELECT j.id FROM {schema}.jobs j
+    WHERE j.id IN (SELECT id FROM picked)
+      AND (j.state = 'ready' OR (j.state = 'running' AND j.lease_until < now()))
+    FOR UPDATE SKIP LOCKED
 ), starts AS (
-    -- What the picked jobs add to their rate windows.
+    -- What the jobs taken add to their rate windows.
     SELECT s.id, s.key, count(*)::integer AS n,
            floor(extract(epoch FROM c.at) / (h.per / 100))::bigint AS at
     FROM (SELECT task_limit AS id, key FROM picked WHERE task_limit IS NOT NULL
-          UNION ALL SELECT queue_limit, '' FROM picked WHERE queue_limit IS NOT NULL) AS s
+                                                     AND id IN (SELECT id FROM taken)
+          UNION ALL SELECT queue_limit, '' FROM picked WHERE queue_limit IS NOT NULL
+                                                     AND id IN (SELECT id FROM taken)) AS s
     JOIN held h ON h.id = s.id AND h.rate IS NOT NULL, clock c
     GROUP BY s.id, s.key, h.per, c.at
 ), counted AS (
@@ -153,10 +166,13 @@ WITH held AS (
         counts = {schema}.limit_window_add(
             w.newest, w.counts, excluded.newest, excluded.counts[1])
     RETURNING 1  -- (a data-modifying CTE runs whether read or not)
-), turned_away AS (
-    SELECT (SELECT count(*) FROM candidates) - (SELECT count(*) FROM by_queue
+), cut_short AS (
+    -- Candidates were turned away while the scan stopped at its size: there may be jobs
+    -- past it that are free to run (claim again, their keys are full now).
+    SELECT (SELECT count(*) FROM ready) >= %(limit)s
+       AND (SELECT count(*) FROM candidates) > (SELECT count(*) FROM by_queue
                                                 WHERE queue_limit IS NULL OR place <= room)
-           AS n
+           AS again
 )
 UPDATE {schema}.jobs AS j SET
     state = 'running',
@@ -174,11 +190,11 @@ UPDATE {schema}.jobs AS j SET
             'error', 'LeaseExpired: lease of ' || j.lease_owner || ' expired')
         ELSE j.errors END
 FROM picked AS p
-WHERE j.id = p.id
+WHERE j.id = p.id AND j.id IN (SELECT id FROM taken)
 RETURNING j.id, j.queue, j.task, j.args, j.idempotency_key, j.priority, j.attempts,
           j.max_attempts, j.timeout,
           greatest(0, extract(epoch FROM now() - j.available_at))::float8, j.batch_id,
-          (SELECT n FROM turned_away) > 0;
+          (SELECT again FROM cut_short);
 
 -- name: limit_wake
 -- After a limited claim took less than it could: seconds until a rate window of these
