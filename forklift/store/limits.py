@@ -80,6 +80,7 @@ class LimitStore:
             gone = [name for name, limit in limits.items() if limit is None]
             for name, limit in sorted(limits.items()):
                 if limit is not None:
+                    conn.execute(self.q["limit_windows_reset"], _row(name, limit))
                     conn.execute(self.q["limit_register"], _row(name, limit))
             if gone:
                 conn.execute(self.q["limit_unregister"], {"names": gone})

@@ -214,6 +214,14 @@ FROM (SELECT least(
      WHERE state = 'ready' AND queue = ANY(%(queues)s::text[]) AND available_at > now())
 ) AS at) AS w;
 
+-- name: limit_windows_reset
+-- A task limit's window changes length: its buckets (hundredths of the old length) mean
+-- nothing under the new one, so they go.
+DELETE FROM {schema}.limit_windows AS w
+USING {schema}.limits AS l
+WHERE l.id = w.limit_id AND l.scope = 'task' AND l.name = %(name)s::text
+  AND l.per IS DISTINCT FROM %(per)s::float8;
+
 -- name: limit_register
 -- Write a task's limit as the code declares it (a worker at boot); unchanged: no write.
 INSERT INTO {schema}.limits AS l (scope, name, concurrency, rate, per, keyed, key_arg)

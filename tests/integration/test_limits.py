@@ -390,3 +390,15 @@ def test_a_producer_that_does_not_declare_the_task_still_keys_its_jobs(
     assert keys[3] == app.tasks["charge"].limit_key({"account": {"id": 7}})
     claimed = [str(a["account"]) for _, a in claim(limits, app, "w1")]
     assert sorted(claimed) == ["a", "b", "{'id': 7}"]  # one per account
+
+
+def test_a_rate_redeclared_over_another_window_starts_a_fresh_one(
+    app: forklift.App, limits: LimitStore, db: Db, schema: str
+) -> None:
+    app.enqueue_many([("call_api", {"n": i}) for i in range(6)])
+    assert len(claim(limits, app, "w1")) == 5
+    windows = f"SELECT count(*) FROM {schema}.limit_windows"
+    limits.register({"call_api": forklift.Limit(rate=5, per=1.0)})  # the same: kept
+    assert db.execute(windows).fetchone() == (1,)
+    limits.register({"call_api": forklift.Limit(rate=5, per=60.0)})
+    assert db.execute(windows).fetchone() == (0,)
