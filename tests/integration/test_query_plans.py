@@ -178,3 +178,31 @@ def test_no_operator_query_scans_the_jobs_table(
             if "jobs" in set(seq_scans(plan)):
                 scanned[name] = params
     assert scanned == {}, f"sequential scans of the jobs table: {scanned}"
+
+
+def test_claims_under_limits_read_the_jobs_table_through_its_indexes(
+    db: psycopg.Connection[Any], filled: str
+) -> None:
+    """The claim under limits (after its lock statement, in one transaction), the wake-up
+    lookup and the producer's read: no sequential scan of the jobs table, with a day of
+    finished jobs in it."""
+    db.execute(
+        f"INSERT INTO {filled}.limits (scope, name, concurrency, keyed, key_arg)"
+        " VALUES ('task', 't1', 1, true, 'k'), ('task', 't2', 3, false, NULL)"
+    )
+    db.execute(
+        f"INSERT INTO {filled}.limits (scope, name, rate, per, max_depth)"
+        " VALUES ('queue', 'q1', 10, 1.0, 1000)"
+    )
+    queries = _sql.load("forklift.store", "limits.sql", filled)
+    params = {
+        "queues": ["q0", "q1", "q2"], "tasks": ["t1", "t2", "t3"], "owner": "host:1:w",
+        "limit": 64, "lease": 30.0, "expired": True, "queue": "q1", "upto": 1000,
+    }  # fmt: skip
+    scanned = []
+    with db.transaction():
+        db.execute(queries["limit_lock"], params)
+        for name in ("job_claim_limited", "limit_wake", "producer_limits", "queue_depth"):
+            if "jobs" in set(seq_scans(explain(db, queries[name], params))):
+                scanned.append(name)
+    assert scanned == []
