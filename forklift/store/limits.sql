@@ -2,11 +2,124 @@
 -- registration, and queue backpressure. `{schema}` becomes the quoted schema name.
 
 -- name: limits_apply
--- How many limits a claim of these queues and tasks must hold (0: the plain claim).
-SELECT count(*) FROM {schema}.limits l
+-- The limits a claim of these queues and tasks must hold (none: the plain claim), and
+-- whether all of them may take the shared path (limit_lock_shared): concurrency only,
+-- no key, and room for every lane's largest claim many times over.
+SELECT count(*),
+       coalesce(bool_and(l.rate IS NULL AND NOT l.keyed
+                         AND l.concurrency >= 2 * %(lanes)s * %(lane_claim)s), false)
+FROM {schema}.limits l
 WHERE (l.concurrency IS NOT NULL OR l.rate IS NOT NULL)
   AND ((l.scope = 'task' AND l.name = ANY(%(tasks)s::text[]))
     OR (l.scope = 'queue' AND l.name = ANY(%(queues)s::text[])));
+
+-- name: limit_lock_shared
+-- The shared path's first statement, for limits far from full: one of `lanes` lane locks
+-- (tried, never waited for; none free: the claim takes nothing and says so), then each
+-- limit's lock in shared mode, so claims on different lanes run side by side while an
+-- exact claim (limit_lock, exclusive) waits for them all. At most `lanes` shared claims
+-- of `lane_claim` jobs each are in flight at once: job_claim_shared claims only while
+-- what runs plus all of them fits.
+SELECT set_config('forklift.limits', coalesce(string_agg(h.id::text, ','), ''), true),
+       set_config('forklift.lane', coalesce((
+           SELECT i::text FROM generate_series(0, %(lanes)s - 1) AS i
+           WHERE pg_try_advisory_xact_lock(
+               ('x' || left(md5('forklift:limit-lane:{schema}:' || i), 16))::bit(64)::bigint)
+           LIMIT 1), ''), true)
+FROM (
+    SELECT s.id, pg_advisory_xact_lock_shared(
+        ('x' || left(md5('forklift:limit:{schema}:' || s.id), 16))::bit(64)::bigint) AS locked
+    FROM (
+        SELECT l.id FROM {schema}.limits l
+        WHERE (l.concurrency IS NOT NULL OR l.rate IS NOT NULL)
+          AND ((l.scope = 'task' AND l.name = ANY(%(tasks)s::text[]))
+            OR (l.scope = 'queue' AND l.name = ANY(%(queues)s::text[])))
+        ORDER BY l.id
+    ) AS s
+) AS h;
+
+-- name: job_claim_shared
+-- job_claim on the shared path, after limit_lock_shared: the plain claim of up to
+-- `lane_claim` jobs (none under a limit it does not hold), taken only if a lane was free
+-- and every limit it holds has room for what runs plus `lanes` such claims; otherwise
+-- nothing, and `forklift.exact` says to claim on the exact path.
+WITH held AS (
+    SELECT l.id, l.scope, l.name, l.concurrency, l.rate, l.keyed
+    FROM {schema}.limits l
+    WHERE l.id = ANY(string_to_array(current_setting('forklift.limits'), ',')::bigint[])
+), clock AS (
+    SELECT clock_timestamp() AS at  -- after the locks: a start no claim before it counted
+), unheld AS (
+    SELECT l.scope, l.name FROM {schema}.limits l
+    WHERE (l.concurrency IS NOT NULL OR l.rate IS NOT NULL)
+      AND l.id NOT IN (SELECT id FROM held)
+), room AS (
+    SELECT current_setting('forklift.lane') <> '' AND NOT EXISTS (
+        SELECT 1 FROM held h
+        WHERE h.rate IS NOT NULL OR h.keyed OR h.concurrency IS NULL
+           OR h.concurrency < %(lanes)s * %(lane_claim)s + (
+               SELECT count(*) FROM {schema}.jobs j
+               WHERE j.state = 'running'
+                 AND ((h.scope = 'task' AND j.task = h.name)
+                   OR (h.scope = 'queue' AND j.queue = h.name)))
+    ) AS ok
+), said AS (
+    SELECT set_config('forklift.exact', (NOT ok)::text, true) AS exact FROM room
+), ready AS (
+    SELECT c.id, c.priority, c.available_at
+    FROM unnest(%(queues)s::text[]) AS q(name),
+    LATERAL (
+        SELECT j.id, j.priority, j.available_at
+        FROM {schema}.jobs j
+        WHERE j.state = 'ready' AND j.queue = q.name AND j.available_at <= now()
+          AND j.task NOT IN (SELECT u.name FROM unheld u WHERE u.scope = 'task')
+        ORDER BY j.priority DESC, j.available_at, j.id
+        LIMIT least(%(limit)s, %(lane_claim)s)
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+    WHERE (SELECT exact FROM said) = 'false'
+      AND q.name NOT IN (SELECT p.queue FROM {schema}.paused_queues AS p)
+      AND q.name NOT IN (SELECT u.name FROM unheld u WHERE u.scope = 'queue')
+), expired AS (
+    SELECT j.id, j.priority, j.available_at
+    FROM {schema}.jobs j
+    WHERE %(expired)s::boolean AND (SELECT exact FROM said) = 'false'
+      AND j.state = 'running' AND j.lease_until < now()
+      AND j.queue NOT IN (SELECT p.queue FROM {schema}.paused_queues AS p)
+      AND j.queue NOT IN (SELECT u.name FROM unheld u WHERE u.scope = 'queue')
+      AND j.task NOT IN (SELECT u.name FROM unheld u WHERE u.scope = 'task')
+      AND j.attempts < j.max_attempts AND j.queue = ANY(%(queues)s::text[])
+    ORDER BY j.priority DESC, j.available_at, j.id
+    LIMIT least(%(limit)s, %(lane_claim)s)
+    FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT id FROM (SELECT * FROM expired UNION ALL SELECT * FROM ready) AS p
+    ORDER BY priority DESC, available_at, id
+    LIMIT least(%(limit)s, %(lane_claim)s)
+)
+UPDATE {schema}.jobs AS j SET
+    state = 'running',
+    attempts = j.attempts + 1,
+    lease_owner = %(owner)s::text,
+    lease_until = now() + make_interval(secs => %(lease)s::float8),
+    started_at = (SELECT at FROM clock),
+    limited = j.task IN (SELECT h.name FROM held h WHERE h.scope = 'task')
+           OR j.queue IN (SELECT h.name FROM held h WHERE h.scope = 'queue'),
+    last_error = CASE WHEN j.state = 'running'
+        THEN 'LeaseExpired: lease of ' || j.lease_owner || ' expired' ELSE j.last_error END,
+    errors = CASE WHEN j.state = 'running'
+        THEN j.errors || jsonb_build_object(
+            'attempt', j.attempts, 'at', now(), 'worker', j.lease_owner,
+            'error', 'LeaseExpired: lease of ' || j.lease_owner || ' expired')
+        ELSE j.errors END
+WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
+RETURNING j.id, j.queue, j.task, j.args, j.idempotency_key, j.priority, j.attempts,
+          j.max_attempts, j.timeout,
+          greatest(0, extract(epoch FROM now() - j.available_at))::float8, j.batch_id;
+
+-- name: limit_path
+-- After job_claim_shared: whether it declined (claim on the exact path).
+SELECT current_setting('forklift.exact', true) = 'true';
 
 -- name: limit_lock
 -- A limited claim's first statement: take a transaction lock per limit of these queues

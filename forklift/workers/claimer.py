@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from forklift.limits import Limit
 from forklift.store import ClaimedJob, ConnSource, JobStore
-from forklift.store.limits import LimitStore
+from forklift.store.limits import LANE_CLAIM, Applying, LimitStore
 
 if TYPE_CHECKING:
     from forklift.app import App
@@ -41,7 +41,7 @@ class Claimer:
         self.lease = lease
         self._declared: dict[str, Limit | None] | None = declared  # until written
         self._look_at = 0.0
-        self.limited = False  # the last lookup found limits to hold
+        self.applying = Applying.NONE  # what the last lookup found to hold
 
     @classmethod
     def of_worker(
@@ -60,9 +60,15 @@ class Claimer:
             self._declared = None
         now = time.monotonic()
         if now >= self._look_at:
-            self.limited = self.limits.apply(self.queues, self.tasks)
+            self.applying = self.limits.apply(self.queues, self.tasks)
             self._look_at = now + LOOK_EVERY
-        if self.limited:
+        if self.applying is Applying.SHARED:
+            jobs = self.limits.claim_shared(
+                self.queues, self.tasks, self.owner, free, self.lease, expired=expired
+            )
+            if jobs is not None:  # else too close to a limit, or no lane free: exact
+                return jobs, len(jobs) == LANE_CLAIM < free
+        if self.applying is not Applying.NONE:
             return self.limits.claim(
                 self.queues, self.tasks, self.owner, free, self.lease, expired=expired
             )
@@ -73,6 +79,6 @@ class Claimer:
     def due_in(self) -> float | None:
         """Seconds until a job held back or delayed may be claimed; None if nothing is
         waiting on a clock (a freed slot or a new job notifies)."""
-        if self.limited:
+        if self.applying is not Applying.NONE:
             return self.limits.wake_in(self.queues, self.tasks)
         return self.store.job_next_available(self.queues)

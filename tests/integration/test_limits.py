@@ -402,3 +402,63 @@ def test_a_rate_redeclared_over_another_window_starts_a_fresh_one(
     assert db.execute(windows).fetchone() == (1,)
     limits.register({"call_api": forklift.Limit(rate=5, per=60.0)})
     assert db.execute(windows).fetchone() == (0,)
+
+
+def test_the_shared_path_for_a_roomy_limit_never_exceeds_it_either(
+    app: forklift.App, dsn: str, db: Db, schema: str
+) -> None:
+    """A limit far above what runs is claimed on the shared path (claims side by side, a
+    lane each); six claimers that hold what they claim push it to its limit, where
+    claims go the exact way. The spans from claim to end never overlap past it."""
+    from forklift.store.limits import Applying
+
+    @app.task(name="roomy", limit=forklift.Limit(concurrency=2100))
+    def roomy(ctx: forklift.JobContext) -> None: ...
+
+    limits = LimitStore(app.store.pool, schema, "test")
+    limits.register({"roomy": roomy.limit})
+    assert limits.apply(["default"], ["roomy"]) is Applying.SHARED
+    app.enqueue_many([("roomy", {}) for _ in range(6000)])
+    paths: list[str] = []
+    errors: list[BaseException] = []
+
+    def claimer(owner: str) -> None:
+        held: list[int] = []
+        try:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                while True:
+                    jobs = limits.claim_shared(
+                        ["default"], ["roomy"], owner, 300, 30, expired=False
+                    )
+                    paths.append("shared" if jobs is not None else "exact")
+                    if jobs is None:
+                        jobs, _ = limits.claim(
+                            ["default"], ["roomy"], owner, 300, 30, expired=False
+                        )
+                    held += [j.id for j in jobs]
+                    if len(held) > 500 or (not jobs and held):
+                        done, held = held[:256], held[256:]
+                        conn.execute(
+                            f"UPDATE {schema}.jobs SET state = 'succeeded', lease_owner = NULL,"
+                            " completed_at = clock_timestamp() WHERE id = ANY(%s)",
+                            (done,),
+                        )
+                    elif not jobs:
+                        return
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=claimer, args=(f"w{i}",)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    rows = db.execute(
+        f"SELECT extract(epoch FROM started_at)::float8, extract(epoch FROM completed_at)::float8"
+        f" FROM {schema}.jobs"
+    ).fetchall()
+    assert len(rows) == 6000 and all(e is not None for _, e in rows)
+    peak = most_at_once([(s, e) for s, e in rows])
+    assert 1900 <= peak <= 2100, peak  # reached, never passed
+    assert "shared" in paths and "exact" in paths
