@@ -42,13 +42,20 @@ ON CONFLICT (name) DO UPDATE SET
     seen_at = now()
 RETURNING s.name, s.fired_through, s.defined_at = %(now)s::timestamptz;
 
+-- name: schedule_fire_lock
+-- Take one schedule's firing lock for this transaction; false if another replica is
+-- firing it now. An advisory lock, not the row's: the rounds' other writes to the row
+-- (sync, settle) hold it for a moment and must not make a replica think it is taken.
+SELECT pg_try_advisory_xact_lock(
+    ('x' || left(md5('forklift:schedule-fire:{schema}:' || %(name)s::text), 16))::bit(64)::bigint);
+
 -- name: schedule_lock
--- Lock one schedule for a round of firing; no row if another replica is firing it now.
--- With the transaction's start (`now()`, the created_at of the jobs it enqueues): what
--- the round plans from, so a fire planned ahead is enqueued ahead of its time.
+-- The schedule a round fires, read after its firing lock (schedule_fire_lock) in a fresh
+-- snapshot: what the last firer advanced is seen. With the transaction's start (`now()`,
+-- the created_at of the jobs it enqueues): what the round plans from, so a fire planned
+-- ahead is enqueued ahead of its time.
 SELECT fired_through, definition_hash, now() FROM {schema}.schedules
-WHERE name = %(name)s::text
-FOR UPDATE SKIP LOCKED;
+WHERE name = %(name)s::text;
 
 -- name: schedule_fire
 -- Enqueue the job of one fire time and note the fire in flight. Nothing if the fire is

@@ -128,9 +128,13 @@ class ScheduleSession:
 
     @contextmanager
     def schedule_lock(self, name: str) -> Iterator[Locked | None]:
-        """A transaction holding the schedule's row (None: another replica holds it)."""
+        """A transaction holding the schedule's firing lock (None: another replica is
+        firing it)."""
         with self.conn.transaction():
-            row = self.conn.execute(self.q["schedule_lock"], {"name": name}).fetchone()
+            taken = self.conn.execute(self.q["schedule_fire_lock"], {"name": name}).fetchone()
+            row = None
+            if taken is not None and taken[0]:
+                row = self.conn.execute(self.q["schedule_lock"], {"name": name}).fetchone()
             yield None if row is None else Locked(*row)
 
     def schedule_fire(self, schedule: Schedule, fire_at: datetime) -> Fired:
