@@ -106,18 +106,6 @@ class Limit:
             )
         return text
 
-    def describe(self) -> str:
-        """`concurrency 4, 10/1s per account`"""
-        parts = []
-        if self.concurrency is not None:
-            parts.append(f"concurrency {self.concurrency}")
-        if self.rate is not None:
-            parts.append(f"{self.rate}/{self.per:g}s")
-        text = ", ".join(parts)
-        if self.key is not None:
-            text += f" per {self.key_arg or 'key'}"
-        return text
-
 
 def key_text(value: object) -> str:
     """A key's value as stored: a string as it is, anything else as its JSON."""

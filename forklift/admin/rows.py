@@ -178,8 +178,8 @@ class LimitRow:
     rejected: int = 0  # enqueues refused by max_depth
 
     def describe(self) -> str:
-        """`concurrency 4, 10/1s per account` (as forklift.Limit.describe), `…, max
-        depth 10000` for a queue."""
+        """`concurrency 4, 10/1s per account` for a task, `…, max depth 10000` for a
+        queue."""
         return limit_text(
             self.concurrency, self.rate, self.per, self.max_depth,
             (self.key_arg or "key") if self.keyed else None,

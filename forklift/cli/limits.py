@@ -110,25 +110,18 @@ def change_of(args: argparse.Namespace) -> LimitChange | None:
 
 def limit_json(queue: str, limit: LimitRow | None) -> dict[str, Any]:
     """`queues limit --json`: what is in force now."""
-    return {
-        "queue": queue,
-        "action": "limit",
-        "concurrency": limit.concurrency if limit else None,
-        "rate": limit.rate if limit else None,
-        "per": limit.per if limit else None,
-        "max_depth": limit.max_depth if limit else None,
-        "rejected": limit.rejected if limit else 0,
-    }
+    return {"queue": queue, "action": "limit", **stats_json(limit)}
 
 
-def stats_json(s: QueueStats) -> dict[str, Any]:
-    """A queue's limits, as `queues --json` and `top --json` give them."""
+def stats_json(s: LimitRow | QueueStats | None) -> dict[str, Any]:
+    """A queue's limits, as `queues --json`, `top --json` and `queues limit --json` give
+    them (None: it has none)."""
     return {
-        "concurrency": s.concurrency,
-        "rate": s.rate,
-        "per": s.per,
-        "max_depth": s.max_depth,
-        "rejected": s.rejected,
+        "concurrency": s.concurrency if s else None,
+        "rate": s.rate if s else None,
+        "per": s.per if s else None,
+        "max_depth": s.max_depth if s else None,
+        "rejected": s.rejected if s else 0,
     }
 
 

@@ -47,7 +47,7 @@ class LimitStore:
         """Claim under the limits (the exact path); also whether candidates were turned
         away (their keys just filled: claim again at once for what else is ready)."""
         params = _params(queues, tasks, owner, limit, lease, expired)
-        rows, _ = self._pipelined("limit_lock", "job_claim_limited", params)
+        rows, _ = self._pipelined("job_claim_limited", params)
         return claimed(rows), any(r[11] for r in rows)
 
     def claim_shared(
@@ -63,12 +63,12 @@ class LimitStore:
         """Claim on the shared path (limits far from full: claims on different lanes do
         not wait for each other); None when it declined (no lane free, or too close to a
         limit): claim on the exact path."""
-        params = _params(queues, tasks, owner, limit, lease, expired)
-        rows, exact = self._pipelined("limit_lock_shared", "job_claim_shared", params, "limit_path")
+        params = _params(queues, tasks, owner, limit, lease, expired, shared=True)
+        rows, exact = self._pipelined("job_claim_shared", params, "limit_path")
         return None if exact else claimed(rows)
 
     def _pipelined(
-        self, lock: str, claim: str, params: dict[str, Any], after: str | None = None
+        self, claim: str, params: dict[str, Any], after: str | None = None
     ) -> tuple[list[Any], bool]:
         """BEGIN; lock; claim; [after;] COMMIT in one round trip (BEGIN and COMMIT as
         statements of the pipeline: psycopg's transaction() would wait for its BEGIN)."""
@@ -76,7 +76,7 @@ class LimitStore:
             try:
                 with conn.pipeline():
                     conn.execute("BEGIN")
-                    conn.execute(self.q[lock], params)
+                    conn.execute(self.q["limit_lock"], params)
                     cur = conn.execute(self.q[claim], params)
                     said = conn.execute(self.q[after]) if after is not None else None
                     conn.execute("COMMIT")
@@ -124,11 +124,11 @@ _LANES = {"lanes": LANES, "lane_claim": LANE_CLAIM}
 
 def _params(
     queues: Sequence[str], tasks: Sequence[str], owner: str, limit: int, lease: float,
-    expired: bool,
+    expired: bool, *, shared: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
     return {
         "queues": list(queues), "tasks": list(tasks), "owner": owner, "limit": limit,
-        "lease": lease, "expired": expired, **_LANES,
+        "lease": lease, "expired": expired, "shared": shared, **_LANES,
     }  # fmt: skip
 
 

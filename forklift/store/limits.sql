@@ -3,7 +3,7 @@
 
 -- name: limits_apply
 -- The limits a claim of these queues and tasks must hold (none: the plain claim), and
--- whether all of them may take the shared path (limit_lock_shared): concurrency only,
+-- whether all of them may take the shared path (limit_lock, shared): concurrency only,
 -- no key, and room for every lane's largest claim many times over.
 SELECT count(*),
        coalesce(bool_and(l.rate IS NULL AND NOT l.keyed
@@ -13,33 +13,8 @@ WHERE (l.concurrency IS NOT NULL OR l.rate IS NOT NULL)
   AND ((l.scope = 'task' AND l.name = ANY(%(tasks)s::text[]))
     OR (l.scope = 'queue' AND l.name = ANY(%(queues)s::text[])));
 
--- name: limit_lock_shared
--- The shared path's first statement, for limits far from full: one of `lanes` lane locks
--- (tried, never waited for; none free: the claim takes nothing and says so), then each
--- limit's lock in shared mode, so claims on different lanes run side by side while an
--- exact claim (limit_lock, exclusive) waits for them all. At most `lanes` shared claims
--- of `lane_claim` jobs each are in flight at once: job_claim_shared claims only while
--- what runs plus all of them fits.
-SELECT set_config('forklift.limits', coalesce(string_agg(h.id::text, ','), ''), true),
-       set_config('forklift.lane', coalesce((
-           SELECT i::text FROM generate_series(0, %(lanes)s - 1) AS i
-           WHERE pg_try_advisory_xact_lock(
-               ('x' || left(md5('forklift:limit-lane:{schema}:' || i), 16))::bit(64)::bigint)
-           LIMIT 1), ''), true)
-FROM (
-    SELECT s.id, pg_advisory_xact_lock_shared(
-        ('x' || left(md5('forklift:limit:{schema}:' || s.id), 16))::bit(64)::bigint) AS locked
-    FROM (
-        SELECT l.id FROM {schema}.limits l
-        WHERE (l.concurrency IS NOT NULL OR l.rate IS NOT NULL)
-          AND ((l.scope = 'task' AND l.name = ANY(%(tasks)s::text[]))
-            OR (l.scope = 'queue' AND l.name = ANY(%(queues)s::text[])))
-        ORDER BY l.id
-    ) AS s
-) AS h;
-
 -- name: job_claim_shared
--- job_claim on the shared path, after limit_lock_shared: the plain claim of up to
+-- job_claim on the shared path, after limit_lock (shared): the plain claim of up to
 -- `lane_claim` jobs (none under a limit it does not hold), taken only if a lane was free
 -- and every limit it holds has room for what runs plus `lanes` such claims; otherwise
 -- nothing, and `forklift.exact` says to claim on the exact path.
@@ -124,16 +99,30 @@ SELECT current_setting('forklift.exact', true) = 'true';
 -- name: limit_lock
 -- A limited claim's first statement: take a transaction lock per limit of these queues
 -- and tasks (advisory, keyed by the limit's id: no row is written), in id order so
--- claimers never deadlock, and note their ids for job_claim_limited, whose fresh
--- snapshot then sees every claim committed under them. That claim keeps one plan (its
--- custom plans cost more to make than to run).
+-- claimers never deadlock, and note their ids for the claim that follows, whose fresh
+-- snapshot then sees every claim committed under them.
+-- Exclusive (the exact path): that claim, job_claim_limited, keeps one plan (its custom
+-- plans cost more to make than to run).
+-- Shared (`shared`, for limits far from full): first one of `lanes` lane locks (tried,
+-- never waited for; none free: the claim takes nothing and says so), so claims on
+-- different lanes run side by side while an exact claim waits for them all. At most
+-- `lanes` shared claims of `lane_claim` jobs each are in flight at once:
+-- job_claim_shared claims only while what runs plus all of them fits.
 SELECT set_config('forklift.limits', coalesce(string_agg(h.id::text, ','), ''), true),
-       set_config('plan_cache_mode', 'force_generic_plan', true)
+       set_config('forklift.lane', CASE WHEN %(shared)s::boolean THEN coalesce((
+           SELECT i::text FROM generate_series(0, %(lanes)s - 1) AS i
+           WHERE pg_try_advisory_xact_lock(
+               ('x' || left(md5('forklift:limit-lane:{schema}:' || i), 16))::bit(64)::bigint)
+           LIMIT 1), '') ELSE '' END, true),
+       set_config('plan_cache_mode', CASE WHEN %(shared)s::boolean
+           THEN current_setting('plan_cache_mode') ELSE 'force_generic_plan' END, true)
 FROM (
-    SELECT s.id, pg_advisory_xact_lock(
-        ('x' || left(md5('forklift:limit:{schema}:' || s.id), 16))::bit(64)::bigint) AS locked
+    SELECT s.id, CASE WHEN %(shared)s::boolean
+        THEN pg_advisory_xact_lock_shared(s.key) ELSE pg_advisory_xact_lock(s.key) END
     FROM (
-        SELECT l.id FROM {schema}.limits l
+        SELECT l.id, ('x' || left(md5('forklift:limit:{schema}:' || l.id), 16))::bit(64)::bigint
+               AS key
+        FROM {schema}.limits l
         WHERE (l.concurrency IS NOT NULL OR l.rate IS NOT NULL)
           AND ((l.scope = 'task' AND l.name = ANY(%(tasks)s::text[]))
             OR (l.scope = 'queue' AND l.name = ANY(%(queues)s::text[])))

@@ -198,11 +198,18 @@ def test_claims_under_limits_read_the_jobs_table_through_its_indexes(
     params = {
         "queues": ["q0", "q1", "q2"], "tasks": ["t1", "t2", "t3"], "owner": "host:1:w",
         "limit": 64, "lease": 30.0, "expired": True, "queue": "q1", "upto": 1000,
+        "shared": False, "lanes": 4, "lane_claim": 256,
     }  # fmt: skip
     scanned = []
     with db.transaction():
         db.execute(queries["limit_lock"], params)
-        for name in ("job_claim_limited", "limit_wake", "producer_limits", "queue_depth"):
+        for name in (
+            "job_claim_limited",
+            "job_claim_shared",
+            "limit_wake",
+            "producer_limits",
+            "queue_depth",
+        ):
             if "jobs" in set(seq_scans(explain(db, queries[name], params))):
                 scanned.append(name)
     assert scanned == []
