@@ -81,10 +81,10 @@ class Limit:
                 f"(it takes: {taken})"
             )
 
-    def key_of(self, task: str, args: Mapping[str, Any], defaults: Mapping[str, Any]) -> str | None:
-        """The key value of a job with `args`, as stored; None when not keyed."""
+    def key_of(self, task: str, args: Mapping[str, Any], defaults: Mapping[str, Any]) -> str:
+        """The key value of a job with `args`, as stored ('' when not keyed)."""
         if self.key is None:
-            return None
+            return ""
         if isinstance(self.key, str):
             if self.key in args:
                 value = args[self.key]
@@ -112,12 +112,15 @@ def key_text(value: object) -> str:
     return value if isinstance(value, str) else json.dumps(value, separators=(", ", ": "))
 
 
-def key_from_args(args: str, name: str) -> str | None:
-    """The key of a job whose arguments are the JSON text `args`, keyed by argument
-    `name` (a producer that does not declare the task): None if it has no such
-    argument, or the value is too long (such jobs share one key)."""
+def key_from_args(args: str, name: str | None) -> str:
+    """The key of a job whose arguments are the JSON text `args`, under a limit keyed by
+    argument `name` (a producer that does not declare the task; None: a limit with no
+    key, or keyed by a callable it cannot call): '' if it has no such argument, or the
+    value is too long (such jobs share one key)."""
+    if name is None:
+        return ""
     value = json.loads(args).get(name)
     if value is None:
-        return None
+        return ""
     text = key_text(value)
-    return text if len(text.encode()) <= KEY_BYTES else None
+    return text if len(text.encode()) <= KEY_BYTES else ""

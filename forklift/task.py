@@ -131,7 +131,8 @@ class Task(Generic[P, R]):
         }
 
     def limit_key(self, args: Mapping[str, Any]) -> str | None:
-        """The value of its limit's key for a job with `args` (None: not keyed)."""
+        """The key a job with `args` is stored with (jobs.limit_key): its limit's key's
+        value, '' under a limit with no key, None with no limit."""
         if self.limit is None:
             return None
         return self.limit.key_of(self.name, args, self._defaults)

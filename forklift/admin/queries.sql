@@ -3,9 +3,9 @@
 
 -- name: queue_depth
 -- Per queue: due, scheduled, running and dead jobs, and the oldest due job's age (NULL:
--- nothing due). Each state is counted through its own partial index (ready: from the
--- claim index alone; running; dead: from the dead-per-queue index alone), so the finished
--- rows retention keeps are never read.
+-- nothing due). Each state is counted through its own partial indexes (ready: from the
+-- two claim indexes alone, limited jobs' and the others'; running; dead: from the
+-- dead-per-queue index alone), so the finished rows retention keeps are never read.
 SELECT per.queue, sum(per.due)::bigint, sum(per.later)::bigint, sum(per.running)::bigint,
        sum(per.dead)::bigint, extract(epoch FROM now() - min(per.oldest))::float8
 FROM (
@@ -14,7 +14,14 @@ FROM (
            count(*) FILTER (WHERE j.available_at > now()) AS later,
            0 AS running, 0 AS dead,
            min(j.available_at) FILTER (WHERE j.available_at <= now()) AS oldest
-    FROM {schema}.jobs AS j WHERE j.state = 'ready' GROUP BY j.queue
+    FROM {schema}.jobs AS j WHERE j.state = 'ready' AND j.limit_key IS NULL GROUP BY j.queue
+    UNION ALL
+    SELECT j.queue,
+           count(*) FILTER (WHERE j.available_at <= now()),
+           count(*) FILTER (WHERE j.available_at > now()),
+           0, 0, min(j.available_at) FILTER (WHERE j.available_at <= now())
+    FROM {schema}.jobs AS j WHERE j.state = 'ready' AND j.limit_key IS NOT NULL
+    GROUP BY j.queue
     UNION ALL
     SELECT j.queue, 0, 0, count(*), 0, NULL
     FROM {schema}.jobs AS j WHERE j.state = 'running' GROUP BY j.queue
@@ -54,14 +61,25 @@ ORDER BY queue;
 -- name: queue_known_list
 -- Every queue in use: with jobs ready (due or not), running or dead, among the newest
 -- 10,000 finished jobs, served by a registered process, or paused. One probe of an index
--- per queue for the ready and the dead (a loose index scan: never every row), the running
--- jobs' index, the newest finished jobs alone: its cost grows with the queues, not the jobs.
+-- per queue for the ready (each of the two claim indexes) and the dead (a loose index
+-- scan: never every row), the running jobs' index, the newest finished jobs alone: its
+-- cost grows with the queues, not the jobs.
 WITH RECURSIVE ready(queue) AS (
-    (SELECT j.queue FROM {schema}.jobs AS j WHERE j.state = 'ready' ORDER BY j.queue LIMIT 1)
+    (SELECT j.queue FROM {schema}.jobs AS j WHERE j.state = 'ready' AND j.limit_key IS NULL
+     ORDER BY j.queue LIMIT 1)
     UNION ALL
     SELECT (SELECT j.queue FROM {schema}.jobs AS j
-            WHERE j.state = 'ready' AND j.queue > r.queue ORDER BY j.queue LIMIT 1)
+            WHERE j.state = 'ready' AND j.limit_key IS NULL AND j.queue > r.queue
+            ORDER BY j.queue LIMIT 1)
     FROM ready AS r WHERE r.queue IS NOT NULL
+), limited(queue) AS (
+    (SELECT j.queue FROM {schema}.jobs AS j
+     WHERE j.state = 'ready' AND j.limit_key IS NOT NULL ORDER BY j.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM {schema}.jobs AS j
+            WHERE j.state = 'ready' AND j.limit_key IS NOT NULL AND j.queue > r.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM limited AS r WHERE r.queue IS NOT NULL
 ), dead(queue) AS (
     (SELECT j.queue FROM {schema}.jobs AS j WHERE j.state = 'dead' ORDER BY j.queue LIMIT 1)
     UNION ALL
@@ -70,6 +88,8 @@ WITH RECURSIVE ready(queue) AS (
     FROM dead AS d WHERE d.queue IS NOT NULL
 )
 SELECT queue FROM ready WHERE queue IS NOT NULL
+UNION
+SELECT queue FROM limited WHERE queue IS NOT NULL
 UNION
 SELECT queue FROM dead WHERE queue IS NOT NULL
 UNION

@@ -13,14 +13,19 @@ from typing import Any, Protocol, TypeVar
 from psycopg_pool import ConnectionPool
 
 from forklift import _db, _sql
-from forklift.store._boundary import Conn, short_connection, translated
+from forklift.store._boundary import Conn, pipelined, short_connection, translated
 from forklift.store._effect import Effect
 from forklift.store._listen import Notifications
-from forklift.store._rows import ClaimedJob, JobState, NewJob, claimed
+from forklift.store._rows import Claim, ClaimedJob, JobState, NewJob, claimed
 from forklift.store.producing import ProducerLimits
 
+# A success to record: (job id, attempt, result JSON, progress JSON), fenced by both.
+Completion = tuple[int, int, str | None, str | None]
+
 __all__ = [
+    "Claim",
     "ClaimedJob",
+    "Completion",
     "Conn",
     "ConnSource",
     "Effect",
@@ -186,6 +191,27 @@ class JobStore:
             rows = conn.execute(self.q["job_claim"], params).fetchall()
         return claimed(rows)
 
+    def job_claim_completing(
+        self,
+        done: Sequence[Completion],
+        queues: Sequence[str],
+        owner: str,
+        limit: int,
+        lease: float,
+        *,
+        expired: bool,
+    ) -> tuple[set[int], list[ClaimedJob]]:
+        """Complete `done` (as job_complete_many), then claim (as job_claim), in one
+        transaction and one round trip: the claim sees the slots they free. The ids
+        completed, and the jobs claimed."""
+        params = {"queues": list(queues), "owner": owner, "limit": limit, "lease": lease}
+        params["expired"] = expired
+        with translated("claim failed", self.where), self.pool.connection() as conn:
+            completed, claim = pipelined(
+                conn, [self.completion(done, owner), (self.q["job_claim"], params)]
+            )
+            return {r[0] for r in completed}, claimed(claim.fetchall())
+
     def job_next_available(self, queues: Sequence[str]) -> float | None:
         """Seconds until the next ready job of `queues` is due; None if there is none."""
         with translated("next-available lookup failed", self.where), self.pool.connection() as conn:
@@ -200,18 +226,16 @@ class JobStore:
         with translated("lease renewal failed", self.where), self.pool.connection() as conn:
             return {r[0] for r in conn.execute(self.q["lease_renew_many"], params)}
 
-    def job_complete_many(
-        self, done: Sequence[tuple[int, int, str | None, str | None]], owner: str
-    ) -> set[int]:
+    def job_complete_many(self, done: Sequence[Completion], owner: str) -> set[int]:
         """Mark (id, attempt, result JSON, progress JSON) jobs succeeded; return the ids
         completed (others were lost)."""
-        params = {**_leases(done), "owner": owner}
-        query = "job_complete_many"
-        if any(d[2] is not None or d[3] is not None for d in done):
-            query = "job_complete_many_values"
-            params["results"], params["progress"] = [d[2] for d in done], [d[3] for d in done]
         with translated("completion failed", self.where), self.pool.connection() as conn:
-            return {r[0] for r in conn.execute(self.q[query], params)}
+            return {r[0] for r in conn.execute(*self.completion(done, owner))}
+
+    def completion(self, done: Sequence[Completion], owner: str) -> tuple[str, dict[str, Any]]:
+        """The statement that completes `done` (job_complete_many, or its variant that
+        writes results and progress), with its parameters."""
+        return completion(self.q, done, owner)
 
     def job_progress_many(self, held: Sequence[tuple[int, int, str]], owner: str) -> None:
         """Record (id, attempt, progress JSON) of running jobs this worker holds."""
@@ -337,6 +361,16 @@ class JobStore:
                 conn.execute(self.q["jobs_vacuum"], prepare=False)
             finally:
                 conn.execute("RESET statement_timeout")
+
+
+def completion(
+    q: dict[str, str], done: Sequence[Completion], owner: str
+) -> tuple[str, dict[str, Any]]:
+    params = {**_leases(done), "owner": owner}
+    if not any(d[2] is not None or d[3] is not None for d in done):
+        return q["job_complete_many"], params
+    params["results"], params["progress"] = [d[2] for d in done], [d[3] for d in done]
+    return q["job_complete_many_values"], params
 
 
 def _leases(held: Sequence[tuple[Any, ...]]) -> dict[str, list[Any]]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -63,3 +63,18 @@ def short_connection(
         _db.connect(dsn, timeouts, application_name=application_name) as c,
     ):
         yield c
+
+
+def pipelined(conn: Conn, statements: Sequence[tuple[str, Any]]) -> list[psycopg.Cursor[Any]]:
+    """Run `statements` ((query, params)) in one transaction and one round trip: BEGIN and
+    COMMIT go as statements of the pipeline (psycopg's transaction() would wait for its
+    BEGIN). Each statement's cursor, in order; on an error, rolled back and raised."""
+    try:
+        with conn.pipeline():
+            conn.execute("BEGIN")
+            cursors = [conn.execute(query, params) for query, params in statements]
+            conn.execute("COMMIT")
+    except BaseException:
+        conn.rollback()  # a failed statement left the transaction open (aborted)
+        raise
+    return cursors

@@ -7,7 +7,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 
 @dataclass(slots=True)
@@ -30,6 +30,19 @@ class NewJob:
     @property
     def due_now(self) -> bool:
         return self.run_at is None and self.delay <= 0
+
+
+class Claim(NamedTuple):
+    """What a claim took: its jobs, whether to claim again at once, and the ids of the
+    successes completed in its transaction."""
+
+    jobs: list[ClaimedJob]
+    again: bool = False
+    completed: set[int] = set()  # noqa: RUF012 (never mutated: a fresh set per claim)
+    declined: bool = False  # the shared path declined: claim on the exact path
+    # Per queue, the (task, key) its look at the keys of limited jobs ended at: where
+    # the next claim's look starts (store/limits.sql, job_claim_limited).
+    looked: dict[str, tuple[str, str]] = {}  # noqa: RUF012 (never mutated)
 
 
 @dataclass(slots=True)

@@ -15,7 +15,11 @@ from typing import Any
 from forklift import _sql
 from forklift.limits import Limit
 from forklift.store import ConnSource, translated
-from forklift.store._rows import ClaimedJob, claimed
+from forklift.store._boundary import pipelined
+from forklift.store._rows import Claim, claimed
+
+# A completion statement to run first in a claim's transaction: (query, params).
+Completing = tuple[str, dict[str, Any]]
 
 
 class LimitStore:
@@ -25,14 +29,15 @@ class LimitStore:
         self.q = _sql.load("forklift.store", "limits.sql", schema)
 
     def apply(self, queues: Sequence[str], tasks: Sequence[str]) -> Applying:
-        """Whether a claim of these queues and tasks has limits to hold, and whether they
-        all may be held on the shared path."""
+        """Whether a claim of these queues and tasks has limits to hold (or jobs stored
+        with the key of a limit there is none of any more), and whether they all may be
+        held on the shared path."""
         params = {"queues": list(queues), "tasks": list(tasks), **_LANES}
         with translated("limit lookup failed", self.where), self.pool.connection() as conn:
             row = conn.execute(self.q["limits_apply"], params).fetchone()
-        if row is None or not row[0]:
+        if row is None or not (row[0] or row[2]):
             return Applying.NONE
-        return Applying.SHARED if row[1] else Applying.EXACT
+        return Applying.SHARED if row[0] and row[1] else Applying.EXACT
 
     def claim(
         self,
@@ -43,12 +48,25 @@ class LimitStore:
         lease: float,
         *,
         expired: bool,
-    ) -> tuple[list[ClaimedJob], bool]:
-        """Claim under the limits (the exact path); also whether candidates were turned
-        away (their keys just filled: claim again at once for what else is ready)."""
+        complete: Completing | None = None,
+        after: Mapping[str, tuple[str, str]] | None = None,
+    ) -> Claim:
+        """Claim under the limits (the exact path), after completing `complete` in the
+        same transaction (it sees the slots they free); also whether candidates were
+        turned away (their keys just filled: claim again at once for what else is
+        ready), and where its look at the keys ended in each queue (`after`, next
+        time)."""
         params = _params(queues, tasks, owner, limit, lease, expired)
-        rows, _ = self._pipelined("job_claim_limited", params)
-        return claimed(rows), any(r[11] for r in rows)
+        looked = sorted((after or {}).items())
+        params["after_queues"] = [q for q, _ in looked]
+        params["after_tasks"] = [tk[0] for _, tk in looked]
+        params["after_keys"] = [tk[1] for _, tk in looked]
+        rows, completed, _ = self._pipelined("job_claim_limited", params, complete)
+        # (one row of NULLs but `again` when nothing was taken)
+        jobs = claimed([r for r in rows if r[0] is not None])
+        queues_, tasks_, keys_ = rows[0][12:15] if rows else (None, None, None)
+        ended = dict(zip(queues_ or [], zip(tasks_ or [], keys_ or [], strict=True), strict=True))
+        return Claim(jobs, any(r[11] for r in rows), completed, looked=ended)
 
     def claim_shared(
         self,
@@ -59,33 +77,39 @@ class LimitStore:
         lease: float,
         *,
         expired: bool,
-    ) -> list[ClaimedJob] | None:
+        complete: Completing | None = None,
+    ) -> Claim:
         """Claim on the shared path (limits far from full: claims on different lanes do
-        not wait for each other); None when it declined (no lane free, or too close to a
-        limit): claim on the exact path."""
+        not wait for each other), after completing `complete` in the same transaction.
+        `declined` (no lane free, or too close to a limit; `complete` is written all the
+        same): claim on the exact path."""
         params = _params(queues, tasks, owner, limit, lease, expired, shared=True)
-        rows, exact = self._pipelined("job_claim_shared", params, "limit_path")
-        return None if exact else claimed(rows)
+        rows, completed, exact = self._pipelined("job_claim_shared", params, complete, "limit_path")
+        return Claim([] if exact else claimed(rows), False, completed, declined=exact)
 
     def _pipelined(
-        self, claim: str, params: dict[str, Any], after: str | None = None
-    ) -> tuple[list[Any], bool]:
-        """BEGIN; lock; claim; [after;] COMMIT in one round trip (BEGIN and COMMIT as
-        statements of the pipeline: psycopg's transaction() would wait for its BEGIN)."""
+        self,
+        claim: str,
+        params: dict[str, Any],
+        complete: Completing | None,
+        after: str | None = None,
+    ) -> tuple[list[Any], set[int], bool]:
+        """[complete;] lock; claim; [after;] in one transaction and one round trip: the
+        claim's rows, the ids completed, and what `after` said."""
+        statements: list[tuple[str, Any]] = [
+            (self.q["limit_lock"], params),
+            (self.q[claim], params),
+        ]
+        if complete is not None:
+            statements[:0] = [(self.q["claim_completing"], None), complete]
+        if after is not None:
+            statements.append((self.q[after], None))
         with translated("claim failed", self.where), self.pool.connection() as conn:
-            try:
-                with conn.pipeline():
-                    conn.execute("BEGIN")
-                    conn.execute(self.q["limit_lock"], params)
-                    cur = conn.execute(self.q[claim], params)
-                    said = conn.execute(self.q[after]) if after is not None else None
-                    conn.execute("COMMIT")
-                rows = cur.fetchall()
-                flag = said.fetchone() if said is not None else None
-            except BaseException:
-                conn.rollback()  # a failed statement left the transaction open (aborted)
-                raise
-        return rows, bool(flag and flag[0])
+            cursors = pipelined(conn, statements)
+            completed = {r[0] for r in cursors[1]} if complete is not None else set()
+            rows = cursors[-2 if after is not None else -1].fetchall()
+            flag = cursors[-1].fetchone() if after is not None else None
+        return rows, completed, bool(flag and flag[0])
 
     def wake_in(self, queues: Sequence[str], tasks: Sequence[str]) -> float | None:
         """Seconds until a full rate window of these limits frees or a delayed job is
@@ -120,6 +144,12 @@ class Applying(enum.Enum):
 LANES = 4
 LANE_CLAIM = 256
 _LANES = {"lanes": LANES, "lane_claim": LANE_CLAIM}
+# The exact path walks the jobs under limits in line order this far past what it claims;
+# past that (the keys in front full), it looks at the first jobs of other keys, KEYS of
+# them a claim, each claim on from where the last ended: a claim's cost stays bounded
+# however many jobs wait behind full keys, and however many keys there are.
+VISIT = 256
+KEYS = 32
 
 
 def _params(
@@ -128,7 +158,8 @@ def _params(
 ) -> dict[str, Any]:  # fmt: skip
     return {
         "queues": list(queues), "tasks": list(tasks), "owner": owner, "limit": limit,
-        "lease": lease, "expired": expired, "shared": shared, **_LANES,
+        "lease": lease, "expired": expired, "shared": shared, "visit": VISIT, "keys": KEYS,
+        **_LANES,
     }  # fmt: skip
 
 

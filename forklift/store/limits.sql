@@ -4,10 +4,34 @@
 -- name: limits_apply
 -- The limits a claim of these queues and tasks must hold (none: the plain claim), and
 -- whether all of them may take the shared path (limit_lock, shared): concurrency only,
--- no key, and room for every lane's largest claim many times over.
+-- no key, and room for every lane's largest claim many times over. Also whether jobs of
+-- these tasks wait with a limit's key stored that no limit has any more (the limit was
+-- dropped, or only their producer declares it): only a claim under limits takes those.
+-- The tasks with keyed jobs in each queue are found by a loose index scan.
+WITH RECURSIVE keyed(queue, task) AS (
+    SELECT f.* FROM unnest(%(queues)s::text[]) AS q(name),
+    LATERAL (
+        SELECT j.queue, j.task FROM {schema}.jobs j
+        WHERE j.state = 'ready' AND j.limit_key IS NOT NULL AND j.queue = q.name
+        ORDER BY j.queue, j.task LIMIT 1
+    ) AS f
+    UNION ALL
+    SELECT n.* FROM keyed k,
+    LATERAL (
+        SELECT j.queue, j.task FROM {schema}.jobs j
+        WHERE j.state = 'ready' AND j.limit_key IS NOT NULL AND j.queue = k.queue
+          AND j.task > k.task
+        ORDER BY j.queue, j.task LIMIT 1
+    ) AS n
+)
 SELECT count(*),
        coalesce(bool_and(l.rate IS NULL AND NOT l.keyed
-                         AND l.concurrency >= 2 * %(lanes)s * %(lane_claim)s), false)
+                         AND l.concurrency >= 2 * %(lanes)s * %(lane_claim)s), false),
+       EXISTS (SELECT 1 FROM keyed k
+               WHERE k.task = ANY(%(tasks)s::text[])
+                 AND k.task NOT IN (SELECT t.name FROM {schema}.limits t
+                                    WHERE t.scope = 'task'
+                                      AND (t.concurrency IS NOT NULL OR t.rate IS NOT NULL)))
 FROM {schema}.limits l
 WHERE (l.concurrency IS NOT NULL OR l.rate IS NOT NULL)
   AND ((l.scope = 'task' AND l.name = ANY(%(tasks)s::text[]))
@@ -39,14 +63,39 @@ WITH held AS (
                    OR (h.scope = 'queue' AND j.queue = h.name)))
     ) AS ok
 ), said AS (
-    SELECT set_config('forklift.exact', (NOT ok)::text, true) AS exact FROM room
+    -- (Declining after completing jobs in its transaction, whose freed slots woke no
+    -- worker: it wakes its queues, being near a limit.)
+    SELECT set_config('forklift.exact', (NOT ok)::text, true) AS exact,
+           CASE WHEN NOT ok AND current_setting('forklift.claiming', true) = 'on'
+                THEN (SELECT count(pg_notify('{channel}', q)) FROM unnest(%(queues)s::text[]) AS q)
+           END AS woke
+    FROM room
 ), ready AS (
+    -- The first jobs of each queue's two claim indexes (no limit's key stored, and one
+    -- stored: migration 0007); on this path no limit held is keyed.
     SELECT c.id, c.priority, c.available_at
     FROM unnest(%(queues)s::text[]) AS q(name),
     LATERAL (
         SELECT j.id, j.priority, j.available_at
         FROM {schema}.jobs j
-        WHERE j.state = 'ready' AND j.queue = q.name AND j.available_at <= now()
+        WHERE j.state = 'ready' AND j.limit_key IS NULL AND j.queue = q.name
+          AND j.available_at <= now()
+          AND j.task NOT IN (SELECT u.name FROM unheld u WHERE u.scope = 'task')
+        ORDER BY j.priority DESC, j.available_at, j.id
+        LIMIT least(%(limit)s, %(lane_claim)s)
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+    WHERE (SELECT exact FROM said) = 'false'
+      AND q.name NOT IN (SELECT p.queue FROM {schema}.paused_queues AS p)
+      AND q.name NOT IN (SELECT u.name FROM unheld u WHERE u.scope = 'queue')
+), ready_limited AS (
+    SELECT c.id, c.priority, c.available_at
+    FROM unnest(%(queues)s::text[]) AS q(name),
+    LATERAL (
+        SELECT j.id, j.priority, j.available_at
+        FROM {schema}.jobs j
+        WHERE j.state = 'ready' AND j.limit_key IS NOT NULL AND j.queue = q.name
+          AND j.available_at <= now()
           AND j.task NOT IN (SELECT u.name FROM unheld u WHERE u.scope = 'task')
         ORDER BY j.priority DESC, j.available_at, j.id
         LIMIT least(%(limit)s, %(lane_claim)s)
@@ -68,7 +117,8 @@ WITH held AS (
     LIMIT least(%(limit)s, %(lane_claim)s)
     FOR UPDATE SKIP LOCKED
 ), picked AS (
-    SELECT id FROM (SELECT * FROM expired UNION ALL SELECT * FROM ready) AS p
+    SELECT id FROM (SELECT * FROM expired UNION ALL SELECT * FROM ready
+                    UNION ALL SELECT * FROM ready_limited) AS p
     ORDER BY priority DESC, available_at, id
     LIMIT least(%(limit)s, %(lane_claim)s)
 )
@@ -91,6 +141,11 @@ WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.queue, j.task, j.args, j.idempotency_key, j.priority, j.attempts,
           j.max_attempts, j.timeout,
           greatest(0, extract(epoch FROM now() - j.available_at))::float8, j.batch_id;
+
+-- name: claim_completing
+-- First in a claim's transaction that completes jobs too: their freed slots wake no
+-- worker (jobs_notify_freed); the claim takes them, and wakes the queue if it leaves any.
+SELECT set_config('forklift.claiming', 'on', true);
 
 -- name: limit_path
 -- After job_claim_shared: whether it declined (claim on the exact path).
@@ -132,12 +187,26 @@ FROM (
 
 -- name: job_claim_limited
 -- job_claim under limits, after limit_lock in the same transaction. Jobs of a full key
--- (running at its concurrency, or its rate window full) are passed over in the scan,
--- so a busy key never hides the others; among the rest, each key admits as many as it
--- has room for, in line order, then each queue limit among those. A job under a limit
--- this claim does not hold waits for a claim that does. Returns job_claim's columns,
--- then whether candidates were turned away (claim again: their keys are now full).
-WITH held AS (
+-- (running at its concurrency, or its rate window full) are passed over, so a busy key
+-- never hides the others; among the rest, each key admits as many as it has room for,
+-- in line order, then each queue limit among those. A job under a limit this claim does
+-- not hold waits for a claim that does. Returns job_claim's columns, then whether
+-- candidates were turned away (claim again: their keys are now full).
+--
+-- Where it looks, per queue (migration 0007):
+-- - `plain`: the first `limit` jobs with no key stored (jobs_ready_unlimited_idx). A
+--   job of a limited task among them (its producer did not know the limit) is keyed by
+--   its arguments; if there are any, the first `limit` + `visit` of the queue's jobs are
+--   stored with their keys (`rekeyed`, all but those taken): they move to the limited
+--   indexes, and a later claim does not walk past them again.
+-- - `walked`: the jobs with a key stored (jobs_ready_limited_idx), in line order, at most
+--   `limit` + `visit` of them.
+-- - `heads`: only when that walk stopped at its length short of `limit` candidates (the
+--   keys in front are full): the first jobs of every other key with room, found one probe
+--   per key (jobs_ready_key_idx), at most `keys` keys. So a key with 10,000 held-back
+--   jobs costs a claim what one with 10 does, and the first of another key still runs
+--   before them.
+WITH RECURSIVE held AS (
     SELECT l.id, l.scope, l.name, l.concurrency, l.rate, l.per, l.keyed, l.key_arg
     FROM {schema}.limits l
     WHERE l.id = ANY(string_to_array(current_setting('forklift.limits'), ',')::bigint[])
@@ -147,6 +216,10 @@ WITH held AS (
     SELECT l.scope, l.name FROM {schema}.limits l
     WHERE (l.concurrency IS NOT NULL OR l.rate IS NOT NULL)
       AND l.id NOT IN (SELECT id FROM held)
+), task_limits AS (
+    -- Every task limit, held or not: how a job of its task is keyed.
+    SELECT l.name, l.keyed, l.key_arg FROM {schema}.limits l
+    WHERE l.scope = 'task' AND (l.concurrency IS NOT NULL OR l.rate IS NOT NULL)
 ), running AS (
     SELECT h.id, CASE WHEN h.keyed THEN coalesce(j.limit_key, j.args ->> h.key_arg, '')
                       ELSE '' END AS key,
@@ -170,42 +243,124 @@ WITH held AS (
     WHERE u.running >= h.concurrency OR u.started >= h.rate
 ), full_tasks AS (
     -- (task, key) pairs with no room; an unkeyed limit's jobs all have key ''.
-    SELECT h.name AS task, f.key, h.key_arg FROM full_keys f JOIN held h ON h.id = f.id
+    SELECT h.name AS task, f.key FROM full_keys f JOIN held h ON h.id = f.id
     WHERE h.scope = 'task'
-), ready AS (
-    SELECT c.* FROM unnest(%(queues)s::text[]) AS q(name),
-    LATERAL (
-        SELECT j.id, j.priority, j.available_at, j.queue, j.task, j.limit_key,
-               CASE WHEN j.limit_key IS NULL THEN j.args END AS args, false AS expired
-        FROM {schema}.jobs j
-        WHERE j.state = 'ready' AND j.queue = q.name AND j.available_at <= now()
-          AND j.task NOT IN (SELECT u.name FROM unheld u WHERE u.scope = 'task')
-          AND (j.task, coalesce(j.limit_key, '')) NOT IN (SELECT task, key FROM full_tasks)
-          -- a job enqueued before its task's limit was known has no key stored yet
-          AND (j.limit_key IS NOT NULL OR NOT EXISTS (
-              SELECT 1 FROM full_tasks f
-              WHERE f.task = j.task AND f.key = coalesce(j.args ->> f.key_arg, '')))
-        ORDER BY j.priority DESC, j.available_at, j.id
-        LIMIT %(limit)s
-    ) AS c
+), open_queues AS (
+    SELECT q.name FROM unnest(%(queues)s::text[]) AS q(name)
     WHERE q.name NOT IN (SELECT p.queue FROM {schema}.paused_queues AS p)
       AND q.name NOT IN (SELECT u.name FROM unheld u WHERE u.scope = 'queue')
       AND q.name NOT IN (SELECT h.name FROM full_keys f JOIN held h ON h.id = f.id
                          WHERE h.scope = 'queue')
+), plain_walk AS (
+    SELECT c.* FROM open_queues q,
+    LATERAL (
+        SELECT j.id, j.priority, j.available_at, j.queue, j.task, j.args
+        FROM {schema}.jobs j
+        WHERE j.state = 'ready' AND j.limit_key IS NULL AND j.queue = q.name
+          AND j.available_at <= now()
+        ORDER BY j.priority DESC, j.available_at, j.id
+        LIMIT %(limit)s
+    ) AS c
+), plain AS (
+    -- keyed: its task has a limit (the key as the claim stores it); else NULL
+    SELECT w.id, w.priority, w.available_at, w.queue, w.task,
+           CASE WHEN t.name IS NULL THEN NULL
+                WHEN t.keyed THEN coalesce(w.args ->> t.key_arg, '') ELSE '' END AS key
+    FROM plain_walk w LEFT JOIN task_limits t ON t.name = w.task
+), walked AS (
+    SELECT c.* FROM open_queues q,
+    LATERAL (
+        SELECT j.id, j.priority, j.available_at, j.queue, j.task, j.limit_key AS key
+        FROM {schema}.jobs j
+        WHERE j.state = 'ready' AND j.limit_key IS NOT NULL AND j.queue = q.name
+          AND j.available_at <= now()
+        ORDER BY j.priority DESC, j.available_at, j.id
+        LIMIT %(limit)s + %(visit)s
+    ) AS c
+), open_walked AS (
+    SELECT w.* FROM walked w
+    WHERE w.task NOT IN (SELECT u.name FROM unheld u WHERE u.scope = 'task')
+      AND (w.task, w.key) NOT IN (SELECT f.task, f.key FROM full_tasks f)
+), cut AS (
+    -- Queues whose walk stopped at its length with fewer than `limit` jobs to offer.
+    SELECT w.queue FROM walked w GROUP BY w.queue
+    HAVING count(*) >= %(limit)s + %(visit)s
+       AND (SELECT count(*) FROM open_walked o WHERE o.queue = w.queue) < %(limit)s
+), resume AS (
+    -- Where each of those queues' look at its keys starts: after the key the last look
+    -- ended at (`after_*`, per queue, from the claimer), or from its first key.
+    SELECT cut.queue, coalesce(a.task, '') AS task, coalesce(a.key, '') AS key FROM cut
+    LEFT JOIN unnest(%(after_queues)s::text[], %(after_tasks)s::text[],
+                     %(after_keys)s::text[]) AS a(queue, task, key) ON a.queue = cut.queue
+), keys AS (
+    -- The keys with ready jobs in those queues, in key order from there (a loose index
+    -- scan of jobs_ready_key_idx, one probe a key), at most `keys` of them a claim: a
+    -- claim's cost stays bounded however many keys wait, and the next claim looks on
+    -- from where this one ended (round the queue's keys and back to its first).
+    SELECT f.* FROM resume r,
+    LATERAL (
+        SELECT s.queue, s.task, s.key FROM (
+            (SELECT j.queue, j.task, j.limit_key AS key, 0 AS turn FROM {schema}.jobs j
+             WHERE j.state = 'ready' AND j.limit_key IS NOT NULL AND j.queue = r.queue
+               AND (j.task, j.limit_key) > (r.task, r.key)
+             ORDER BY j.queue, j.task, j.limit_key
+             LIMIT 1)
+            UNION ALL
+            (SELECT j.queue, j.task, j.limit_key, 1 FROM {schema}.jobs j
+             WHERE j.state = 'ready' AND j.limit_key IS NOT NULL AND j.queue = r.queue
+             ORDER BY j.queue, j.task, j.limit_key
+             LIMIT 1)
+        ) AS s
+        ORDER BY s.turn
+        LIMIT 1
+    ) AS f
+    UNION ALL
+    SELECT n.* FROM keys k,
+    LATERAL (
+        SELECT j.queue, j.task, j.limit_key AS key FROM {schema}.jobs j
+        WHERE j.state = 'ready' AND j.limit_key IS NOT NULL AND j.queue = k.queue
+          AND (j.task, j.limit_key) > (k.task, k.key)
+        ORDER BY j.queue, j.task, j.limit_key
+        LIMIT 1
+    ) AS n
+), looked AS (
+    SELECT * FROM keys LIMIT %(keys)s
+), heads AS (
+    SELECT c.* FROM looked AS k
+    LEFT JOIN held t ON t.scope = 'task' AND t.name = k.task
+    LEFT JOIN used u ON u.id = t.id AND u.key = k.key
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.available_at, j.queue, j.task, j.limit_key AS key
+        FROM {schema}.jobs j
+        WHERE j.state = 'ready' AND j.limit_key IS NOT NULL AND j.queue = k.queue
+          AND j.task = k.task AND j.limit_key = k.key AND j.available_at <= now()
+        ORDER BY j.priority DESC, j.available_at, j.id
+        LIMIT greatest(0, least(%(limit)s::bigint, t.concurrency - coalesce(u.running, 0),
+                                t.rate - coalesce(u.started, 0)))
+    ) AS c
+    WHERE k.task NOT IN (SELECT u.name FROM unheld u WHERE u.scope = 'task')
+      AND (k.task, k.key) NOT IN (SELECT f.task, f.key FROM full_tasks f)
+      AND c.id NOT IN (SELECT id FROM walked)
 ), expired AS (
-    SELECT j.id, j.priority, j.available_at, j.queue, j.task, j.limit_key,
-           CASE WHEN j.limit_key IS NULL THEN j.args END AS args, true AS expired
-    FROM {schema}.jobs j
+    SELECT j.id, j.priority, j.available_at, j.queue, j.task,
+           CASE WHEN t.name IS NULL THEN j.limit_key
+                WHEN t.keyed THEN coalesce(j.limit_key, j.args ->> t.key_arg, '')
+                ELSE coalesce(j.limit_key, '') END AS key
+    FROM {schema}.jobs j LEFT JOIN task_limits t ON t.name = j.task
     WHERE %(expired)s::boolean AND j.state = 'running' AND j.lease_until < now()
       AND j.queue NOT IN (SELECT p.queue FROM {schema}.paused_queues AS p)
       AND j.attempts < j.max_attempts AND j.queue = ANY(%(queues)s::text[])
     ORDER BY j.priority DESC, j.available_at, j.id
     LIMIT %(limit)s
 ), candidates AS (
-    SELECT c.*, t.id AS task_limit, q.id AS queue_limit,
-           t.keyed, CASE WHEN t.keyed THEN coalesce(c.limit_key, c.args ->> t.key_arg, '')
-                         ELSE '' END AS key
-    FROM (SELECT * FROM ready UNION ALL SELECT * FROM expired) AS c
+    SELECT c.*, t.id AS task_limit, q.id AS queue_limit
+    FROM (SELECT p.*, false AS expired FROM plain p
+          WHERE p.task NOT IN (SELECT u.name FROM unheld u WHERE u.scope = 'task')
+            AND (p.key IS NULL
+                 OR (p.task, p.key) NOT IN (SELECT f.task, f.key FROM full_tasks f))
+          UNION ALL SELECT o.*, false FROM open_walked o
+          UNION ALL SELECT h.*, false FROM heads h
+          UNION ALL SELECT e.*, true FROM expired e) AS c
     LEFT JOIN held t ON t.scope = 'task' AND t.name = c.task
     LEFT JOIN held q ON q.scope = 'queue' AND q.name = c.queue
     -- an expired job under a limit this claim does not hold waits, as a ready one does
@@ -228,7 +383,7 @@ WITH held AS (
 ), task_admitted AS (
     SELECT * FROM by_task WHERE task_limit IS NULL OR place <= room
 ), by_queue AS (
-    SELECT a.id, a.priority, a.available_at, a.task_limit, a.queue_limit, a.key, a.keyed,
+    SELECT a.id, a.priority, a.available_at, a.task_limit, a.queue_limit, a.key,
            row_number() OVER (PARTITION BY a.queue_limit
                               ORDER BY a.priority DESC, a.available_at, a.id) AS place,
            least(
@@ -250,6 +405,36 @@ WITH held AS (
     WHERE j.id IN (SELECT id FROM picked)
       AND (j.state = 'ready' OR (j.state = 'running' AND j.lease_until < now()))
     FOR UPDATE SKIP LOCKED
+), unkeyed AS (
+    -- The walk met jobs of a limited task waiting with no key (their producer did not
+    -- know the limit): the first `limit` + `visit` of the queue's jobs of limited tasks,
+    -- but those taken now (the claim keys them).
+    SELECT v.id FROM open_queues q,
+    LATERAL (
+        SELECT w.id, w.task FROM {schema}.jobs w
+        WHERE w.state = 'ready' AND w.limit_key IS NULL AND w.queue = q.name
+          AND w.available_at <= now()
+        ORDER BY w.priority DESC, w.available_at, w.id
+        LIMIT %(limit)s + %(visit)s
+    ) AS v
+    WHERE EXISTS (SELECT 1 FROM plain p WHERE p.queue = q.name AND p.key IS NOT NULL)
+      AND v.task IN (SELECT name FROM task_limits)
+      AND v.id NOT IN (SELECT id FROM picked)
+), rekeyed AS (
+    -- ... are stored with their keys: they leave the plain index, and no later claim
+    -- walks past them there.
+    -- (Locked and found by id alone, the state checked in SET: a condition on the state
+    -- would let the planner scan a ready index for the ids, which costs a table's worth
+    -- where it has no statistics.)
+    UPDATE {schema}.jobs AS j
+    SET limit_key = CASE WHEN j.state <> 'ready' OR j.limit_key IS NOT NULL THEN j.limit_key
+                         WHEN t.keyed THEN coalesce(j.args ->> t.key_arg, '') ELSE '' END
+    FROM task_limits t
+    WHERE t.name = j.task AND j.id = ANY(ARRAY(
+        SELECT r.id FROM {schema}.jobs r
+        WHERE r.id = ANY(ARRAY(SELECT id FROM unkeyed))
+        FOR UPDATE SKIP LOCKED))
+    RETURNING 1
 ), starts AS (
     -- What the jobs taken add to their rate windows.
     SELECT s.id, s.key, count(*)::integer AS n,
@@ -267,36 +452,69 @@ WITH held AS (
         newest = greatest(w.newest, excluded.newest),
         counts = {schema}.limit_window_add(
             w.newest, w.counts, excluded.newest, excluded.counts[1])
-    RETURNING 1  -- (a data-modifying CTE runs whether read or not)
+    RETURNING 1
+), told AS (
+    -- A claim that completed jobs in its transaction (`forklift.claiming`) and left jobs
+    -- free to run (more than it could take): wake their queues' workers.
+    SELECT pg_notify('{channel}', b.queue) FROM (
+        SELECT DISTINCT c.queue FROM by_queue a JOIN candidates c ON c.id = a.id
+        WHERE (a.queue_limit IS NULL OR a.place <= a.room)
+          AND a.id NOT IN (SELECT id FROM picked)
+    ) AS b
+    WHERE current_setting('forklift.claiming', true) = 'on'
 ), cut_short AS (
-    -- Candidates were turned away while the scan stopped at its size: there may be jobs
-    -- past it that are free to run (claim again, their keys are full now).
-    SELECT (SELECT count(*) FROM ready) >= %(limit)s
-       AND (SELECT count(*) FROM candidates) > (SELECT count(*) FROM by_queue
-                                                WHERE queue_limit IS NULL OR place <= room)
-           AS again
+    -- Fewer taken than asked while a walk stopped at its length, past which there may be
+    -- jobs free to run (their keys' slots are filled now, or they were keyed just now):
+    -- claim again. Not when every key was looked at (`heads`), unless the keys ran past
+    -- `keys` and some were taken: that would find the same keys again, full.
+    SELECT (SELECT count(*) FROM by_queue WHERE queue_limit IS NULL OR place <= room)
+               < %(limit)s
+       AND (EXISTS (SELECT 1 FROM plain_walk GROUP BY queue HAVING count(*) >= %(limit)s)
+            OR EXISTS (SELECT 1 FROM rekeyed)
+            OR EXISTS (SELECT 1 FROM walked GROUP BY queue
+                       HAVING count(*) >= %(limit)s + %(visit)s
+                          AND queue NOT IN (SELECT queue FROM cut))
+            OR ((SELECT count(*) FROM looked) >= %(keys)s AND EXISTS (SELECT 1 FROM taken)))
+           AS again,
+           (SELECT count(*) FROM told) AS woke,  -- (read, so that told runs)
+           -- where each queue's look at its keys ended (NULL: none looked)
+           (SELECT array_agg(l.queue ORDER BY l.queue) FROM (
+                SELECT DISTINCT ON (queue) queue, task, key FROM looked
+                ORDER BY queue, task DESC, key DESC) AS l) AS after_queues,
+           (SELECT array_agg(l.task ORDER BY l.queue) FROM (
+                SELECT DISTINCT ON (queue) queue, task, key FROM looked
+                ORDER BY queue, task DESC, key DESC) AS l) AS after_tasks,
+           (SELECT array_agg(l.key ORDER BY l.queue) FROM (
+                SELECT DISTINCT ON (queue) queue, task, key FROM looked
+                ORDER BY queue, task DESC, key DESC) AS l) AS after_keys
+), claimed AS (
+    UPDATE {schema}.jobs AS j SET
+        state = 'running',
+        attempts = j.attempts + 1,
+        lease_owner = %(owner)s::text,
+        lease_until = now() + make_interval(secs => %(lease)s::float8),
+        started_at = (SELECT at FROM clock),
+        limited = p.task_limit IS NOT NULL OR p.queue_limit IS NOT NULL,
+        limit_key = coalesce(j.limit_key, p.key),
+        last_error = CASE WHEN j.state = 'running'
+            THEN 'LeaseExpired: lease of ' || j.lease_owner || ' expired' ELSE j.last_error END,
+        errors = CASE WHEN j.state = 'running'
+            THEN j.errors || jsonb_build_object(
+                'attempt', j.attempts, 'at', now(), 'worker', j.lease_owner,
+                'error', 'LeaseExpired: lease of ' || j.lease_owner || ' expired')
+            ELSE j.errors END
+    FROM picked AS p
+    WHERE j.id = p.id AND j.id IN (SELECT id FROM taken)
+    RETURNING j.id, j.queue, j.task, j.args, j.idempotency_key, j.priority, j.attempts,
+              j.max_attempts, j.timeout,
+              greatest(0, extract(epoch FROM now() - j.available_at))::float8 AS wait,
+              j.batch_id
 )
-UPDATE {schema}.jobs AS j SET
-    state = 'running',
-    attempts = j.attempts + 1,
-    lease_owner = %(owner)s::text,
-    lease_until = now() + make_interval(secs => %(lease)s::float8),
-    started_at = (SELECT at FROM clock),
-    limited = p.task_limit IS NOT NULL OR p.queue_limit IS NOT NULL,
-    limit_key = CASE WHEN p.keyed THEN p.key ELSE j.limit_key END,
-    last_error = CASE WHEN j.state = 'running'
-        THEN 'LeaseExpired: lease of ' || j.lease_owner || ' expired' ELSE j.last_error END,
-    errors = CASE WHEN j.state = 'running'
-        THEN j.errors || jsonb_build_object(
-            'attempt', j.attempts, 'at', now(), 'worker', j.lease_owner,
-            'error', 'LeaseExpired: lease of ' || j.lease_owner || ' expired')
-        ELSE j.errors END
-FROM picked AS p
-WHERE j.id = p.id AND j.id IN (SELECT id FROM taken)
-RETURNING j.id, j.queue, j.task, j.args, j.idempotency_key, j.priority, j.attempts,
-          j.max_attempts, j.timeout,
-          greatest(0, extract(epoch FROM now() - j.available_at))::float8, j.batch_id,
-          (SELECT again FROM cut_short);
+-- At least one row, so that `again` is told when nothing was taken (a row of NULLs then).
+SELECT c.id, c.queue, c.task, c.args, c.idempotency_key, c.priority, c.attempts,
+       c.max_attempts, c.timeout, c.wait, c.batch_id, s.again,
+       s.after_queues, s.after_tasks, s.after_keys, s.woke
+FROM cut_short AS s LEFT JOIN claimed AS c ON true;
 
 -- name: limit_wake
 -- After a limited claim took less than it could: seconds until a rate window of these
@@ -341,15 +559,23 @@ WHERE (l.concurrency, l.rate, l.per, l.keyed, l.key_arg)
 DELETE FROM {schema}.limits WHERE scope = 'task' AND name = ANY(%(names)s::text[]);
 
 -- name: producer_limits
--- What an enqueue needs: every queue's max_depth, and the argument each keyed task
--- limit is keyed by.
+-- What an enqueue needs: every queue's max_depth, and each limited task with the
+-- argument its limit is keyed by (NULL: none, or a callable's).
 SELECT scope, name, max_depth, key_arg FROM {schema}.limits
-WHERE (scope = 'queue' AND max_depth IS NOT NULL) OR (scope = 'task' AND key_arg IS NOT NULL);
+WHERE (scope = 'queue' AND max_depth IS NOT NULL)
+   OR (scope = 'task' AND (concurrency IS NOT NULL OR rate IS NOT NULL));
 
 -- name: queue_depth
--- Ready and scheduled jobs of a queue, counted up to `upto` (an index-only scan).
+-- Ready and scheduled jobs of a queue, counted up to `upto` (index-only scans of its two
+-- claim indexes).
 SELECT count(*) FROM (
-    SELECT 1 FROM {schema}.jobs WHERE state = 'ready' AND queue = %(queue)s::text
+    (SELECT 1 FROM {schema}.jobs
+     WHERE state = 'ready' AND limit_key IS NULL AND queue = %(queue)s::text
+     LIMIT %(upto)s::integer)
+    UNION ALL
+    (SELECT 1 FROM {schema}.jobs
+     WHERE state = 'ready' AND limit_key IS NOT NULL AND queue = %(queue)s::text
+     LIMIT %(upto)s::integer)
     LIMIT %(upto)s::integer
 ) AS d;
 

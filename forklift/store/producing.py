@@ -1,16 +1,18 @@
 """What an enqueue takes from the limits table: limit keys, and backpressure.
 
-A job of a task whose limit is keyed by an argument gets its key (jobs.limit_key) even
-from a producer that does not declare the task (it enqueues by name): the key is that
+A job of a limited task is stored with its limit's key (jobs.limit_key; '' for a limit
+with no key), which puts it in the claim indexes of limited jobs (migration 0007), even
+from a producer that does not declare the task (it enqueues by name): the key is the
 argument's value, as the worker's declaration would have made it. A callable key needs
-the task declared; without it, such jobs share one key.
+the task declared; without it, such jobs share one key. A job enqueued before its
+producer knew the limit is keyed by the first claim under limits that walks past it.
 
 An enqueue into a queue holding its max_depth of ready and scheduled jobs (`forklift
 queues limit Q --max-depth N`) raises QueueFull and inserts nothing.
 
 Both are read from the limits table at most once a second per process, so a new limit
 is obeyed within a second and a queue or task without one costs an enqueue a dict
-lookup. The depth is counted (up to max_depth, an index-only scan of the ready index) in the
+lookup. The depth is counted (up to max_depth, index-only scans of the ready indexes) in the
 enqueuing transaction's snapshot: producers enqueueing into the same queue at the same
 moment do not see each other, so the queue may overshoot by what they add together.
 """
@@ -36,7 +38,9 @@ class ProducerLimits:
         self.connect = connect  # for counting a refusal (the caller's transaction rolls back)
         self.q = _sql.load("forklift.store", "limits.sql", schema)
         self._limits: dict[str, int] = {}  # queue: max_depth
-        self._key_args: dict[str, str] = {}  # task: the argument its limit is keyed by
+        # Each limited task: the argument its limit is keyed by (None: no key, or one a
+        # callable computes, which only a producer declaring the task can)
+        self._key_args: dict[str, str | None] = {}
         self._read_at = -LOOK_EVERY
 
     def prepare(self, conn: Conn, jobs: Sequence[NewJob]) -> None:
@@ -49,7 +53,7 @@ class ProducerLimits:
                 if scope == "queue":
                     self._limits[name] = int(max_depth)
                 else:
-                    self._key_args[name] = str(key_arg)
+                    self._key_args[name] = None if key_arg is None else str(key_arg)
             self._read_at = now
         if self._key_args:
             for job in jobs:

@@ -55,14 +55,16 @@ FROM STDIN;
 -- Claim up to `limit` due jobs of the given queues for `owner`, in priority order, plus
 -- (when `expired` is true) running jobs whose lease expired, their attempt recorded as
 -- lost. One statement. The expiry scan is gated: workers ask for it now and then, not
--- on every claim, since it walks every running row. Paused queues are skipped.
+-- on every claim, since it walks every running row. Paused queues are skipped, and so are
+-- the jobs of limited tasks (a limit's key stored: the claim under limits takes them).
 WITH ready AS (
     SELECT c.id, c.priority, c.available_at
     FROM unnest(%(queues)s::text[]) AS q(name),
     LATERAL (
         SELECT j.id, j.priority, j.available_at
         FROM {schema}.jobs j
-        WHERE j.state = 'ready' AND j.queue = q.name AND j.available_at <= now()
+        WHERE j.state = 'ready' AND j.limit_key IS NULL AND j.queue = q.name
+          AND j.available_at <= now()
         ORDER BY j.priority DESC, j.available_at, j.id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED

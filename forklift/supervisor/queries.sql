@@ -86,11 +86,19 @@ WHERE a.application_name = %(name)s::text AND a.datname = current_database()
 
 -- name: job_backlog
 -- Ready jobs due now in the given queues, paused ones left out (capped: autoscaling
--- needs "how many", not all).
+-- needs "how many", not all), through the two claim indexes.
 SELECT count(*) FROM (
-    SELECT 1 FROM {schema}.jobs
-    WHERE state = 'ready' AND queue = ANY(%(queues)s::text[]) AND available_at <= now()
-      AND queue NOT IN (SELECT p.queue FROM {schema}.paused_queues AS p)
+    (SELECT 1 FROM {schema}.jobs
+     WHERE state = 'ready' AND limit_key IS NULL AND queue = ANY(%(queues)s::text[])
+       AND available_at <= now()
+       AND queue NOT IN (SELECT p.queue FROM {schema}.paused_queues AS p)
+     LIMIT %(cap)s)
+    UNION ALL
+    (SELECT 1 FROM {schema}.jobs
+     WHERE state = 'ready' AND limit_key IS NOT NULL AND queue = ANY(%(queues)s::text[])
+       AND available_at <= now()
+       AND queue NOT IN (SELECT p.queue FROM {schema}.paused_queues AS p)
+     LIMIT %(cap)s)
     LIMIT %(cap)s
 ) AS due;
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from forklift.limits import Limit
-from forklift.store import ClaimedJob, ConnSource, JobStore
+from forklift.store import Claim, Completion, ConnSource, JobStore
 from forklift.store.limits import LANE_CLAIM, Applying, LimitStore
 
 if TYPE_CHECKING:
@@ -42,6 +42,8 @@ class Claimer:
         self._declared: dict[str, Limit | None] | None = declared  # until written
         self._look_at = 0.0
         self.applying = Applying.NONE  # what the last lookup found to hold
+        # Per queue, the key the last claim's look at keys ended at (store/limits.sql)
+        self._looked: dict[str, tuple[str, str]] = {}
 
     @classmethod
     def of_worker(
@@ -52,9 +54,10 @@ class Claimer:
         declared = {name: task.limit for name, task in app.tasks.items()}
         return cls(store, limits, config.queues, declared, owner, config.lease)
 
-    def claim(self, free: int, *, expired: bool) -> tuple[list[ClaimedJob], bool]:
-        """Claim up to `free` jobs: (jobs, claim again at once: candidates were turned
-        away by a limit whose keys are now full, others may be free)."""
+    def claim(self, free: int, *, expired: bool, complete: Sequence[Completion] = ()) -> Claim:
+        """Claim up to `free` jobs, after completing `complete` in the same transaction;
+        `again`: claim again at once (candidates were turned away by a limit whose keys
+        are now full, others may be free)."""
         if self._declared is not None:
             self.limits.register(self._declared)
             self._declared = None
@@ -62,19 +65,32 @@ class Claimer:
         if now >= self._look_at:
             self.applying = self.limits.apply(self.queues, self.tasks)
             self._look_at = now + LOOK_EVERY
+        completing = self.store.completion(complete, self.owner) if complete else None
+        if self.applying is Applying.NONE:
+            if completing is None:
+                return Claim(
+                    self.store.job_claim(self.queues, self.owner, free, self.lease, expired=expired)
+                )
+            completed, jobs = self.store.job_claim_completing(
+                complete, self.queues, self.owner, free, self.lease, expired=expired
+            )
+            return Claim(jobs, False, completed)
+        args = (self.queues, self.tasks, self.owner, free, self.lease)
         if self.applying is Applying.SHARED:
-            jobs = self.limits.claim_shared(
-                self.queues, self.tasks, self.owner, free, self.lease, expired=expired
-            )
-            if jobs is not None:  # else too close to a limit, or no lane free: exact
-                return jobs, len(jobs) == LANE_CLAIM < free
-        if self.applying is not Applying.NONE:
-            return self.limits.claim(
-                self.queues, self.tasks, self.owner, free, self.lease, expired=expired
-            )
-        return self.store.job_claim(
-            self.queues, self.owner, free, self.lease, expired=expired
-        ), False
+            claim = self.limits.claim_shared(*args, expired=expired, complete=completing)
+            if not claim.declined:
+                return claim._replace(again=len(claim.jobs) == LANE_CLAIM < free)
+            # too close to a limit, or no lane free: exact (what it completed, it did)
+            exact = self._exact(args, expired, None)
+            return exact._replace(completed=claim.completed)
+        return self._exact(args, expired, completing)
+
+    def _exact(
+        self, args: tuple[Any, ...], expired: bool, completing: tuple[str, dict[str, Any]] | None
+    ) -> Claim:
+        claim = self.limits.claim(*args, expired=expired, complete=completing, after=self._looked)
+        self._looked.update(claim.looked)
+        return claim
 
     def due_in(self) -> float | None:
         """Seconds until a job held back or delayed may be claimed; None if nothing is

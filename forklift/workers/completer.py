@@ -1,11 +1,18 @@
-"""Group commit: successes queue up and are completed many per statement, fenced."""
+"""Group commit: successes queue up and are completed many per statement, fenced.
+
+Most go to the database with the worker's next claim, in its round trip and its
+transaction (`riding`): the claim then
+sees the slots and keys they free, and the two cost one round trip and one commit. What
+the claim loop does not take within `linger` (it has no slot free, or it is stopping) is
+flushed on the completer's own thread.
+"""
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -13,7 +20,7 @@ from forklift._events import emit
 from forklift._service import TestSignal
 from forklift.backoff import Backoff, Streak
 from forklift.errors import DatabaseError
-from forklift.store import JobStore
+from forklift.store import Claim, Completion, JobStore
 from forklift.workers.batch_ends import BatchEnds
 from forklift.workers.context import JobContext
 from forklift.workers.events import JobEvents
@@ -35,6 +42,11 @@ class CompleterConfig:
     # that the jobs are someone else's anyway), waiting `retry` between tries.
     give_up_after: float = 30.0
     retry: Backoff = RETRY
+    # How long a success waits for the claim loop to take it before this thread writes
+    # it alone: a claim is on its way within microseconds of a handler's return unless
+    # the worker has no slot to fill (while a claim is on its way, the wait starts when
+    # it is back: the loop claims again at once if it has slots).
+    linger: float = 0.002
 
 
 class Flushed(NamedTuple):
@@ -46,7 +58,8 @@ class Flushed(NamedTuple):
 
 class Completer:
     """Takes the jobs whose handler succeeded (without an effect transaction) and
-    completes them in batches; the loop runs on its own thread until `stop()`."""
+    completes them in batches: with the next claim, or on its own thread (`run()`, until
+    `stop()`)."""
 
     def __init__(
         self,
@@ -66,44 +79,113 @@ class Completer:
         self.config = config or CompleterConfig()
         self.ends = ends  # told the batches of the jobs completed, after the commit
         self.flushed: TestSignal[Flushed] = TestSignal()
-        self._queue: queue.SimpleQueue[JobContext | None] = queue.SimpleQueue()
+        self._pending: list[JobContext] = []
+        self._since = 0.0  # when the oldest pending success was submitted (monotonic)
+        self._stopped = False
+        self._riding = False  # a claim that takes successes with it is on its way
+        self._changed = threading.Condition()
         self._retry = Streak(self.config.retry)
 
     def submit(self, ctx: JobContext) -> None:
         """Queue a job whose handler succeeded; its outcome is recorded once flushed."""
-        self._queue.put(ctx)
+        with self._changed:
+            if not self._pending:
+                self._since = time.monotonic()
+            self._pending.append(ctx)
+            self._changed.notify()
+
+    def take(self) -> list[JobContext]:
+        """The successes queued now (up to a batch), taken to be written elsewhere."""
+        with self._changed:
+            batch = self._pending[: self.config.batch]
+            del self._pending[: self.config.batch]
+            self._since = time.monotonic()
+        return batch
+
+    def put_back(self, batch: list[JobContext]) -> None:
+        """Successes taken that were not written: flushed here after all."""
+        with self._changed:
+            self._pending[:0] = batch
+            self._changed.notify()
 
     def stop(self) -> None:
         """Make run() flush everything queued so far, then return."""
-        self._queue.put(None)
+        with self._changed:
+            self._stopped = True
+            self._changed.notify()
 
     def run(self) -> None:
-        """Flush batches as successes arrive, until stop()."""
+        """Flush what the claim loop leaves, until stop() (then everything queued)."""
         while True:
-            batch, stopped = self._take()
+            batch, stopped = self._take_lingered()
             if batch:
                 self.flush(batch)
             if stopped:
                 return
 
-    def _take(self) -> tuple[list[JobContext], bool]:
-        """Wait for a success, then take what else is queued: (batch, stopped).
+    def _take_lingered(self) -> tuple[list[JobContext], bool]:
+        """Wait for successes the claim loop did not take within `linger`; take them:
+        (batch, stopped). Once stopped, the batch is everything queued."""
+        with self._changed:
+            while True:
+                if self._stopped:
+                    batch, self._pending = self._pending, []
+                    return batch, True
+                if self._pending and not self._riding:
+                    left = self._since + self.config.linger - time.monotonic()
+                    if left <= 0:
+                        batch = self._pending[: self.config.batch]
+                        del self._pending[: self.config.batch]
+                        self._since = time.monotonic()
+                        return batch, False
+                    self._changed.wait(left)
+                else:  # nothing, or a claim on its way that the loop follows up
+                    self._changed.wait()
 
-        Once stopped, the batch is everything queued, whatever its size.
-        """
-        first = self._queue.get()
-        batch = [] if first is None else [first]
-        stopped = first is None
-        while stopped or len(batch) < self.config.batch:
-            try:
-                more = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if more is None:
-                stopped = True
-            else:
-                batch.append(more)
-        return batch, stopped
+    def riding(self, claim: Callable[[Sequence[Completion]], Claim]) -> Claim:
+        """Make `claim` with the successes queued now, which it completes in its
+        transaction, then record their outcomes; if it fails, they are flushed here
+        after all."""
+        with self._changed:
+            self._riding = True  # what comes meanwhile waits for the next claim
+        try:
+            return self._ride(claim)
+        finally:
+            with self._changed:
+                self._riding = False
+                self._since = time.monotonic()
+                self._changed.notify()
+
+    def _ride(self, claim: Callable[[Sequence[Completion]], Claim]) -> Claim:
+        batch = self.take()
+        if not batch:
+            return claim(())
+        made = Claim([])
+
+        def write(rows: Sequence[Completion]) -> set[int]:
+            nonlocal made
+            made = claim(rows)
+            return made.completed
+
+        try:
+            done = self._written(batch, write)
+        except DatabaseError:
+            self.put_back(batch)
+            raise
+        self._record(batch, done)
+        return made
+
+    def _written(
+        self, batch: list[JobContext], write: Callable[[Sequence[Completion]], set[int]]
+    ) -> set[int]:
+        with self.holdings.statement_lock:
+            # A job released meanwhile (a stop past its grace) is not ours to record.
+            batch[:] = [c for c in batch if not c.finished]
+            self.events.intend(batch)  # a kill before the answer: the parent counts
+            done = write([completion(c) for c in batch])
+            for ctx in batch:
+                ctx.finished = True
+        return done
 
     def flush(self, batch: list[JobContext]) -> Flushed:
         """Group-commit successes; retry through a database outage until the lease ends.
@@ -114,20 +196,7 @@ class Completer:
         give_up_at = time.monotonic() + self.config.give_up_after
         while True:
             try:
-                with self.holdings.statement_lock:
-                    # A job released meanwhile (a stop past its grace) is not ours to record.
-                    batch = [c for c in batch if not c.finished]
-                    self.events.intend(batch)  # a kill before the answer: the parent counts
-                    done = (
-                        self.store.job_complete_many(
-                            [(c.job_id, c.attempt, c.result_json, c.final_progress) for c in batch],
-                            self.owner,
-                        )
-                        if batch
-                        else set()
-                    )
-                    for ctx in batch:
-                        ctx.finished = True
+                done = self._written(batch, self._complete)
                 break
             except DatabaseError as exc:
                 if time.monotonic() >= give_up_at or self.closing.is_set():
@@ -136,6 +205,13 @@ class Completer:
                     break
                 time.sleep(self._retry.failed())
         self._retry.succeeded()
+        return self._record(batch, done)
+
+    def _complete(self, rows: Sequence[Completion]) -> set[int]:
+        return self.store.job_complete_many(rows, self.owner) if rows else set()
+
+    def _record(self, batch: list[JobContext], done: set[int]) -> Flushed:
+        """Record each job of a written batch: succeeded (in `done`), or lost."""
         self.events.count_succeeded([c for c in batch if c.job_id in done])
         lost = []
         for ctx in batch:
@@ -149,3 +225,7 @@ class Completer:
         result = Flushed(done, lost)
         self.flushed.emit(result)
         return result
+
+
+def completion(ctx: JobContext) -> Completion:
+    return (ctx.job_id, ctx.attempt, ctx.result_json, ctx.final_progress)

@@ -42,6 +42,7 @@ from forklift.workers.context import JobContext, Reads
 from forklift.workers.events import JobEvents, Outcome
 from forklift.workers.holdings import Holdings
 from forklift.workers.listener import PipeSource
+from forklift.workers.pacing import Pacing
 from forklift.workers.prefetch import Prefetch
 from forklift.workers.recorder import Recorder
 from forklift.workers.services import ServiceDeps, Services
@@ -180,6 +181,7 @@ class Worker:
         self.claimer = Claimer.of_worker(self.app, self.store, self._conns.own, cfg, self.owner)
         self.holdings = Holdings(cfg.concurrency)
         self.prefetch = Prefetch(cfg.concurrency)
+        self.pacing = Pacing(cfg, self.holdings, self.prefetch)
         self.events = JobEvents(
             self.owner, self.holdings, self._wakeup, self.tally, self.on_job_end
         )
@@ -231,8 +233,8 @@ class Worker:
             free = self._free_slots()
             if self._stopping:  # recycling: the job count is reached
                 break
-            if free <= 0:
-                self._wakeup.wait(self._busy_wait())
+            if free <= 0 or not self.pacing.worth_claiming(free):
+                self._wakeup.wait(self.pacing.busy_wait())
                 continue
             # Nothing is claimed without the liveness lock: a peer that finds it free
             # would charge whatever this worker claimed.
@@ -242,7 +244,7 @@ class Worker:
             expired = time.monotonic() >= next_expiry_check
             try:
                 began = time.monotonic()
-                jobs, again = self.claimer.claim(free, expired=expired)
+                jobs, again = self._claim(free, expired)
                 self.prefetch.observe_claim(time.monotonic() - began)
                 self._waiting(None)
             except SchemaMissing as exc:
@@ -276,14 +278,18 @@ class Worker:
                     self.idle.emit(None)
                 self._wakeup.wait(wait)
 
+    def _claim(self, free: int, expired: bool) -> tuple[list[ClaimedJob], bool]:
+        """Claim up to `free` jobs; the successes queued for group commit complete in
+        the same round trip and transaction (the claim sees the slots they free)."""
+        claim = self.services.completer.riding(
+            lambda rows: self.claimer.claim(free, expired=expired, complete=rows)
+        )
+        return claim.jobs, claim.again
+
     def _free_slots(self) -> int:
-        """Jobs to claim now: the free slots, plus as many ahead as the measured job
-        times say will start within the prefetch budget; past max_jobs, none, and once
-        all are done, stop."""
-        ahead = 0
-        if self.config.prefetch:
-            ahead = self.prefetch.ahead(self.holdings.longest_running(time.monotonic()))
-        free, held = self.holdings.free(ahead)
+        """Jobs to claim now (Pacing.free); past max_jobs, none, and once all are done,
+        stop."""
+        free, held = self.pacing.free()
         max_jobs = self.config.max_jobs
         if max_jobs is not None:
             ended = self.holdings.ended
@@ -293,14 +299,6 @@ class Worker:
                 self._stopping = True
             free = min(free, left)
         return free
-
-    def _busy_wait(self, longest: float | None = None) -> float:
-        """Until a wake-up, or the poll interval (or `longest`); but no longer than until
-        the jobs waiting for a slot would have to be given back."""
-        wait = self.config.poll_interval if longest is None else longest
-        if self.holdings.waiting():
-            return min(wait, self.prefetch.release_after)
-        return wait
 
     def _give_back_overdue(self) -> None:
         """Claimed-ahead jobs that would wait too long behind a running one go back to
@@ -317,8 +315,8 @@ class Worker:
         except DatabaseError:
             return self.config.poll_interval
         if due_in is None:
-            return self._busy_wait()
-        return self._busy_wait(min(self.config.poll_interval, due_in + 0.001))
+            return self.pacing.busy_wait()
+        return self.pacing.busy_wait(min(self.config.poll_interval, due_in + 0.001))
 
     def _adopt(self, job: ClaimedJob) -> JobContext:
         ctx = JobContext(
@@ -383,8 +381,9 @@ class Worker:
             else:
                 result = failed
         if result.succeeded:
+            # Queued first: the claim loop that returned() wakes takes it with its claim.
+            self.services.completer.submit(ctx)  # group-committed, then recorded
             self.events.returned(ctx)
-            self.services.completer.submit(ctx)  # group-committed, then recorded, by the completer
         else:
             self.recorder.fail(ctx, task, result)
 

@@ -179,7 +179,7 @@ def test_a_claim_under_limits_holds_through_the_pooler(
         nonlocal most
         try:
             while workload.scalar("SELECT count(*) FROM {s}.jobs WHERE state <> 'succeeded'"):
-                jobs, _ = limits.claim(["default"], ["resize"], owner, 5, 30.0, expired=False)
+                jobs, *_ = limits.claim(["default"], ["resize"], owner, 5, 30.0, expired=False)
                 running = workload.scalar("SELECT count(*) FROM {s}.jobs WHERE state = 'running'")
                 most = max(most, int(running))
                 for job in jobs:
