@@ -14,9 +14,11 @@ import pytest
 from psycopg.types.json import Jsonb
 
 import forklift
+from forklift.store import ClaimedJob
 from forklift.store.limits import LimitStore
 from forklift.testing import wait_for
 from forklift.workers import Worker, WorkerConfig
+from forklift.workers.claimer import Claimer
 
 Db = psycopg.Connection[Any]
 
@@ -125,7 +127,10 @@ def test_one_per_key_and_a_busy_key_does_not_hide_the_others(
     app.enqueue_many([("charge", {"account": "b", "cents": i}) for i in range(3)])
     # One of a's (its first in line), and b's first behind a's 49 others.
     got = claim(limits, app, "w1")
-    assert got == [("charge", {"account": "a", "cents": 0}), ("charge", {"account": "b", "cents": 0})]
+    assert got == [
+        ("charge", {"account": "a", "cents": 0}),
+        ("charge", {"account": "b", "cents": 0}),
+    ]
     assert claim(limits, app, "w2") == []
     held = db.execute(
         f"SELECT count(*), max(attempts) FROM {schema}.jobs WHERE state = 'ready'"
@@ -463,3 +468,126 @@ def test_the_shared_path_for_a_roomy_limit_never_exceeds_it_either(
     peak = most_at_once([(s, e) for s, e in rows])
     assert 1900 <= peak <= 2100, peak  # reached, never passed
     assert "shared" in paths and "exact" in paths
+
+
+# -- where a claim under limits looks (migration 0007) -------------------------------
+
+
+def keyed_rows(db: Db, schema: str) -> tuple[int, int]:
+    """(ready jobs with no limit key, ready jobs with one)."""
+    row = db.execute(
+        f"SELECT count(*) FILTER (WHERE limit_key IS NULL), count(*) FILTER"
+        f" (WHERE limit_key IS NOT NULL) FROM {schema}.jobs WHERE state = 'ready'"
+    ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def test_every_job_of_a_limited_task_is_stored_with_a_key_and_the_plain_claim_leaves_it(
+    app: forklift.App, db: Db, schema: str
+) -> None:
+    app.enqueue_many([("resize", {}), ("charge", {"account": "a"}), ("plain", {})])
+    assert keyed_rows(db, schema) == (1, 2)  # resize ('': no key) and charge ('a')
+    # A worker no limit applies to (the plain claim) takes only the unlimited job.
+    got = app.store.job_claim(["default"], "plain-worker", 10, 30.0, expired=False)
+    assert [j.task for j in got] == ["plain"]
+
+
+def test_jobs_enqueued_before_their_producer_knew_the_limit_are_keyed_by_the_claim(
+    app: forklift.App, limits: LimitStore, dsn: str, db: Db, schema: str
+) -> None:
+    """A producer enqueued 600 of one account's jobs, then 3 of another's, before any
+    worker wrote the limit: stored with no key, in the plain index. The first claims
+    under the limit walk past them, store their keys (they leave the plain index), and
+    find b's behind a's wall within a few claims."""
+    db.execute(f"DELETE FROM {schema}.limits")  # as before the workers wrote them
+    producer = forklift.App(dsn, schema=schema)
+    try:
+        producer.enqueue_many([("charge", {"account": "a", "cents": i}) for i in range(600)])
+        producer.enqueue_many([("charge", {"account": "b", "cents": i}) for i in range(3)])
+    finally:
+        producer.close()
+    assert keyed_rows(db, schema) == (603, 0)
+    limits.register({name: task.limit for name, task in app.tasks.items()})
+    owners = iter(range(100))
+    got: list[str] = []
+    while "b" not in got:
+        got += [str(a["account"]) for _, a in claim(limits, app, f"w{next(owners)}", 5)]
+    assert got.count("a") == 1 and got.count("b") == 1  # one each: both keys full now
+    assert next(owners) <= 6  # 600 rows keyed 261 a claim (limit 5 + 256): three walks
+    unkeyed, keyed = keyed_rows(db, schema)
+    assert unkeyed < 603 and keyed > 0
+    assert db.execute(
+        f"SELECT count(*) FROM {schema}.jobs WHERE limit_key IS NOT NULL AND limit_key <> "
+        "args ->> 'account'"
+    ).fetchone() == (0,)
+
+
+def test_a_key_behind_a_wall_of_full_keys_is_reached_however_many_keys_wait(
+    app: forklift.App, limits: LimitStore, db: Db, schema: str
+) -> None:
+    """A full key's 400 jobs fill the walk's length; 80 other keys wait behind them, more
+    than one claim looks at (32), two jobs each (so a key taken stays, full): claims
+    look on from where the last ended, and every key gets its turn within a few."""
+    app.enqueue_many([("charge", {"account": "a", "cents": i}) for i in range(400)])
+    others = [f"k{i:02}" for i in range(80)]
+    app.enqueue_many([("charge", {"account": k, "cents": i}) for i in range(2) for k in others])
+    assert claim(limits, app, "w0", 1) == [("charge", {"account": "a", "cents": 0})]
+    claimer_of = Claimer(
+        app.store, limits, ["default"], {n: t.limit for n, t in app.tasks.items()}, "w1", 30.0
+    )
+    seen: list[str] = []
+    for _ in range(4):  # 80 keys, 32 a claim: three claims and one more round
+        claim_ = claimer_of.claim(100, expired=False)
+        seen += [str(j.args["account"]) for j in claim_.jobs]
+    assert sorted(seen) == others  # each once, none twice
+
+
+def test_keyed_jobs_no_limit_covers_any_more_are_claimed_under_limits(
+    app: forklift.App, limits: LimitStore, db: Db, schema: str
+) -> None:
+    """The limit was dropped (or only the producer declares it): its jobs keep their
+    key, so the plain claim passes them over; the limits lookup sees them, and the
+    claim under limits takes them as unlimited."""
+    app.enqueue_many([("charge", {"account": "a", "cents": i}) for i in range(3)])
+    db.execute(f"DELETE FROM {schema}.limits WHERE name = 'charge'")
+    assert limits.apply(["default"], ["plain"]).value == "plain"  # not its task: not its job
+    assert limits.apply(["default"], ["charge"]).value != "plain"
+    got = limits.claim(["default"], ["charge"], "w1", 10, 30.0, expired=False).jobs
+    assert len(got) == 3  # no limit: all of them
+
+
+def test_a_claim_that_completes_jobs_wakes_the_queue_only_if_it_leaves_work(
+    app: forklift.App, limits: LimitStore, dsn: str, db: Db, schema: str
+) -> None:
+    """Completions riding with a claim free their keys' slots without the trigger's
+    notification; the claim takes what they free, and notifies once only when it had
+    to leave some for another worker."""
+    app.enqueue_many([("charge", {"account": k, "cents": i}) for i in range(2) for k in "abc"])
+    held = {str(j.args["account"]): j for j in claim_jobs(limits, 10)}
+    assert sorted(held) == ["a", "b", "c"]
+
+    def done(*keys: str) -> tuple[str, dict[str, Any]]:
+        return app.store.completion([(held[k].id, held[k].attempt, None, None) for k in keys], "w1")
+
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute(f"LISTEN {schema}_jobs")
+        # a's slot freed, and room to take its next: taken, nobody woken.
+        got = claim_jobs(limits, 10, complete=done("a"))
+        assert [str(j.args["account"]) for j in got] == ["a"]
+        assert list(listener.notifies(timeout=0.3)) == []
+        # b's and c's freed, but this claim takes one: the other is left, and told.
+        got = claim_jobs(limits, 1, complete=done("b", "c"))
+        assert [str(j.args["account"]) for j in got] == ["b"]
+        heard = [n.payload for n in listener.notifies(timeout=2, stop_after=1)]
+    assert heard == ["default"]
+    states = dict(db.execute(f"SELECT id, state::text FROM {schema}.jobs").fetchall())
+    assert [states[held[k].id] for k in "abc"] == ["succeeded"] * 3
+
+
+def claim_jobs(
+    limits: LimitStore, n: int, *, complete: tuple[str, dict[str, Any]] | None = None
+) -> list[ClaimedJob]:
+    return limits.claim(
+        ["default"], ["charge"], "w1", n, 30.0, expired=False, complete=complete
+    ).jobs

@@ -9,7 +9,7 @@ wrote; where a service runs on its thread, they wait on its test signals.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +22,7 @@ from forklift import _db
 from forklift._singleton import singleton
 from forklift.errors import DatabaseError
 from forklift.metrics import Tally
-from forklift.store import JobState, JobStore
+from forklift.store import Claim, Completion, JobState, JobStore
 from forklift.testing import wait_for
 from forklift.workers.completer import Completer, Flushed
 from forklift.workers.context import JobContext
@@ -155,6 +155,45 @@ def test_completer_thread_flushes_what_it_is_handed(
             completed |= completer.flushed.wait().completed
         completer.stop()
     assert all(state(db, schema, c.job_id) == JobState.SUCCEEDED for c in held)
+
+
+def test_successes_ride_with_the_next_claim_and_come_back_if_it_fails(
+    rig: Rig, app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    """A claim takes the successes queued (Completer.riding): they complete in its
+    transaction, and the completer's thread does not write them too; a claim that fails
+    leaves them to the thread, which writes them after its linger."""
+    a, b, c = rig.claim(app, 3)
+    app.enqueue("noop", {})  # for the claim to take
+    completer = Completer(rig.store, OWNER, rig.holdings, rig.events, rig.closing)
+    completer.flushed.enable()
+    with rig.running(completer.run):
+        for ctx in (a, b):
+            completer.submit(ctx)
+            rig.events.returned(ctx)
+
+        def claim(rows: Sequence[Completion]) -> Claim:
+            completed, jobs = rig.store.job_claim_completing(
+                rows, ["default"], OWNER, 5, 30.0, expired=False
+            )
+            return Claim(jobs, False, completed)
+
+        made = completer.riding(claim)
+        assert made.completed == {a.job_id, b.job_id} and len(made.jobs) == 1
+        assert [state(db, schema, x.job_id) for x in (a, b)] == [JobState.SUCCEEDED] * 2
+        assert completer.flushed.wait(timeout=5).completed == {a.job_id, b.job_id}  # recorded
+
+        def failing(rows: Sequence[Completion]) -> Claim:
+            raise DatabaseError("claim failed: the database went away")
+
+        completer.submit(c)
+        rig.events.returned(c)
+        with pytest.raises(DatabaseError):
+            completer.riding(failing)
+        assert completer.flushed.wait(timeout=5).completed == {c.job_id}
+        completer.stop()
+    assert state(db, schema, c.job_id) == JobState.SUCCEEDED
+    assert sorted(o for _, o in rig.ended) == [Outcome.SUCCEEDED] * 3
 
 
 # -- the lease renewer ----------------------------------------------------------------
