@@ -141,18 +141,18 @@ class BatchAdmin:
                 summary, found[0] if found else None, self._job(summary.row.callback_job_id), dead
             )
 
-    def batch_cancel(self, batch_id: int, why: str = "") -> BatchCancelled:
-        """Mark the batch cancelled (by the operator, for `why`) and cancel its ready and
-        running jobs (a running one as `forklift jobs cancel` does: its worker is told to
-        stop); BatchNotFound if there is none. A finished batch is left as it is (nothing
-        is cancelled): see `after`."""
+    def batch_cancel(self, batch_id: int, why: str = "", by: str | None = None) -> BatchCancelled:
+        """Mark the batch cancelled (by `by`, default this user@host, for `why`) and
+        cancel its ready and running jobs (a running one as `forklift jobs cancel` does:
+        its worker is told to stop); BatchNotFound if there is none. A finished batch is
+        left as it is (nothing is cancelled): see `after`."""
         with self.connector.session("cancelling the batch failed"):
             before = self._find(batch_id)
             if before.state == "finished":
                 return BatchCancelled(True, False, [], before)
-            by = f"{operator()} ({why})" if why else operator()
-            marked = self.store.cancel(batch_id, by)
-            acted = self.jobs.job_cancel_many(self.store.open_job_ids(batch_id))
+            who = by or operator()
+            marked = self.store.cancel(batch_id, f"{who} ({why})" if why else who)
+            acted = self.jobs.job_cancel_many(self.store.open_job_ids(batch_id), by=who)
             # Its jobs' cancel finished it if they were its last open ones; this finishes
             # one that had none open (its end not yet seen by a worker's sweep).
             self.store.finish_if_done({batch_id})
