@@ -20,6 +20,7 @@ from markupsafe import Markup
 from werkzeug.exceptions import HTTPException
 
 from forklift import _db, _display
+from forklift._events import emit
 from forklift.admin.rows import JobFilter
 from forklift.cli import jobs as jobs_cli
 from forklift.cli import output
@@ -108,8 +109,10 @@ def create_app(config: DashboardConfig, reader: Reader) -> Flask:
 
     @app.errorhandler(DatabaseError)
     def _database(exc: DatabaseError) -> tuple[str, int]:
-        log.warning("dashboard.database_error %s", _db.redact(str(exc)))
-        return _error(503, f"the database did not answer: {exc}")
+        # The first line only: PostgreSQL's DETAIL may quote a row, arguments and all.
+        first = str(exc).strip().split("\n", 1)[0]
+        emit(log, "dashboard.database_error", logging.WARNING, error=first)
+        return _error(503, f"the database did not answer: {first}")
 
     @app.errorhandler(JobNotFound)
     @app.errorhandler(BatchNotFound)
