@@ -152,8 +152,9 @@ def safe_next(target: str | None, default: str = "/") -> str:
     return target
 
 
-def secured(response: Response) -> Response:
+def secured(response: Response, *, static: bool = False) -> Response:
+    """`response` with the security headers; never cached, but for the static files."""
     for name, value in HEADERS.items():
         response.headers.setdefault(name, value)
-    response.headers["Cache-Control"] = "no-store"
+    response.headers["Cache-Control"] = "max-age=300" if static else "no-store"
     return response
