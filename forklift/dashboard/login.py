@@ -27,12 +27,12 @@ def register(app: Flask, token: str, throttle: security.Throttle) -> None:
                  client=request.remote_addr)  # fmt: skip
             return _again("too many wrong tokens: try again in a minute", target, 429)
         if not security.NAME.fullmatch(name):
-            return _again("your name: 1 to 40 letters, digits, '.', '_' or '-'", target, 400)
+            return _again("your name: 1 to 40 letters, digits, '.', '_' or '-'", target)
         if not security.token_matches(given, token):
             throttle.failed()
             emit(log, "dashboard.login_refused", logging.WARNING, reason="wrong token",
                  client=request.remote_addr)  # fmt: skip
-            return _again("wrong token", target, 403)
+            return _again("wrong token", target)
         session.clear()  # a fresh session, a fresh CSRF token: nothing carries over
         session.permanent = True
         session["who"] = name
@@ -47,5 +47,6 @@ def register(app: Flask, token: str, throttle: security.Throttle) -> None:
         return redirect(url_for("login"), 303)  # type: ignore[return-value]
 
 
-def _again(message: str, target: str, code: int) -> tuple[str, int]:
+def _again(message: str, target: str, code: int = 200) -> tuple[str, int]:
+    """The login form again, saying why (200: a form shown again, as browsers expect)."""
     return render_template("login.html", next=target, refused=message), code

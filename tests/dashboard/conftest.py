@@ -129,9 +129,11 @@ class Dashboard:
             raise
         self.url: str = found[1]
 
-    def _died(self) -> None:
+    def _died(self) -> bool:
+        """False while it runs; the test fails once it has exited."""
         if not self.proc.alive:
             pytest.fail(f"forklift dashboard exited:\n{self.proc.output()[-3000:]}")
+        return False
 
     def __call__(self, path: str) -> str:
         return self.url.rstrip("/") + path
