@@ -11,6 +11,7 @@ breaks (`|lines`) and nothing else.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from typing import Any
 
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 
 LIVE_MS = 1000  # how often a page refreshes its live part
 CHART_MS = 10_000  # and its charts (a minute's bar changes slowly)
+PROCESSES_SHOWN = 30  # rows of processes on the overview (/processes has them all)
 NAV = {
     "overview": "/",
     "jobs": "/jobs",
@@ -44,10 +46,18 @@ class Lines(str):
     """Text already escaped for display that keeps its line breaks (a traceback)."""
 
 
+# What redact() looks for (a URL's password, a password= pair); and printable ASCII, in
+# which _display.line escapes nothing: text with neither passes as it is, at once.
+_MAYBE_SECRET = re.compile(r"://|password", re.IGNORECASE)
+
+
 def shown(value: Any) -> Any:
     """What `{{ value }}` prints, before HTML escaping: text with DSN passwords hidden
     and control, bidi and zero-width characters escaped; markup and numbers as they are."""
     if isinstance(value, Markup | Lines) or not isinstance(value, str):
+        return value
+    plain = value.isascii() and value.isprintable() and not _MAYBE_SECRET.search(value)
+    if plain and not any(secret in value for secret in _db.secrets()):
         return value
     return _display.line(_db.redact(value))
 
@@ -81,6 +91,7 @@ def create_app(config: DashboardConfig, reader: Reader) -> Flask:
             "pages": NAV,
             "live_ms": LIVE_MS,
             "chart_ms": CHART_MS,
+            "processes_shown": PROCESSES_SHOWN,
         }
 
     pages.register(app, reader)
