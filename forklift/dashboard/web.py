@@ -39,7 +39,9 @@ NAV = {
     "schedules": "/schedules",
     "processes": "/processes",
 }
-OPEN = ("login", "login_post", "static")  # what a visitor without a session may reach
+# What a visitor without a session may reach: the login, the static files, and /healthz
+# (for a load balancer or the kubelet: the process answers; the database is the pages').
+OPEN = ("login", "login_post", "static", "healthz")
 
 
 class Lines(str):
@@ -95,6 +97,7 @@ def create_app(config: DashboardConfig, reader: Reader) -> Flask:
         }
 
     pages.register(app, reader)
+    app.add_url_rule("/healthz", "healthz", lambda: ("ok\n", 200, {"Content-Type": "text/plain"}))
     if config.token is not None:
         from forklift.dashboard import login
 

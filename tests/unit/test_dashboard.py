@@ -103,6 +103,7 @@ def test_every_answer_carries_the_security_headers_and_a_strict_session_cookie(
     cookie = answer.headers["Set-Cookie"]
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
     assert client.get("/").status_code == 303  # every page asks for the login first
+    assert client.get("/healthz").status_code == 200  # but the probe's
 
 
 def test_a_post_without_the_csrf_token_a_foreign_origin_or_host_is_refused(client: Any) -> None:
