@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -67,15 +68,19 @@ def seed(dsn: str, schema: str) -> Seeded:
 
 def _kill(db: psycopg.Connection[Any], schema: str, queue: str, n: int) -> list[int]:
     """`n` jobs of `queue` dead after 5 attempts, each failure in their error history."""
+    now = datetime.now(UTC)
     errors = [
-        {"attempt": a, "at": f"2026-12-01T10:0{a}:00Z", "worker": f"web-1:41{a}:ab12@40.cd",
+        {"attempt": a, "at": (now - timedelta(minutes=12 - 2 * a)).isoformat(),
+         "worker": f"web-2:770{a % 2 + 1}:ab12@7700.s2",
          "error": "SMTPServerDisconnected: Connection unexpectedly closed", "traceback": TRACEBACK}
         for a in range(1, 6)
     ]  # fmt: skip
     rows = db.execute(
         f"""UPDATE {schema}.jobs SET state = 'dead', attempts = 5, errors = %s::jsonb,
                last_error = 'SMTPServerDisconnected: Connection unexpectedly closed',
-               started_at = now() - interval '3 minutes',
+               created_at = now() - interval '12 minutes',
+               available_at = now() - interval '4 minutes',
+               started_at = now() - interval '2 minutes 1 second',
                completed_at = now() - interval '2 minutes'
            WHERE id IN (SELECT id FROM {schema}.jobs WHERE queue = %s ORDER BY id LIMIT %s)
            RETURNING id""",
@@ -99,7 +104,7 @@ def _run(db: psycopg.Connection[Any], schema: str, ids: list[int]) -> list[int]:
 
 
 def _batch_progress(db: psycopg.Connection[Any], schema: str, batch: int) -> None:
-    """Of the batch's 40 tiles: 25 succeeded, 2 dead, 13 still ready."""
+    """Of the batch's 40 tiles: 25 succeeded, 2 dead, 1 running (on web-2), 12 ready."""
     db.execute(
         f"""UPDATE {schema}.jobs SET
                state = (CASE WHEN n <= 25 THEN 'succeeded' ELSE 'dead' END)::{schema}.job_state,
@@ -111,6 +116,14 @@ def _batch_progress(db: psycopg.Connection[Any], schema: str, batch: int) -> Non
            WHERE {schema}.jobs.id = t.id AND t.n <= 27""",
         (batch,),
     )
+    db.execute(
+        f"""UPDATE {schema}.jobs SET state = 'running', attempts = 1,
+               lease_owner = 'web-2:7701:w0@7700.s2', lease_until = now() + interval '30 seconds',
+               started_at = now() - interval '4 seconds',
+               progress = '{{"done": 3, "total": 4, "message": "shading"}}'::jsonb
+           WHERE id = (SELECT max(id) FROM {schema}.jobs WHERE batch_id = %s)""",
+        (batch,),
+    )
 
 
 def _processes(db: psycopg.Connection[Any], schema: str) -> None:
@@ -119,8 +132,15 @@ def _processes(db: psycopg.Connection[Any], schema: str) -> None:
         ("web-1:4101:w0@4100.s1", "worker", "web-1", 4101, "web-1:4100:s1", ["default", "images"]),
         ("web-1:4102:w1@4100.s1", "worker", "web-1", 4102, "web-1:4100:s1", ["default", "images"]),
         ("web-1:4103:w2@4100.s1", "worker", "web-1", 4103, "web-1:4100:s1", ["default", "images"]),
-        ("web-2:7700:s2", "supervisor", "web-2", 7700, None, ["emails", "reports"]),
-        ("web-2:7701:w0@7700.s2", "worker", "web-2", 7701, "web-2:7700:s2", ["emails", "reports"]),
+        ("web-2:7700:s2", "supervisor", "web-2", 7700, None, ["default", "emails", "reports"]),
+        (
+            "web-2:7701:w0@7700.s2",
+            "worker",
+            "web-2",
+            7701,
+            "web-2:7700:s2",
+            ["default", "emails", "reports"],
+        ),
     ]
     for id_, kind, host, pid, sup, queues in rows:
         db.execute(
@@ -156,7 +176,8 @@ def _history(db: psycopg.Connection[Any], schema: str) -> None:
                   c - interval '2 seconds', c - interval '1 second', c,
                   CASE WHEN i % 40 = 0 THEN 'OSError: truncated image' END
            FROM generate_series(1, 3000) AS i,
-           LATERAL (SELECT now() - make_interval(secs => i * 1.2 + 20 * sin(i / 50.0)) AS c) AS t"""
+           LATERAL (SELECT now() - make_interval(secs => (3001 - i) * 1.2 + 20 * sin(i / 50.0))
+                    AS c) AS t"""
     )
 
 
