@@ -22,16 +22,17 @@ def register(app: Flask, token: str, throttle: security.Throttle) -> None:
         target = security.safe_next(request.form.get("next"))
         name = request.form.get("name", "").strip()
         given = request.form.get("token", "")
-        if throttle.blocked():
+        client = request.remote_addr or "-"
+        if throttle.blocked(client):
             emit(log, "dashboard.login_refused", logging.WARNING, reason="throttled",
-                 client=request.remote_addr)  # fmt: skip
+                 client=client)  # fmt: skip
             return _again("too many wrong tokens: try again in a minute", target, 429)
         if not security.NAME.fullmatch(name):
             return _again("your name: 1 to 40 letters, digits, '.', '_' or '-'", target)
         if not security.token_matches(given, token):
-            throttle.failed()
+            throttle.failed(client)
             emit(log, "dashboard.login_refused", logging.WARNING, reason="wrong token",
-                 client=request.remote_addr)  # fmt: skip
+                 client=client)  # fmt: skip
             return _again("wrong token", target)
         session.clear()  # a fresh session, a fresh CSRF token: nothing carries over
         session.permanent = True

@@ -43,7 +43,7 @@ HEADERS = {
 SESSION_HOURS = 8
 COOKIE = "forklift_dashboard"
 NAME = re.compile(r"[A-Za-z0-9._-]{1,40}")  # who, as the error history records it
-FAILURES_PER_MINUTE = 10  # wrong tokens, from anyone, before logins pause for a minute
+FAILURES_PER_MINUTE = 10  # wrong tokens from one address before its logins pause a minute
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 
 
@@ -67,30 +67,30 @@ def flask_settings(token: str | None) -> dict[str, object]:
 
 
 class Throttle:
-    """Wrong tokens are counted per minute across all clients: past the limit, logins are
-    refused until the minute is over (guessing a 16-character token stays hopeless)."""
+    """Wrong tokens are counted per client address and minute: past the limit, that
+    address's logins are refused until the minute is over (guessing a 16-character
+    token stays hopeless, and nobody can lock others out)."""
 
     def __init__(self, limit: int = FAILURES_PER_MINUTE) -> None:
         self.limit = limit
         self._lock = threading.Lock()
         self._minute = 0
-        self._failures = 0
+        self._failures: dict[str, int] = {}
 
-    def _now(self) -> int:
+    def _roll(self) -> None:
         minute = int(time.monotonic() // 60)
         if minute != self._minute:
-            self._minute, self._failures = minute, 0
-        return minute
+            self._minute, self._failures = minute, {}
 
-    def blocked(self) -> bool:
+    def blocked(self, client: str) -> bool:
         with self._lock:
-            self._now()
-            return self._failures >= self.limit
+            self._roll()
+            return self._failures.get(client, 0) >= self.limit
 
-    def failed(self) -> None:
+    def failed(self, client: str) -> None:
         with self._lock:
-            self._now()
-            self._failures += 1
+            self._roll()
+            self._failures[client] = self._failures.get(client, 0) + 1
 
 
 def token_matches(given: str, token: str) -> bool:

@@ -128,3 +128,16 @@ def test_after_a_login_or_an_action_only_a_path_here_is_followed(
     target: str | None, safe: str
 ) -> None:
     assert security.safe_next(target) == safe
+
+
+def test_wrong_tokens_pause_the_logins_of_that_address_only(client: Any) -> None:
+    client.get("/login")
+    with client.session_transaction() as session:
+        csrf = session["csrf"]
+    wrong = {"token": "x" * 20, "name": "mallory", "csrf": csrf}
+    answers = [client.post("/login", data=wrong).status_code for _ in range(11)]
+    assert answers == [200] * 10 + [429]  # the form again, saying why; then paused
+    right = {"token": TOKEN, "name": "alice", "csrf": csrf}
+    assert client.post("/login", data=right).status_code == 429  # that address waits
+    other = {"REMOTE_ADDR": "127.0.0.2"}
+    assert client.post("/login", data=right, environ_base=other).status_code == 303
