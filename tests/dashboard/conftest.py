@@ -146,7 +146,7 @@ def dashboard(
     """A read-only dashboard over the module's schema."""
     d = Dashboard(dash_env, tmp_path_factory.mktemp("dash") / "dashboard.log")
     yield d
-    d.proc.stop(timeout=10)
+    assert d.proc.stop(timeout=10) == 0, "SIGTERM: a clean exit"
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +157,7 @@ def acting(
     env = {**dash_env, "FORKLIFT_DASHBOARD_TOKEN": TOKEN}
     d = Dashboard(env, tmp_path_factory.mktemp("dash") / "acting.log", "--allow-actions")
     yield d
-    d.proc.stop(timeout=10)
+    assert d.proc.stop(timeout=10) == 0, "SIGTERM: a clean exit"
 
 
 def live_refreshed(page: Any) -> None:
