@@ -76,7 +76,12 @@ def create_app(config: DashboardConfig, reader: Reader) -> Flask:
     app.config.update(security.flask_settings(config.token))
     app.jinja_options = {**app.jinja_options, "finalize": shown}
     app.jinja_env.filters.update(
-        lines=lines, age=output.age, clip=views.clip, percent=views.percent, when=output.when
+        lines=lines,
+        age=output.age,
+        clip=views.clip,
+        percent=views.percent,
+        when=output.when,
+        fraction=output.fraction,
     )
     app.jinja_env.globals["by_host"] = views.by_host
     _guard(app, config)
