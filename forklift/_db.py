@@ -30,6 +30,11 @@ def redact(text: str) -> str:
     return text
 
 
+def secrets() -> tuple[str, ...]:
+    """The pieces of passwords redact() hides wherever they appear."""
+    return _SECRETS
+
+
 def resolve_dsn(dsn: str | None) -> str:
     """The DSN given, else FORKLIFT_DATABASE_URL, else DATABASE_URL; DsnError if it does
     not parse (check_dsn)."""

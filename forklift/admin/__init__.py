@@ -16,6 +16,7 @@ from forklift.admin._connect import Connector
 from forklift.admin.jobs import JobAdmin, operator
 from forklift.admin.rows import LimitChange, LimitRow, limit_text
 from forklift.errors import ArgumentError, SchemaMissing
+from forklift.scheduler.store import ScheduleRow, ScheduleSession
 
 __all__ = [
     "AdminStore",
@@ -95,6 +96,7 @@ class AdminStore:
         self.timeouts = timeouts or _db.Timeouts(connect=2.0, statement=2.0, lock=1.0)
         self.connector = connector or Connector(dsn, self.timeouts)
         self.q = _sql.load("forklift.admin", "queries.sql", schema)
+        self.sq = _sql.load("forklift.scheduler", "queries.sql", schema)
 
     def _conn(self, what: str) -> AbstractContextManager[psycopg.Connection[Any]]:
         return self.connector.conn(what)
@@ -150,9 +152,10 @@ class AdminStore:
         with self._conn("reading the queues in use failed") as conn:
             return {r[0] for r in conn.execute(self.q["queue_known_list"])}
 
-    def queue_pause(self, queue: str) -> bool:
-        """Pause `queue` everywhere; False if it was paused already."""
-        params = {"queue": checked_queue(queue), "by": operator()}
+    def queue_pause(self, queue: str, by: str | None = None) -> bool:
+        """Pause `queue` everywhere, as by `by` (default: this user@host); False if it was
+        paused already."""
+        params = {"queue": checked_queue(queue), "by": by or operator()}
         with self._conn("pausing the queue failed") as conn:
             return conn.execute(self.q["queue_pause"], params).fetchone() is not None
 
@@ -193,6 +196,12 @@ class AdminStore:
         with self._conn("removing the queue's limits failed") as conn:
             row = conn.execute(self.q["queue_limit_clear"], params).fetchone()
         return None if row is None else _limit_row(row)
+
+    def schedule_list(self) -> list[ScheduleRow]:
+        """Every schedule the schedulers declared (`forklift schedules`), read with the
+        scheduler's own query."""
+        with self._conn("reading the schedules failed") as conn:
+            return ScheduleSession(conn, self.sq).schedule_list()
 
     def process_list(self) -> list[ProcessRow]:
         with self._conn("reading the process registry failed") as conn:

@@ -13,6 +13,7 @@ from forklift.admin._connect import Connector
 from forklift.admin.rows import (
     Acted,
     DeadJob,
+    FinishedMinute,
     JobDetail,
     JobFilter,
     JobPage,
@@ -89,8 +90,9 @@ class JobAdmin:
             Progress.of(progress), batch_id, limit_key,
         )  # fmt: skip
 
-    def job_retry_many(self, ids: Sequence[int]) -> list[Acted]:
-        """Dead or cancelled jobs back to ready now, attempts and crashes reset to 0.
+    def job_retry_many(self, ids: Sequence[int], by: str | None = None) -> list[Acted]:
+        """Dead or cancelled jobs back to ready now, attempts and crashes reset to 0, the
+        retry noted in their error history as by `by` (default: this user@host).
 
         One Acted per id asked for, in id order: done, or why not (its state; None if
         there is no such job).
@@ -98,7 +100,7 @@ class JobAdmin:
         found: dict[int, Acted] = {}
         with self.connector.conn("retrying jobs failed") as conn:
             for batch in _batches(sorted(set(ids))):
-                params = {"ids": batch, "by": operator()}
+                params = {"ids": batch, "by": by or operator()}
                 for id_, was, attempts, crashes, done in conn.execute(
                     self.q["job_retry_many"], params
                 ):
@@ -117,8 +119,9 @@ class JobAdmin:
             yield batch
             after = batch[-1]
 
-    def job_cancel_many(self, ids: Sequence[int]) -> list[Acted]:
-        """Cancel ready and running jobs now; a running job's worker is told to stop.
+    def job_cancel_many(self, ids: Sequence[int], by: str | None = None) -> list[Acted]:
+        """Cancel ready and running jobs now; a running job's worker is told to stop. The
+        error history says by whom: `by` (default: this user@host).
 
         One Acted per id asked for, in id order (`owner`: who was running it).
         """
@@ -126,7 +129,7 @@ class JobAdmin:
         ended: set[int] = set()  # the batches of jobs cancelled
         with self.connector.conn("cancelling jobs failed") as conn:
             for batch in _batches(sorted(set(ids))):
-                params = {"ids": batch, "by": operator()}
+                params = {"ids": batch, "by": by or operator()}
                 for id_, was, owner, done, batch_id in conn.execute(
                     self.q["job_cancel_many"], params
                 ):
@@ -137,9 +140,12 @@ class JobAdmin:
         self.batches.finish_if_done(ended)
         return [found.get(i, Acted(i, False, None)) for i in sorted(set(ids))]
 
-    def job_purge(self, state: str, older_than: float, *, dry_run: bool) -> Purged:
+    def job_purge(
+        self, state: str, older_than: float, *, dry_run: bool, max_batches: int | None = None
+    ) -> Purged:
         """Delete jobs of a finished state completed more than `older_than` seconds ago,
-        a short transaction per batch (or, in a dry run, count them)."""
+        a short transaction per batch (or, in a dry run, count them); at most
+        `max_batches` batches when given (`more`: it stopped there)."""
         with self.connector.conn("purging jobs failed") as conn:
             row = conn.execute(self.q["job_purge_cutoff"], {"older": older_than}).fetchone()
             assert row is not None
@@ -152,6 +158,8 @@ class JobAdmin:
             while deleted := conn.execute(self.q["job_purge_batch"], params).rowcount:
                 total += deleted
                 batches += 1
+                if max_batches is not None and batches >= max_batches:
+                    return Purged(state, row[0], total, batches, more=True)
         return Purged(state, row[0], total, batches)
 
     def job_running_list(self) -> list[RunningJobRow]:
@@ -165,6 +173,13 @@ class JobAdmin:
     def job_dead_recent(self, limit: int) -> list[DeadJob]:
         with self.connector.conn("reading dead jobs failed") as conn:
             return [DeadJob(*r) for r in conn.execute(self.q["job_dead_recent"], {"limit": limit})]
+
+    def job_finished_per_minute(self, minutes: int) -> list[FinishedMinute]:
+        """Jobs that succeeded and that went dead in each of the last `minutes` minutes
+        (the current one last, partial), every minute present (0 when none finished)."""
+        with self.connector.conn("reading finished jobs failed") as conn:
+            rows = conn.execute(self.q["job_finished_per_minute"], {"minutes": minutes})
+            return [FinishedMinute(*r) for r in rows]
 
 
 def _batches(ids: list[int]) -> Iterator[list[int]]:

@@ -171,3 +171,23 @@ FROM {schema}.jobs AS j
 WHERE j.state = 'dead'
 ORDER BY j.id DESC
 LIMIT %(limit)s;
+
+-- name: job_finished_per_minute
+-- Per minute of the last `minutes` (the current, partial one last): jobs that succeeded
+-- and that went dead, every minute present; a range of the completion-time index read
+-- from the index alone (its cost grows with the jobs finished in that time).
+SELECT m.at, coalesce(f.succeeded, 0)::bigint, coalesce(f.dead, 0)::bigint
+FROM generate_series(date_trunc('minute', now())
+                         - make_interval(mins => %(minutes)s::integer - 1),
+                     date_trunc('minute', now()), interval '1 minute') AS m(at)
+LEFT JOIN (
+    SELECT date_trunc('minute', j.completed_at) AS at,
+           count(*) FILTER (WHERE j.state = 'succeeded') AS succeeded,
+           count(*) FILTER (WHERE j.state = 'dead') AS dead
+    FROM {schema}.jobs AS j
+    WHERE j.state IN ('succeeded', 'dead', 'cancelled')
+      AND j.completed_at >= date_trunc('minute', now())
+                            - make_interval(mins => %(minutes)s::integer - 1)
+    GROUP BY 1
+) AS f ON f.at = m.at
+ORDER BY m.at;

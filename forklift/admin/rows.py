@@ -136,6 +136,7 @@ class Purged:
     jobs: int
     batches: int = 0
     capped: bool = False  # a dry run stopped counting at its cap
+    more: bool = False  # it stopped at its most batches: older jobs may be left
 
 
 @dataclass(frozen=True)
@@ -160,6 +161,15 @@ class DeadJob:
     task: str
     ago: float
     error: str | None
+
+
+@dataclass(frozen=True)
+class FinishedMinute:
+    """How many jobs succeeded and went dead in one minute (the dashboard's charts)."""
+
+    at: datetime  # the minute's start
+    succeeded: int
+    dead: int
 
 
 @dataclass(frozen=True)

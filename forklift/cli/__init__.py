@@ -16,6 +16,7 @@ import forklift
 from forklift import _db, _display, _logging
 from forklift.cli import (
     batches,
+    dashboard,
     demo,
     flags,
     jobs,
@@ -36,7 +37,9 @@ Exit codes: 0 ok, 1 error, 2 usage (or a database URL that does not parse), 3 th
 does not import, 130 interrupted.
 """
 
-COMMAND_GROUPS = (produce, processes, observe, jobs, batches, queues, top, schedules, demo)
+COMMAND_GROUPS = (
+    produce, processes, observe, jobs, batches, queues, top, schedules, dashboard, demo,
+)  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return Exit.USAGE
     # Daemons log to stdout (journald, kubectl logs); one-shot commands keep stdout for
     # their answer and log to stderr.
-    daemon = args.command in ("run", "worker")
+    daemon = args.command in ("run", "worker", "dashboard")
     _logging.setup(args.log_level, args.log_format, sys.stdout if daemon else sys.stderr)
     try:
         return int(args.func(args))

@@ -81,7 +81,7 @@ def cmd_retry(args: argparse.Namespace) -> int:
         print("no dead jobs")
     else:
         for a in acted:
-            output.say(_retry_line(a))
+            output.say(retry_line(a))
     return Exit.OK if all(a.done for a in acted) else Exit.ERROR
 
 
@@ -93,7 +93,7 @@ def _retried(a: Acted) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _retry_line(a: Acted) -> str:
+def retry_line(a: Acted) -> str:
     if a.was is None:
         return f"job {a.id}: not retried: no such job"
     if not a.done:
@@ -111,7 +111,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         output.print_json([_cancelled(a) for a in acted])
     else:
         for a in acted:
-            output.say(_cancel_line(a))
+            output.say(cancel_line(a))
     return Exit.OK if all(a.done for a in acted) else Exit.ERROR
 
 
@@ -120,7 +120,7 @@ def _cancelled(a: Acted) -> dict[str, Any]:
     return {"id": a.id, "result": result, "was": a.was, "worker": a.owner}
 
 
-def _cancel_line(a: Acted) -> str:
+def cancel_line(a: Acted) -> str:
     if a.was is None:
         return f"job {a.id}: not cancelled: no such job"
     if not a.done:

@@ -150,7 +150,7 @@ def _result_text(text: str | None) -> str:
     return _display.line(result) + (" (truncated)" if truncated else "")
 
 
-def _at(stamp: Any, now: datetime) -> str:
+def history_time(stamp: Any, now: datetime) -> str:
     """An error history entry's time (ISO text, as jsonb keeps it) as people read it."""
     try:
         return output.when(datetime.fromisoformat(str(stamp)), now)
@@ -171,7 +171,7 @@ def operator_action(entry: dict[str, Any], now: datetime) -> str | None:
     if match is None or entry.get("traceback"):
         return None
     verb, by, detail, ran = match.groups()
-    text = f"  {verb.lower()} by {by} at {_at(entry['at'], now)}"
+    text = f"  {verb.lower()} by {by} at {history_time(entry['at'], now)}"
     if detail:
         text += f": {detail}"
     if ran and entry.get("worker"):
@@ -214,7 +214,7 @@ def print_detail(detail: JobDetail) -> None:
             continue
         lines.append(
             shown(
-                f"  attempt {entry['attempt']} at {_at(entry['at'], now)} "
+                f"  attempt {entry['attempt']} at {history_time(entry['at'], now)} "
                 f"on worker {entry['worker'] or '-'}"
             )
         )

@@ -19,6 +19,9 @@ KUBE = DEPLOY / "kubernetes"
 # kustomization.yaml is kustomize's own configuration, not a Kubernetes API object: there
 # is no OpenAPI schema for it (test_the_kustomization_ties_every_manifest_together).
 MANIFESTS = sorted(p for p in KUBE.glob("*.yaml") if p.name != "kustomization.yaml")
+# The optional dashboard, applied apart (kubectl apply -k deploy/kubernetes/dashboard).
+DASHBOARD = KUBE / "dashboard"
+DASHBOARD_MANIFESTS = sorted(p for p in DASHBOARD.glob("*.yaml") if p.name != "kustomization.yaml")
 # The oldest Kubernetes these manifests are for, and the newest the schemas know.
 VERSIONS = ("1.29", kubernetes_validate.latest_version())
 SUPERVISOR_MIB = 150  # the supervisor's own memory, beside its workers
@@ -50,7 +53,7 @@ def _workers() -> tuple[dict[str, Any], SupervisorConfig]:
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", MANIFESTS + DASHBOARD_MANIFESTS, ids=lambda p: p.name)
 def test_every_manifest_validates_strictly(path: Path, version: str) -> None:
     for doc in _documents(path):
         try:
@@ -148,3 +151,57 @@ def test_the_disruption_budget_covers_the_workers_and_the_rollout_keeps_capacity
     assert budget["selector"] == deployment["selector"]
     assert budget["maxUnavailable"] < deployment["replicas"]
     assert deployment["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+
+
+def _dashboard(kind: str) -> dict[str, Any]:
+    [found] = [d for path in DASHBOARD_MANIFESTS for d in _documents(path) if d["kind"] == kind]
+    return found
+
+
+def test_the_dashboard_kustomization_ties_its_manifests_and_the_workers_image() -> None:
+    [kustomization] = _documents(DASHBOARD / "kustomization.yaml")
+    assert sorted(kustomization["resources"]) == [p.name for p in DASHBOARD_MANIFESTS]
+    [workers] = _documents(KUBE / "kustomization.yaml")
+    assert kustomization["images"] == workers["images"]
+    [container] = _dashboard("Deployment")["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == _container("Deployment")["image"]
+    assert container["envFrom"] == _container("Deployment")["envFrom"]
+
+
+def test_the_dashboard_is_read_only_and_serves_where_its_probes_and_service_look() -> None:
+    from forklift.dashboard.config import parse_bind
+
+    deployment, service = _dashboard("Deployment"), _dashboard("Service")
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    args = parse_run(container["args"], _env(container))
+    assert args.command == "dashboard" and args.allow_actions is False
+    host, port = parse_bind(args.bind)
+    assert host == "0.0.0.0", "the Service reaches the pod from outside it"
+    [declared] = container["ports"]
+    assert (declared["name"], declared["containerPort"]) == ("http", port)
+    [token] = [e for e in container["env"] if e["name"] == "FORKLIFT_DASHBOARD_TOKEN"]
+    assert token["valueFrom"]["secretKeyRef"]["optional"] is True
+    paths = {container[k]["httpGet"]["path"] for k in ("livenessProbe", "readinessProbe")}
+    assert paths == {"/healthz"} and "healthz" in dashboard_endpoints()
+    [exposed] = service["spec"]["ports"]
+    assert exposed["targetPort"] == "http"
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsUser"] == _dockerfile_uid()
+    assert pod["automountServiceAccountToken"] is False
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+
+
+def dashboard_endpoints() -> set[str]:
+    """The endpoints a read-only dashboard serves (no database is touched to list them)."""
+    from forklift import _db
+    from forklift.admin import Connector
+    from forklift.dashboard.config import DashboardConfig
+    from forklift.dashboard.reader import Reader
+    from forklift.dashboard.web import create_app
+
+    dsn = "postgresql://unused@127.0.0.1:9/unused"
+    reader = Reader(dsn, "unused", Connector(dsn, _db.Timeouts()))
+    app = create_app(DashboardConfig("0.0.0.0", 8787), reader)
+    return {rule.endpoint for rule in app.url_map.iter_rules()}

@@ -62,9 +62,11 @@ PARAMS: dict[str, list[dict[str, Any]]] = {
     ],
     "job_purge_batch": [{"state": "succeeded"}, {"state": "dead"}],
     "job_dead_recent": [{"limit": 5}],
+    "job_finished_per_minute": [{"minutes": 60}],
     "batch_list_open": [{"limit": 20}],
     "batch_list_finished": [{"limit": 20}],
     "batch_callback": [{"id": 1}],
+    "batch_tally_many": [{"ids": [1, 2, 3]}],
 }
 PARAMS["job_list_window"] = PARAMS["job_list"]
 for p in PARAMS["job_list"]:

@@ -1,0 +1,116 @@
+"""The dashboard's pages, each a view over `Reader` with a `/live/...` twin that renders
+only the part the browser refreshes (the same template, included by the page)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from flask import Flask, abort, render_template, request, url_for
+
+from forklift.admin.rows import JobFilter
+from forklift.cli import jobs as jobs_cli
+from forklift.cli.schedules import DECLARED_WITHIN, as_json
+from forklift.dashboard import charts, views
+from forklift.dashboard.reader import LIST_WINDOW, PAGE, Reader
+
+FILTER_CHARS = 200  # the longest filter value a /jobs query may carry
+
+
+def register(app: Flask, reader: Reader) -> None:
+    def page(rule: str, name: str, view: Callable[..., str]) -> None:
+        """`rule` for the page, `/live` + `rule` for its live part."""
+        app.add_url_rule(rule, name, view, defaults={"live": False})
+        app.add_url_rule(f"/live{rule}", f"{name}_live", view, defaults={"live": True})
+
+    def overview(live: bool) -> str:
+        data = reader.overview()
+        if live:
+            return render_template("_overview.html", o=data)
+        return render_template(
+            "overview.html", o=data, charts=charts.charts(reader.chart()), page="overview"
+        )
+
+    def chart() -> str:
+        return render_template("_charts.html", charts=charts.charts(reader.chart()))
+
+    def job(job_id: int, live: bool) -> str:
+        view = views.job_view(reader.job(job_id))
+        return render_template("_job.html" if live else "job.html", v=view, page="jobs")
+
+    def batches(live: bool) -> str:
+        open_, finished = reader.batch_list()
+        return render_template(
+            "_batches.html" if live else "batches.html", open=open_, finished=finished,
+            views=views, page="batches",
+        )  # fmt: skip
+
+    def batch(batch_id: int, live: bool) -> str:
+        d = reader.batch(batch_id)
+        return render_template(
+            "_batch.html" if live else "batch.html", d=d, s=d.summary, views=views,
+            page="batches",
+        )  # fmt: skip
+
+    def schedules(live: bool) -> str:
+        rows = [(r, as_json(r)) for r in reader.schedules()]
+        return render_template(
+            "_schedules.html" if live else "schedules.html", rows=rows,
+            declared_within=DECLARED_WITHIN, page="schedules",
+        )  # fmt: skip
+
+    def processes(live: bool) -> str:
+        data = reader.processes()
+        return render_template(
+            "_processes.html" if live else "processes.html", p=data, page="processes"
+        )
+
+    page("/", "overview", overview)
+    app.add_url_rule("/live/charts", "charts", chart)
+    page("/jobs", "jobs", lambda live: jobs(reader, live))
+    page("/jobs/<int:job_id>", "job", job)
+    page("/batches", "batches", batches)
+    page("/batches/<int:batch_id>", "batch", batch)
+    page("/schedules", "schedules", schedules)
+    page("/processes", "processes", processes)
+
+
+def jobs(reader: Reader, live: bool) -> str:
+    """/jobs: the filters of `jobs list`, newest first, a page at a time (keyset: the
+    next page is the jobs older than the last one shown)."""
+    where = _job_filter()
+    before = _int_arg("before")
+    found = reader.job_list(where, before)
+    args = {k: v for k, v in vars(where).items() if v is not None}
+    older = None
+    if found.next_before is not None:
+        older = url_for("jobs", **args, before=found.next_before)
+    return render_template(
+        "_jobs.html" if live else "jobs.html", where=where, found=found,
+        states=jobs_cli.STATES, window=LIST_WINDOW, short=len(found.jobs) < PAGE,
+        live_url=None if before is not None else url_for("jobs_live", **args),
+        newest=None if before is None else url_for("jobs", **args), older=older,
+        page="jobs",
+    )  # fmt: skip
+
+
+def _int_arg(name: str) -> int | None:
+    text = request.args.get(name, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or len(text) > 18:
+        abort(400, f"{name} must be a job id")
+    return int(text)
+
+
+def _text_arg(name: str) -> str | None:
+    text = request.args.get(name, "").strip()
+    if len(text) > FILTER_CHARS:
+        abort(400, f"{name} may be at most {FILTER_CHARS} characters")
+    return text or None
+
+
+def _job_filter() -> JobFilter:
+    state = _text_arg("state")
+    if state is not None and state not in jobs_cli.STATES:
+        abort(400, f"state must be one of {', '.join(jobs_cli.STATES)}")
+    return JobFilter(state, _text_arg("queue"), _text_arg("task"), _text_arg("error"))

@@ -1,0 +1,191 @@
+"""How the dashboard's pages read: the CLI's own wording and safety (forklift.cli.jobview,
+forklift.cli.output, forklift._display) turned into what the templates lay out. Every
+value a producer, handler or host wrote still passes the templates' escaping."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from forklift.admin.batches import BatchDetail, BatchSummary
+from forklift.admin.rows import JobDetail, JobRow, Progress
+from forklift.cli import batches as batch_cli
+from forklift.cli import jobview, output
+from forklift.cli.observe import Listed
+
+ARGS_CHARS = 20_000  # of the arguments' and the result's JSON text a job page shows
+ERROR_CHARS = 4_000  # of one error message
+TRACEBACK_CHARS = 40_000  # of one traceback
+HISTORY_SHOWN = 50  # the latest entries of a job's error history
+CELL_CHARS = 120  # of an error in a table
+
+
+def clip(text: str | None, width: int = CELL_CHARS) -> str:
+    """`text` on one line, at most `width` characters (`-` for none)."""
+    if text is None or not text.strip():
+        return "-"
+    one = " ".join(text.split())
+    return one if len(one) <= width else one[: width - 1] + "…"
+
+
+def cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One entry of a job's error history: an attempt that failed, or an operator's
+    retry or cancel (`action`, the CLI's line for it)."""
+
+    attempt: Any
+    at: str
+    worker: str
+    error: str
+    traceback: str | None
+    action: str | None = None
+
+
+@dataclass(frozen=True)
+class JobView:
+    """A job as its page shows it: `forklift jobs show`, field by field."""
+
+    job: JobRow
+    detail: JobDetail
+    args: str
+    args_cut: bool
+    result: str | None
+    progress: str
+    percent: float | None
+    history: list[Entry]
+    older: int  # history entries not shown (the oldest)
+
+    @property
+    def fields(self) -> list[tuple[str, str]]:
+        d, j, now = self.detail, self.job, self.detail.now
+        return [
+            ("state", j.state),
+            ("attempts", f"{j.attempts} of {j.max_attempts}"),
+            ("crashes", f"{j.crashes} of {j.max_crashes}"),
+            ("priority", str(j.priority)),
+            ("key", d.idempotency_key or "-"),
+            ("progress", self.progress),
+            ("limit key", d.limit_key or "-"),
+            ("timeout", "-" if d.timeout is None else f"{d.timeout:g} s"),
+            ("enqueued", output.when(j.created_at, now)),
+            ("available", output.when(j.available_at, now)),
+            ("started", output.when(j.started_at, now)),
+            ("completed", output.when(j.completed_at, now)),
+            ("worker", j.lease_owner or "-"),
+            ("lease until", output.when(d.lease_until, now)),
+            ("last error", cut(jobview.error_text(j), ERROR_CHARS)),
+        ]
+
+    @property
+    def retryable(self) -> bool:
+        return self.job.state in ("dead", "cancelled")
+
+    @property
+    def cancellable(self) -> bool:
+        return self.job.state in ("ready", "running")
+
+
+def _pretty(text: str) -> str:
+    """JSON text indented for reading (as it is, when it does not parse)."""
+    try:
+        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    except ValueError:
+        return text
+
+
+def job_view(detail: JobDetail) -> JobView:
+    args, args_cut = jobview.safe_args(detail.args, ARGS_CHARS)
+    result = None
+    if detail.result is not None:
+        result = cut(json.dumps(jobview.safe_result(detail.result), indent=2), ARGS_CHARS)
+    history = [_entry(e, detail.now) for e in detail.errors[-HISTORY_SHOWN:]]
+    return JobView(
+        detail.job,
+        detail,
+        args if args_cut else _pretty(args),
+        args_cut,
+        result,
+        jobview.progress_text(detail.progress, detail.now),
+        _percent(detail.progress),
+        history,
+        max(0, len(detail.errors) - HISTORY_SHOWN),
+    )
+
+
+def _percent(progress: Progress | None) -> float | None:
+    return None if progress is None else progress.percent
+
+
+def _entry(raw: dict[str, Any], now: datetime) -> Entry:
+    entry = jobview.history_entry(raw)
+    action = jobview.operator_action(entry, now)
+    traceback = entry.get("traceback")
+    return Entry(
+        entry.get("attempt"),
+        jobview.history_time(entry.get("at"), now),
+        str(entry.get("worker") or "-"),
+        cut(str(entry.get("error") or "-"), ERROR_CHARS),
+        cut(str(traceback).rstrip(), TRACEBACK_CHARS) if traceback else None,
+        action.strip() if action else None,
+    )
+
+
+def percent(value: float | None) -> str:
+    return output.percent(value)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A part of a batch's progress bar: its jobs in one state."""
+
+    state: str
+    count: int
+    x: float  # percent of the bar from the left
+    width: float  # percent of the bar
+
+
+BAR_STATES = ("succeeded", "dead", "cancelled", "running", "ready")
+
+
+def segments(s: BatchSummary) -> list[Segment]:
+    """A batch's jobs by state along its bar, ended first (counts of the total)."""
+    total = max(s.row.total, 1)
+    found, x = [], 0.0
+    for state in BAR_STATES:
+        n = s.count(state)
+        if n:
+            width = 100.0 * n / total
+            found.append(Segment(state, n, round(x, 3), round(width, 3)))
+            x += width
+    return found
+
+
+def batch_rate(s: BatchSummary) -> str:
+    return batch_cli.rate(s)
+
+
+def batch_eta(s: BatchSummary) -> str:
+    return batch_cli.eta(s)
+
+
+def callback_cell(s: BatchSummary) -> str:
+    return batch_cli.callback_cell(s)
+
+
+def callback_spec(d: BatchDetail) -> dict[str, Any] | None:
+    """The batch's callback as `batches show` tells it: task, queue, args made safe."""
+    return batch_cli.callback_json(d.callback)
+
+
+def by_host(lines: list[Listed]) -> dict[str, list[Listed]]:
+    """Processes by host, in the registry's order (each supervisor before its workers)."""
+    found: dict[str, list[Listed]] = {}
+    for line in lines:
+        found.setdefault(line.host, []).append(line)
+    return found

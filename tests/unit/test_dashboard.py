@@ -1,0 +1,143 @@
+"""`forklift dashboard` without a database: its flags and refusals, the missing extra,
+the lazy import, and what every answer carries (headers, cookie, CSRF, Host checks)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from forklift import _db
+from forklift.admin import Connector
+from forklift.cli import main
+from forklift.dashboard import security
+from forklift.dashboard.config import DashboardConfig, is_loopback, parse_bind
+from forklift.errors import ConfigError
+
+TOKEN = "sixteen-chars-or-more"
+DSN = "postgresql://nobody@127.0.0.1:9/none"
+
+
+@pytest.mark.parametrize(
+    ("text", "parsed"),
+    [("127.0.0.1:8787", ("127.0.0.1", 8787)), ("[::1]:0", ("::1", 0)),
+     ("0.0.0.0:80", ("0.0.0.0", 80)), ("localhost:65535", ("localhost", 65535))],
+)  # fmt: skip
+def test_bind_parses_host_and_port(text: str, parsed: tuple[str, int]) -> None:
+    assert parse_bind(text) == parsed
+
+
+@pytest.mark.parametrize("text", ["8787", "127.0.0.1", ":8787", "h:70000", "h:-1", "h:x"])
+def test_a_bad_bind_says_how_to_write_it(text: str) -> None:
+    with pytest.raises(ConfigError, match="expected HOST:PORT"):
+        parse_bind(text)
+
+
+def test_loopback_is_known_by_address_and_by_name() -> None:
+    assert all(map(is_loopback, ["127.0.0.1", "127.3.4.5", "::1", "localhost"]))
+    assert not any(map(is_loopback, ["0.0.0.0", "::", "10.1.2.3", "no-such-host.invalid"]))
+
+
+def test_actions_need_a_token_and_a_wide_bind_without_one_warns() -> None:
+    with pytest.raises(ConfigError, match="FORKLIFT_DASHBOARD_TOKEN"):
+        DashboardConfig("127.0.0.1", 0, allow_actions=True).checked()
+    with pytest.raises(ConfigError, match="FORKLIFT_DASHBOARD_TOKEN"):
+        DashboardConfig("0.0.0.0", 0, allow_actions=True).checked()
+    with pytest.raises(ConfigError, match="at least 16"):
+        DashboardConfig("127.0.0.1", 0, token="short").checked()
+    [warning] = DashboardConfig("0.0.0.0", 8787).checked()
+    assert "without FORKLIFT_DASHBOARD_TOKEN" in warning
+    assert DashboardConfig("127.0.0.1", 8787).checked() == []
+    assert DashboardConfig("0.0.0.0", 8787, allow_actions=True, token=TOKEN).checked() == []
+
+
+def test_the_cli_refuses_actions_without_a_token_with_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("FORKLIFT_DASHBOARD_TOKEN", raising=False)
+    assert main(["dashboard", "--allow-actions", "--dsn", DSN]) == 2
+    assert "--allow-actions needs a login token" in capsys.readouterr().err
+
+
+def test_without_the_extra_the_cli_says_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in [m for m in sys.modules if m.startswith(("flask", "forklift.dashboard.s"))]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "flask", None)  # import flask: ModuleNotFoundError
+    assert main(["dashboard", "--dsn", DSN]) == 2
+    err = capsys.readouterr().err
+    assert "needs the dashboard extra" in err and "pip install 'forklift[dashboard]'" in err
+
+
+def test_importing_the_cli_imports_no_part_of_the_dashboard() -> None:
+    code = (
+        "import sys, forklift.cli; print(sorted(m for m in sys.modules if m.split('.')[0] in"
+        " ('flask', 'jinja2', 'werkzeug') or m.startswith('forklift.dashboard')))"
+    )
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert found.stdout.strip() == "[]"
+
+
+@pytest.fixture
+def client() -> Any:
+    from forklift.dashboard.reader import Reader
+    from forklift.dashboard.web import create_app
+
+    reader = Reader(DSN, "forklift", Connector(DSN, _db.Timeouts(connect=0.5)))
+    app = create_app(DashboardConfig("127.0.0.1", 0, True, TOKEN), reader)
+    return app.test_client()
+
+
+def test_every_answer_carries_the_security_headers_and_a_strict_session_cookie(
+    client: Any,
+) -> None:
+    answer = client.get("/login")
+    assert answer.status_code == 200
+    for name, value in security.HEADERS.items():
+        assert answer.headers[name] == value
+    assert "unsafe-inline" not in answer.headers["Content-Security-Policy"]
+    assert answer.headers["Cache-Control"] == "no-store"
+    cookie = answer.headers["Set-Cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    assert client.get("/").status_code == 303  # every page asks for the login first
+    assert client.get("/healthz").status_code == 200  # but the probe's
+
+
+def test_a_post_without_the_csrf_token_a_foreign_origin_or_host_is_refused(client: Any) -> None:
+    client.get("/login")  # a session, with its CSRF token
+    with client.session_transaction() as session:
+        csrf = session["csrf"]
+    form = {"token": TOKEN, "name": "alice"}
+    assert client.post("/login", data=form).status_code == 403
+    assert client.post("/login", data={**form, "csrf": "x"}).status_code == 403
+    foreign = {"Origin": "http://evil.example"}
+    assert client.post("/login", data={**form, "csrf": csrf}, headers=foreign).status_code == 403
+    assert client.get("/login", headers={"Host": "evil.example"}).status_code == 421
+    assert client.post("/login", data={**form, "csrf": csrf}).status_code == 303
+
+
+@pytest.mark.parametrize(
+    ("target", "safe"),
+    [("/jobs?state=dead", "/jobs?state=dead"), ("//evil.example/", "/"),
+     ("https://evil.example/", "/"), ("/\\evil.example", "/"), (None, "/")],
+)  # fmt: skip
+def test_after_a_login_or_an_action_only_a_path_here_is_followed(
+    target: str | None, safe: str
+) -> None:
+    assert security.safe_next(target) == safe
+
+
+def test_wrong_tokens_pause_the_logins_of_that_address_only(client: Any) -> None:
+    client.get("/login")
+    with client.session_transaction() as session:
+        csrf = session["csrf"]
+    wrong = {"token": "x" * 20, "name": "mallory", "csrf": csrf}
+    answers = [client.post("/login", data=wrong).status_code for _ in range(11)]
+    assert answers == [200] * 10 + [429]  # the form again, saying why; then paused
+    right = {"token": TOKEN, "name": "alice", "csrf": csrf}
+    assert client.post("/login", data=right).status_code == 429  # that address waits
+    other = {"REMOTE_ADDR": "127.0.0.2"}
+    assert client.post("/login", data=right, environ_base=other).status_code == 303
