@@ -17,7 +17,9 @@ CELL_CHARS = 60
 
 
 def age(seconds: float) -> str:
-    """A duration as people read it: 42s, 17m, 3.5h."""
+    """A duration as people read it: 42s, 17m, 3.5h (never negative: a moment that the
+    database stamped just after the one it was read at is 0s ago, not -0s)."""
+    seconds = max(0.0, seconds)
     if seconds < 120:
         return f"{seconds:.0f}s"
     if seconds < 7200:

@@ -36,6 +36,12 @@ class DashboardConfig:
                 f"--allow-actions needs a login token: set {TOKEN_ENV} (at least "
                 f"{MIN_TOKEN} characters; every page then asks for it)"
             )
+        if self.allow_actions and not self.loopback:
+            raise ConfigError(
+                f"--allow-actions serves only on a loopback address, not {self.host}: bind "
+                "127.0.0.1 (the default) and reach it through an SSH tunnel or "
+                "`kubectl port-forward`, which arrive on the loopback"
+            )
         if self.token is None and not self.loopback:
             return [
                 f"serving {self.host}:{self.port} without {TOKEN_ENV}: anyone who can reach "

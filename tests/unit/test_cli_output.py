@@ -21,3 +21,10 @@ from forklift.cli import output
 )
 def test_a_count_and_its_noun_agree(count: int, noun: str, nouns: str | None, text: str) -> None:
     assert output.plural(count, noun, nouns) == text
+
+
+def test_an_age_is_never_negative() -> None:
+    age = output.age
+    assert [age(-0.4), age(0.0), age(42.2), age(600), age(3 * 3600)] == [
+        "0s", "0s", "42s", "10m", "3.0h",
+    ]  # fmt: skip

@@ -40,7 +40,7 @@ def test_loopback_is_known_by_address_and_by_name() -> None:
     assert not any(map(is_loopback, ["0.0.0.0", "::", "10.1.2.3", "no-such-host.invalid"]))
 
 
-def test_actions_need_a_token_and_a_wide_bind_without_one_warns() -> None:
+def test_actions_need_a_token_and_loopback_and_a_wide_bind_without_a_token_warns() -> None:
     with pytest.raises(ConfigError, match="FORKLIFT_DASHBOARD_TOKEN"):
         DashboardConfig("127.0.0.1", 0, allow_actions=True).checked()
     with pytest.raises(ConfigError, match="FORKLIFT_DASHBOARD_TOKEN"):
@@ -50,7 +50,9 @@ def test_actions_need_a_token_and_a_wide_bind_without_one_warns() -> None:
     [warning] = DashboardConfig("0.0.0.0", 8787).checked()
     assert "without FORKLIFT_DASHBOARD_TOKEN" in warning
     assert DashboardConfig("127.0.0.1", 8787).checked() == []
-    assert DashboardConfig("0.0.0.0", 8787, allow_actions=True, token=TOKEN).checked() == []
+    assert DashboardConfig("127.0.0.1", 8787, allow_actions=True, token=TOKEN).checked() == []
+    with pytest.raises(ConfigError, match="only on a loopback address, not 0.0.0.0"):
+        DashboardConfig("0.0.0.0", 8787, allow_actions=True, token=TOKEN).checked()
 
 
 def test_the_cli_refuses_actions_without_a_token_with_exit_2(
