@@ -29,11 +29,13 @@ class MaintenanceConfig:
     interval: float = 10.0
     keep_finished: float = 86400.0  # succeeded and cancelled jobs
     keep_dead: float = 7 * 86400.0
-    # Jobs deleted per statement: a short lock on a few thousand rows, never a long one.
-    prune_batch: int = 2000
+    # Jobs deleted per statement: row locks on ten thousand rows for ~0.1 s, never a long
+    # one. (2,000 every 0.5 s kept up with ~1,800 finished jobs/s: at 5,000/s the table
+    # grew by 190,000 live rows a minute.)
+    prune_batch: int = 10000
     # After a full batch (pruning is behind) the next round comes this soon, not after
     # `interval`: a queue finishing thousands of jobs a second is pruned as fast.
-    catch_up: float = 0.5
+    catch_up: float = 0.05
 
 
 class Maintained(NamedTuple):
