@@ -27,11 +27,12 @@ from forklift.errors import (
 from forklift.limits import Limit
 from forklift.task import Task
 from forklift.workers.config import WorkerConfig
-from forklift.workers.context import JobContext
+from forklift.workers.context import AsyncJobContext, JobContext
 
 __all__ = [
     "App",
     "AppImportError",
+    "AsyncJobContext",
     "ArgumentError",
     "Backoff",
     "Batch",
