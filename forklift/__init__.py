@@ -32,8 +32,8 @@ from forklift.workers.context import AsyncJobContext, JobContext
 __all__ = [
     "App",
     "AppImportError",
-    "AsyncJobContext",
     "ArgumentError",
+    "AsyncJobContext",
     "Backoff",
     "Batch",
     "BatchNotFound",
