@@ -153,8 +153,7 @@ class JobHooks:
             ran, self.ran = self.ran, 0
         for job_id, task in running.items():
             self.report.start(job_id, None, task)
-        if ran:
-            self.title.update()
+        self.title.update()  # the count of jobs running, when it changed
         return ran
 
     def cancelled(self, job: ClaimedJob) -> None:

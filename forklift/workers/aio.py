@@ -35,7 +35,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
@@ -112,11 +112,13 @@ class AsyncRunner:
 
     # -- from any thread -----------------------------------------------------------------
 
-    def submit(self, ctx: AsyncJobContext) -> None:
-        """Run the job on the loop (started now if this is the first)."""
+    def submit(self, contexts: Sequence[AsyncJobContext]) -> None:
+        """Run the jobs on the loop (started now with the first): one wake-up of the loop
+        for a claim's jobs, not one each."""
         loop = self.loop or self._start()
-        ctx.on_cancel = functools.partial(self._cancelled, loop, ctx)
-        loop.call_soon_threadsafe(self._spawn, ctx)
+        for ctx in contexts:
+            ctx.on_cancel = functools.partial(self._cancelled, loop, ctx)
+        loop.call_soon_threadsafe(self._spawn, contexts)
 
     def stop(self) -> None:
         """Cancel what still runs (the worker released it), close the async pool, end
@@ -168,10 +170,11 @@ class AsyncRunner:
 
     # -- on the loop -----------------------------------------------------------------------
 
-    def _spawn(self, ctx: AsyncJobContext) -> None:
+    def _spawn(self, contexts: Sequence[AsyncJobContext]) -> None:
         assert self.loop is not None
-        task = self.loop.create_task(self._run(ctx), name=f"{ctx.task}#{ctx.job_id}")
-        self._tasks[ctx.job_id] = task
+        for ctx in contexts:
+            task = self.loop.create_task(self._run(ctx), name=f"{ctx.task}#{ctx.job_id}")
+            self._tasks[ctx.job_id] = task
 
     def _cancel_soon(self, ctx: AsyncJobContext) -> None:
         ctx.woken()

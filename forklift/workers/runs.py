@@ -84,12 +84,17 @@ class JobRuns:
                 found = {}  # their spans start new traces: no job waits on tracing
             for ctx in contexts:
                 ctx.trace_context = found.get(ctx.job_id)
+        on_loop = [c for c in contexts if isinstance(c, AsyncJobContext)]
+        if on_loop:
+            self.aio.submit(on_loop)
         for ctx in contexts:
-            self.hand_over(ctx)
+            if not isinstance(ctx, AsyncJobContext):
+                self.threads.submit(ctx)
 
     def hand_over(self, ctx: JobContext) -> None:
+        """Hand over one job (a job an executor passed over, queued again)."""
         if isinstance(ctx, AsyncJobContext):
-            self.aio.submit(ctx)
+            self.aio.submit([ctx])
         else:
             self.threads.submit(ctx)
 
