@@ -108,7 +108,12 @@ async def run_async(
             return failure(exc)  # the handler's own (an HTTP client's, say)
         text = f"TimeoutError: {timed_out(job.task, job.id, timeout or 0)}"
         return Result(False, text, format_traceback(exc), exception=exc)
-    except BaseException as exc:  # CancelledError too: a cancel's outcome is refused anyway
+    except asyncio.CancelledError as exc:  # a cancel (aio.py): its outcome is refused anyway
+        running = asyncio.current_task()
+        if running is not None:
+            running.uncancel()  # handled here: the rest of the job's steps run as usual
+        return failure(exc)
+    except BaseException as exc:  # a handler's exception never escapes the worker
         return failure(exc)
     return encoded(value, task.app.max_result_bytes)
 
