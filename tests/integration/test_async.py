@@ -162,3 +162,20 @@ def test_async_and_sync_effect_transactions_share_the_pool_bound(
 
     asyncio.run(cancelled_while_waiting())
     wait_for(lambda: budget._slots.acquire(timeout=0.1), 5, what="no slot leaked")
+
+
+def test_an_async_effect_of_a_lost_lease_rolls_back(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    job_id = app.enqueue("a_effect", {"key": "lost", "sleep": 1.0})
+    worker = run_worker(lease=30)  # no renewal before the handler's commit
+    wait_for(lambda: len(worker.holdings), what="held")
+    # Another owner takes the job over (as after an expired lease) while it sleeps.
+    db.execute(
+        f"UPDATE {schema}.jobs SET lease_owner = 'thief', attempts = attempts + 1 WHERE id = %s",
+        (job_id,),
+    )
+    wait_for(lambda: not len(worker.holdings), 10, what="its outcome refused")
+    owner = db.execute(f"SELECT lease_owner FROM {schema}.jobs WHERE id = %s", (job_id,))
+    assert owner.fetchone() == ("thief",)
+    assert effects(db, schema) == []
