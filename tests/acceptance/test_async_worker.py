@@ -30,7 +30,7 @@ def test_a_handler_that_blocks_the_loop_delays_async_timers_and_charges_nothing(
     (renewals are a thread of their own), and nothing is charged or run twice."""
     app = forklift.App(dsn, schema=schema)
     sup = forklift_cli("run", APP, "--workers", "1", "--concurrency", "10", "--lease", "3s")
-    ticking = app.enqueue("tick", {"times": 30, "every": 0.2})
+    ticking = app.enqueue("tick", {"every": 0.2, "until_gap": 4.0, "most": 300})
     sync = app.enqueue("nap_sync", {"seconds": 6.0})
     wait_state(db, schema, ticking, "running", timeout=20)
     wait_state(db, schema, sync, "running")

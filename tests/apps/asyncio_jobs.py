@@ -18,10 +18,13 @@ async def block(ctx: forklift.AsyncJobContext, *, seconds: float) -> None:
 
 
 @app.task(name="tick", max_attempts=1)
-async def tick(ctx: forklift.AsyncJobContext, *, times: int, every: float) -> dict[str, float]:
-    """Await `times` timers of `every` seconds; return the longest gap between two."""
-    gaps, last = [], time.monotonic()
-    for _ in range(times):
+async def tick(
+    ctx: forklift.AsyncJobContext, *, every: float, until_gap: float, most: int
+) -> dict[str, float]:
+    """Await timers of `every` seconds until one came `until_gap` late (or `most` of
+    them); return the longest gap between two."""
+    gaps, last = [0.0], time.monotonic()
+    while max(gaps) < until_gap and len(gaps) <= most:
         await asyncio.sleep(every)
         now = time.monotonic()
         gaps.append(now - last)
