@@ -1,4 +1,4 @@
-"""The forklift app of bench.compare: bench.apps' tasks plus "stamp".
+"""The forklift app of bench.compare: bench.apps' tasks plus "stamp" and "asleep".
 
 Workers load it as `bench.compare_app:app` (DSN and schema from FORKLIFT_DATABASE_URL and
 FORKLIFT_SCHEMA, the repository root on PYTHONPATH); the benchmark's producer adds the
@@ -6,6 +6,8 @@ same "stamp" task to its own App with `register_stamp()`.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 import forklift
 from bench import _stamps, apps
@@ -22,4 +24,15 @@ def register_stamp(app: forklift.App) -> forklift.App:
     return app
 
 
-app = register_stamp(apps.register(forklift.App()))
+def register_asleep(app: forklift.App) -> forklift.App:
+    """Register "asleep" on `app`: an I/O-bound async job (bench.async_jobs)."""
+
+    @app.task(name="asleep")
+    async def asleep(ctx: forklift.AsyncJobContext, seconds: float) -> None:
+        """Await `seconds` on the worker's event loop, as an HTTP call would."""
+        await asyncio.sleep(seconds)
+
+    return app
+
+
+app = register_asleep(register_stamp(apps.register(forklift.App())))

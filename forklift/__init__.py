@@ -27,12 +27,13 @@ from forklift.errors import (
 from forklift.limits import Limit
 from forklift.task import Task
 from forklift.workers.config import WorkerConfig
-from forklift.workers.context import JobContext
+from forklift.workers.context import AsyncJobContext, JobContext
 
 __all__ = [
     "App",
     "AppImportError",
     "ArgumentError",
+    "AsyncJobContext",
     "Backoff",
     "Batch",
     "BatchNotFound",

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg_pool import ConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from forklift.errors import ConfigError, DatabaseError, DsnError, NoDatabase
 
@@ -257,7 +257,7 @@ def needs_session_url(dsn: str, timeouts: Timeouts, who: str) -> None:
 RECONNECT_GIVE_UP = 0.3
 
 
-def looks_alive(conn: psycopg.Connection[Any]) -> bool:
+def looks_alive(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
     """False if the connection is known dead, or its socket has something to say while
     idle (a terminated backend's FATAL error, or EOF): no round trip, one poll."""
     if conn.closed or conn.broken:
@@ -315,6 +315,50 @@ class LivePool(ConnectionPool[psycopg.Connection[Any]]):
         self.putconn(conn)  # closed: the pool replaces it
         self.drain()
         return super().getconn(timeout)
+
+
+class LiveAsyncPool(AsyncConnectionPool[psycopg.AsyncConnection[Any]]):
+    """LivePool for asyncio: no connection whose session already ended, and a quick
+    reconnect; for async handlers' effect transactions (workers/aio.py)."""
+
+    def __init__(self, conninfo: str, *, set_local: str | None = None, **kwargs: Any) -> None:
+        super().__init__(
+            conninfo,
+            reconnect_timeout=RECONNECT_GIVE_UP,
+            reconnect_failed=LiveAsyncPool._try_again,
+            **kwargs,
+        )
+        self.set_local = set_local
+
+    @staticmethod
+    async def _try_again(pool: AsyncConnectionPool[Any]) -> None:
+        if not pool.closed:
+            await pool.check()
+
+    async def getconn(self, timeout: float | None = None) -> psycopg.AsyncConnection[Any]:
+        conn = await super().getconn(timeout)
+        if looks_alive(conn):
+            return conn
+        await conn.close()
+        await self.putconn(conn)  # closed: the pool replaces it
+        await self.drain()
+        return await super().getconn(timeout)
+
+
+def make_async_pool(
+    dsn: str, timeouts: Timeouts, *, max_size: int, name: str, application_name: str
+) -> LiveAsyncPool:
+    """make_pool's async twin, lazy (min_size 0) and closed: open it on its loop."""
+    return LiveAsyncPool(
+        dsn,
+        set_local=timeouts.set_config(local=True) if pooled(dsn) else None,
+        min_size=0,
+        max_size=max_size,
+        kwargs={"autocommit": True, **connect_kwargs(timeouts, application_name, dsn)},
+        timeout=timeouts.connect * 2,
+        name=name,
+        open=False,
+    )
 
 
 def make_pool(

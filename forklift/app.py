@@ -14,7 +14,7 @@ from typing import Any, ParamSpec, TypedDict, TypeVar, Unpack, cast, overload
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from forklift import _db, _json, _names, _singleton, _sql, _waiting, batch
+from forklift import _db, _json, _names, _producing, _singleton, _sql, _waiting, batch
 from forklift.backoff import Backoff
 from forklift.batch import Batch
 from forklift.errors import ArgumentError, ConfigError, UnknownTaskError
@@ -112,6 +112,42 @@ def build_job(
         max_crashes or task.max_crashes,
         limit_key=task.limit_key(args),
     )
+
+
+def _check_new_task(
+    tasks: Mapping[str, Task[Any, Any]], name: str, queue: str, fn: Callable[..., Any]
+) -> None:
+    """Refuse a task declared with a bad name or queue, or a name the app has already."""
+    try:
+        _names.check("task", name)
+        _names.check("queue", queue)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if name in tasks:
+        other = tasks[name].fn
+        raise ConfigError(
+            f"two tasks are named {name!r} in this app "
+            f"({other.__module__}.{other.__qualname__} and "
+            f"{fn.__module__}.{fn.__qualname__}): give one of them name=..."
+        )
+
+
+def _task_for_enqueue(tasks: Mapping[str, Task[Any, Any]], name: str) -> Task[Any, Any] | None:
+    """The registered task `name`; None for a producer-only app (no tasks), which may
+    enqueue any well-formed name for workers elsewhere."""
+    try:
+        _names.check("task", name)
+    except ValueError as exc:
+        raise ArgumentError(str(exc)) from None
+    task = tasks.get(name)
+    if task is None and tasks:
+        close = difflib.get_close_matches(name, list(tasks), n=3, cutoff=0.6)
+        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+        raise UnknownTaskError(
+            f"no task named {name!r} in this app{hint} (an App with no tasks "
+            "registered may enqueue any name, for workers that define it)"
+        )
+    return task
 
 
 @dataclass(frozen=True)
@@ -215,18 +251,7 @@ class App:
             # The function's name, the same wherever it is imported from (a script run
             # as __main__ and the worker that imports it agree).
             task_name = name if name is not None else f.__name__
-            try:
-                _names.check("task", task_name)
-                _names.check("queue", queue)
-            except ValueError as exc:
-                raise ConfigError(str(exc)) from None
-            if task_name in self.tasks:
-                other = self.tasks[task_name].fn
-                raise ConfigError(
-                    f"two tasks are named {task_name!r} in this app "
-                    f"({other.__module__}.{other.__qualname__} and "
-                    f"{f.__module__}.{f.__qualname__}): give one of them name=..."
-                )
+            _check_new_task(self.tasks, task_name, queue, f)
             t: Task[P, R] = Task(
                 self, f, name=task_name, queue=queue, priority=priority,
                 max_attempts=max_attempts, timeout=timeout, backoff=backoff or Backoff(),
@@ -270,23 +295,6 @@ class App:
             _db.session_dsn(self.dsn), _db.Timeouts(), f"singleton:{self.schema}:{name}"
         )
 
-    def _task_for_enqueue(self, name: str) -> Task[Any, Any] | None:
-        """The registered task `name`; None for a producer-only app (no tasks), which may
-        enqueue any well-formed name for workers elsewhere."""
-        try:
-            _names.check("task", name)
-        except ValueError as exc:
-            raise ArgumentError(str(exc)) from None
-        task = self.tasks.get(name)
-        if task is None and self.tasks:
-            close = difflib.get_close_matches(name, list(self.tasks), n=3, cutoff=0.6)
-            hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
-            raise UnknownTaskError(
-                f"no task named {name!r} in this app{hint} (an App with no tasks "
-                "registered may enqueue any name, for workers that define it)"
-            )
-        return task
-
     def get_task(self, name: str) -> Task[Any, Any]:
         try:
             return self.tasks[name]
@@ -301,7 +309,7 @@ class App:
         args: Mapping[str, Any] | None,
         **options: Unpack[JobOptions],
     ) -> NewJob:
-        return build_job(self._task_for_enqueue(task_name), task_name, args, **options)
+        return build_job(_task_for_enqueue(self.tasks, task_name), task_name, args, **options)
 
     def enqueue(
         self,
@@ -326,7 +334,21 @@ class App:
             queue=queue, max_attempts=max_attempts,
         )  # fmt: skip
         job = self._new_job(task_name, args, **options)  # refused before any connection
-        return self.store.job_insert(job, conn)
+        return _producing.insert(self.store, [job], conn, many=False)[0]
+
+    async def enqueue_async(
+        self,
+        task_name: str,
+        args: Mapping[str, Any] | None = None,
+        *,
+        conn: psycopg.AsyncConnection[Any] | None = None,
+        **options: Unpack[JobOptions],
+    ) -> int:
+        """enqueue() for asyncio code (FastAPI and the like): the same options, checks and
+        SQL. With `conn`, a psycopg AsyncConnection, the insert joins its transaction;
+        without, it runs on the producer's pool in a thread, never blocking the loop."""
+        job = self._new_job(task_name, args, **options)
+        return (await _producing.insert_async(lambda: self.store, [job], conn, many=False))[0]
 
     def enqueue_many(
         self,
@@ -343,9 +365,20 @@ class App:
         by your transaction's time, not by that timeout: 500,000 keyed jobs take about 20 s.
         """
         new = self._new_jobs(jobs)
+        return _producing.insert(self.store, new, conn, many=True) if new else []
+
+    async def enqueue_many_async(
+        self,
+        jobs: Iterable[JobSpec | tuple[str, Mapping[str, Any]]],
+        *,
+        conn: psycopg.AsyncConnection[Any] | None = None,
+    ) -> list[int]:
+        """enqueue_many() for asyncio code: in `conn`'s transaction (a psycopg
+        AsyncConnection), or on the producer's pool in a thread."""
+        new = self._new_jobs(jobs)
         if not new:
             return []
-        return self.store.job_insert_many(new, conn)
+        return await _producing.insert_async(lambda: self.store, new, conn, many=True)
 
     def _new_jobs(self, jobs: Iterable[JobSpec | tuple[str, Mapping[str, Any]]]) -> list[NewJob]:
         return [

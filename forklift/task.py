@@ -57,11 +57,10 @@ def _check_options(
     if timeout is not None and timeout <= 0:
         raise ConfigError(f"task {name!r}: timeout must be > 0 seconds")
     check_priority(priority)
-    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+    if inspect.isasyncgenfunction(fn):
         raise ConfigError(
-            f"task {name!r}: async handlers are not supported yet (a worker would call "
-            "it and never await the coroutine: its work would not run); make it a "
-            "plain def, and run async code inside it with asyncio.run(...)"
+            f"task {name!r}: a handler is a plain def or an async def, not an async "
+            "generator (nothing would run its body)"
         )
 
 
@@ -102,6 +101,8 @@ class Task(Generic[P, R]):
         self.max_crashes = max_crashes
         self.timeout = timeout
         self.backoff = backoff
+        # An async def: run on the worker's event loop (workers/aio.py), not on a thread.
+        self.is_async = inspect.iscoroutinefunction(fn)
         self.signature = inspect.signature(fn)
         params = list(self.signature.parameters.values())
         if not params or params[0].kind not in (
@@ -179,6 +180,13 @@ class Task(Generic[P, R]):
         if problem is not None:
             raise ArgumentError(f"task {self.name!r}: {problem}")
 
+    def _check_reserved(self) -> None:
+        if self.reserved:
+            raise ConfigError(
+                f"task {self.name!r} has parameters named {', '.join(self.reserved)}, which "
+                f"enqueue() takes as options: use app.enqueue({self.name!r}, {{...}}) instead"
+            )
+
     def enqueue(
         self,
         *,
@@ -192,12 +200,35 @@ class Task(Generic[P, R]):
         **kwargs: Any,
     ) -> int:
         """Enqueue a run with `kwargs` as the handler's arguments; return the job id."""
-        if self.reserved:
-            raise ConfigError(
-                f"task {self.name!r} has parameters named {', '.join(self.reserved)}, which "
-                f"enqueue() takes as options: use app.enqueue({self.name!r}, {{...}}) instead"
-            )
+        self._check_reserved()
         return self.app.enqueue(
+            self.name,
+            kwargs,
+            idempotency_key=idempotency_key,
+            run_at=run_at,
+            delay=delay,
+            priority=priority,
+            queue=queue,
+            max_attempts=max_attempts,
+            conn=conn,
+        )
+
+    async def enqueue_async(
+        self,
+        *,
+        idempotency_key: str | None = None,
+        run_at: datetime | None = None,
+        delay: float | timedelta | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+        max_attempts: int | None = None,
+        conn: psycopg.AsyncConnection[Any] | None = None,
+        **kwargs: Any,
+    ) -> int:
+        """enqueue() for asyncio code (App.enqueue_async): in `conn`'s transaction, or on
+        the producer's pool in a thread."""
+        self._check_reserved()
+        return await self.app.enqueue_async(
             self.name,
             kwargs,
             idempotency_key=idempotency_key,

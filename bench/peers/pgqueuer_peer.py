@@ -1,7 +1,7 @@
 """pgqueuer's app and producer for bench.compare (the peers venv only).
 
-Workers: `python -m bench.peers pgqueuer work [--batch-size N]`, which is
-`pgq run bench.peers.pgqueuer_peer:create_pgqueuer [--batch-size N]` through
+Workers: `python -m bench.peers pgqueuer work [--batch-size N] [--max-concurrent-tasks
+M]`, which is `pgq run bench.peers.pgqueuer_peer:create_pgqueuer [...]` through
 `pgqueuer.run`, the programmatic form of `pgq run` (same supervisor, same uvloop): the
 `pgq run` command of pgqueuer 1.6.0 fails at start with this typer (its --log-level
 parser hands a str where an enum is expected). The factory is the one pgqueuer's CLI docs
@@ -59,6 +59,10 @@ def register(pgq: PgQueuer) -> None:
     @pgq.entrypoint("burn")
     async def burn(job: Job) -> None:
         await asyncio.to_thread(_work.spin, kwargs_of(job)["iterations"])
+
+    @pgq.entrypoint("asleep")
+    async def asleep(job: Job) -> None:
+        await asyncio.sleep(kwargs_of(job)["seconds"])
 
     @pgq.entrypoint("nap")
     async def nap(job: Job) -> None:
@@ -136,6 +140,9 @@ def work(argv: list[str]) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.peers pgqueuer work")
     p.add_argument("--batch-size", type=int, default=10)
     p.add_argument("--heartbeat-timeout", type=float, default=30.0)
+    p.add_argument(
+        "--max-concurrent-tasks", type=int, default=0, help="jobs at once (0: unlimited)"
+    )
     p.add_argument("--keys", type=int, default=0, help="entrypoints k0.. to register too")
     p.add_argument("--key-limit", type=int, default=0, help="their concurrency_limit")
     args = p.parse_args(argv)
@@ -147,5 +154,6 @@ def work(argv: list[str]) -> None:
             create_pgqueuer,
             batch_size=args.batch_size,
             heartbeat_timeout=timedelta(seconds=args.heartbeat_timeout),
+            max_concurrent_tasks=args.max_concurrent_tasks or None,
         )
     )

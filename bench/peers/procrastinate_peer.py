@@ -2,8 +2,8 @@
 
 Workers: `python -m procrastinate --app bench.peers.procrastinate_peer.app worker
 --concurrency C`, one process each (procrastinate has no process supervisor). The app
-uses the `PsycopgConnector` (async psycopg 3 pool) its docs recommend. The no-op, stamp
-and nap tasks are async, run on the worker's event loop, `concurrency` at once; the CPU
+uses the `PsycopgConnector` (async psycopg 3 pool) its docs recommend. The no-op, stamp,
+nap and asleep tasks are async, run on the worker's event loop, `concurrency` at once; the CPU
 task is sync, which procrastinate runs in a thread. The producer: `Task.batch_defer_async`,
 its batch path (one statement for the batch), and `Task.defer_async` for one job.
 """
@@ -36,6 +36,11 @@ async def stamp(key: str, t: float) -> None:
 @app.task(name="burn")
 def burn(iterations: int) -> None:
     _work.spin(iterations)
+
+
+@app.task(name="asleep")
+async def asleep(seconds: float) -> None:
+    await asyncio.sleep(seconds)
 
 
 @app.task(name="nap")

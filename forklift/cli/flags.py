@@ -126,16 +126,18 @@ def add_worker(p: argparse.ArgumentParser) -> None:
         "--concurrency",
         positive_int,
         1,
-        "handler threads per worker process; 1 for CPU-heavy work and for tiny jobs (a worker"
-        " claims ahead as their measured times allow), more for I/O-bound jobs",
+        "jobs at once per worker process (plain handlers on threads, async ones on its event"
+        " loop); 1 for CPU-heavy work and for tiny jobs (a worker claims ahead as their"
+        " measured times allow), more for I/O-bound jobs (hundreds for async handlers)",
     )
     flag(
         p,
         "--pool",
         positive_int,
         None,
-        "database connections per worker process for handlers' ctx.transaction(), on "
-        "top of 3 for claims, renewals and completions",
+        "database connections per worker process for handlers' ctx.transaction(), sync "
+        "and async handlers together, on top of its own one for claims, renewals and "
+        "completions",
         shown="min(concurrency, 8)",
     )
     flag(p, "--lease", duration, 30.0, "lease length; renewed every third of it", shown="30s")

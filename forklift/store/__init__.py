@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from psycopg_pool import ConnectionPool
 
 from forklift import _db, _sql
-from forklift.store._boundary import Conn, pipelined, short_connection, translated
-from forklift.store._effect import Effect
+from forklift._db import LiveAsyncPool
+from forklift.store import _steps
+from forklift.store._boundary import AsyncConn, Conn, pipelined, short_connection, translated
+from forklift.store._effect import AsyncEffect, Effect, EffectBudget
+from forklift.store._inserts import Inserts
 from forklift.store._listen import Notifications
 from forklift.store._rows import Claim, ClaimedJob, JobState, NewJob, claimed
 from forklift.store.producing import ProducerLimits
@@ -23,12 +26,15 @@ from forklift.store.producing import ProducerLimits
 Completion = tuple[int, int, str | None, str | None]
 
 __all__ = [
+    "AsyncEffect",
+    "AsyncEffectSource",
     "Claim",
     "ClaimedJob",
     "Completion",
     "Conn",
     "ConnSource",
     "Effect",
+    "EffectBudget",
     "JobState",
     "JobStore",
     "NewJob",
@@ -37,14 +43,6 @@ __all__ = [
     "translated",
 ]
 
-
-_T = TypeVar("_T")
-
-# The NewJob fields an insert takes, as its parameters are named.
-_JOB_COLUMNS = (
-    "queue", "task", "args", "idempotency_key", "priority", "max_attempts", "max_crashes",
-    "timeout", "run_at", "delay", "batch_id", "limit_key",
-)  # fmt: skip
 
 # Rows per statement of a bulk enqueue. Each statement must end within the connection's
 # statement_timeout (10 s for the producer); a keyed insert costs ~35 us a row, so 5,000
@@ -65,11 +63,20 @@ class ConnSource(Protocol):
     def close(self, timeout: float = 5.0) -> None: ...
 
 
+class AsyncEffectSource(Protocol):
+    """Where async handlers' effect transactions take their connections (a worker's)."""
+
+    budget: EffectBudget
+
+    async def pool(self) -> LiveAsyncPool: ...
+
+
 class JobStore:
     """Runs the job queries against a pool (or a caller's connection where stated).
 
     `effects`, if given, is the pool handlers' effect transactions take their connections
-    from, apart from the worker's own statements (which never wait behind a handler).
+    from, apart from the worker's own statements (which never wait behind a handler);
+    `async_effects` the async handlers' one, and `budget` their bound together (--pool).
     """
 
     def __init__(
@@ -79,45 +86,51 @@ class JobStore:
         effects: ConnectionPool[Conn] | None = None,
         *,
         insert_chunk: int = INSERT_CHUNK,
+        async_effects: AsyncEffectSource | None = None,
     ) -> None:
         self.pool = pool
         self.effects = effects
+        self.async_effects = async_effects
+        self.budget = async_effects.budget if async_effects is not None else None
         self.schema = schema
-        self.insert_chunk = insert_chunk
         self.q = _sql.load("forklift.store", "queries.sql", schema)
-        self.producing = ProducerLimits(pool.connection, schema)
+        self.producing = ProducerLimits(schema)
+        self.inserts = Inserts(self.q, self.producing, insert_chunk)
         conninfo = pool.conninfo  # a str, or a callable that makes one per connection
         self.where = _db.describe(conninfo if isinstance(conninfo, str) else conninfo())
 
     # -- producing ---------------------------------------------------------------------
 
+    @property
+    def insert_chunk(self) -> int:
+        """Rows per statement of a bulk enqueue."""
+        return self.inserts.chunk
+
+    @insert_chunk.setter
+    def insert_chunk(self, rows: int) -> None:
+        self.inserts.chunk = rows
+
+    #
+    # Each enqueue is written once, as steps (_steps.py): `job_insert` and
+    # `job_insert_many` drive them on a sync connection, their `_async` twins on a
+    # caller's AsyncConnection.
+
     def job_insert(self, job: NewJob, conn: Conn | None = None) -> int:
-        params = {name: getattr(job, name) for name in _JOB_COLUMNS}
         with translated("enqueue failed", self.where):
             if conn is not None:
-                return self._insert_on(conn, job, params)
+                return _steps.run(self.inserts.one(job), conn, self.pool.connection)
             with self.pool.connection() as own:
-                return self._insert_on(own, job, params)
+                return _steps.run(self.inserts.one(job), own, self.pool.connection)
 
-    def _insert_on(self, conn: Conn, job: NewJob, params: dict[str, Any]) -> int:
-        self.producing.prepare(conn, [job])
-        params["limit_key"] = job.limit_key  # a key prepare() found
-        row = conn.execute(self.q["job_insert"], params).fetchone()
-        if row is not None:
-            return int(row[0])
-        # The key is taken: by a committed job (found now) or by one whose insert we
-        # waited on; a fresh statement sees it either way.
-        assert job.idempotency_key is not None
-        return self._ids_by_key([job.idempotency_key], conn)[job.idempotency_key]
+    async def job_insert_async(self, job: NewJob, conn: AsyncConn) -> int:
+        """job_insert on the caller's AsyncConnection (in its transaction)."""
+        with translated("enqueue failed", self.where):
+            return await _steps.run_async(self.inserts.one(job), conn, self.pool.connection)
 
     def job_ids_by_key(self, keys: Sequence[str], conn: Conn) -> dict[str, int]:
         """The ids of existing jobs by idempotency key, on the caller's connection."""
         with translated("job lookup failed", self.where):
-            return self._ids_by_key(keys, conn)
-
-    def _ids_by_key(self, keys: Sequence[str], conn: Conn) -> dict[str, int]:
-        rows = conn.execute(self.q["job_ids_by_key"], {"keys": list(keys)}).fetchall()
-        return {key: int(id_) for id_, key in rows}
+            return _steps.run(self.inserts.ids_by_key(keys), conn, self.pool.connection)
 
     def job_insert_many(self, jobs: Sequence[NewJob], conn: Conn | None = None) -> list[int]:
         """Insert jobs in bulk, all or nothing: COPY for plain due-now jobs, an INSERT for
@@ -125,54 +138,14 @@ class JobStore:
         into the statement timeout, however many jobs), in one transaction."""
         with translated("bulk enqueue failed", self.where):
             if conn is not None:
-                return self._insert_many_on(conn, jobs)
+                return _steps.run(self.inserts.many(jobs), conn, self.pool.connection)
             with self.pool.connection() as own, own.transaction():
-                return self._insert_many_on(own, jobs)
+                return _steps.run(self.inserts.many(jobs), own, self.pool.connection)
 
-    def _insert_many_on(self, conn: Conn, jobs: Sequence[NewJob]) -> list[int]:
-        self.producing.prepare(conn, jobs)
-        # Unkeyed jobs get reserved ids up front, so every id is known without relying on
-        # the order of RETURNING; keyed jobs are looked up by key.
-        ids: list[int | None] = [None] * len(jobs)
-        unkeyed = [i for i, j in enumerate(jobs) if j.idempotency_key is None]
-        for part in self._chunks(unkeyed):
-            reserved = conn.execute(self.q["job_ids_reserve"], {"n": len(part)}).fetchall()
-            for i, (new_id,) in zip(part, reserved, strict=True):
-                ids[i] = int(new_id)
-        for part in self._chunks([i for i in unkeyed if jobs[i].due_now]):
-            with conn.cursor().copy(self.q["job_copy"]) as copy:
-                for i in part:
-                    j = jobs[i]
-                    row = (ids[i], j.queue, j.task, j.args, j.priority, j.max_attempts)
-                    copy.write_row((*row, j.max_crashes, j.timeout, j.batch_id, j.limit_key))
-        other = [i for i, j in enumerate(jobs) if not (j.idempotency_key is None and j.due_now)]
-        by_key: dict[str, int] = {}
-        for part in self._chunks(other):
-            by_key.update(self._insert_rows(conn, [jobs[i] for i in part], [ids[i] for i in part]))
-        # Keys taken already (by a committed job, an earlier chunk, or twice in one chunk).
-        missing = sorted({k for i in other if (k := jobs[i].idempotency_key) and k not in by_key})
-        for keys in self._chunks(missing):
-            by_key.update(self._ids_by_key(keys, conn))
-        for i in other:
-            key = jobs[i].idempotency_key
-            if key is not None:
-                ids[i] = by_key[key]
-        assert all(i is not None for i in ids)
-        return [int(i) for i in ids]  # type: ignore[arg-type]
-
-    def _insert_rows(
-        self, conn: Conn, jobs: Sequence[NewJob], ids: Sequence[int | None]
-    ) -> dict[str, int]:
-        """One INSERT of keyed or delayed jobs; the ids of the keys it inserted."""
-        cols: dict[str, list[Any]] = {"id": list(ids)}
-        for k in _JOB_COLUMNS:
-            cols[k] = [getattr(j, k) for j in jobs]
-        rows = conn.execute(self.q["job_insert_many"], cols).fetchall()
-        return {key: int(id_) for id_, key in rows if key is not None}
-
-    def _chunks(self, items: Sequence[_T]) -> Iterator[Sequence[_T]]:
-        for start in range(0, len(items), self.insert_chunk):
-            yield items[start : start + self.insert_chunk]
+    async def job_insert_many_async(self, jobs: Sequence[NewJob], conn: AsyncConn) -> list[int]:
+        """job_insert_many on the caller's AsyncConnection (in its transaction)."""
+        with translated("bulk enqueue failed", self.where):
+            return await _steps.run_async(self.inserts.many(jobs), conn, self.pool.connection)
 
     # -- working -----------------------------------------------------------------------
 
@@ -211,6 +184,12 @@ class JobStore:
                 conn, [self.completion(done, owner), (self.q["job_claim"], params)]
             )
             return {r[0] for r in completed}, claimed(claim.fetchall())
+
+    def job_trace_contexts(self, ids: Sequence[int]) -> list[tuple[int, Any]]:
+        """(id, trace context) of the jobs among `ids` enqueued with one (_tracing.py)."""
+        with translated("trace context lookup failed", self.where), self.pool.connection() as conn:
+            rows = conn.execute(self.q["job_trace_contexts"], {"ids": list(ids)}).fetchall()
+        return [(int(r[0]), r[1]) for r in rows]
 
     def job_next_available(self, queues: Sequence[str]) -> float | None:
         """Seconds until the next ready job of `queues` is due; None if there is none."""
@@ -251,7 +230,13 @@ class JobStore:
         `statement_limit` seconds (default, either: the session's bound)."""
         pool = self.effects if self.effects is not None else self.pool
         assert isinstance(pool, ConnectionPool), "effects need a pool"
-        effect = Effect(pool, self.q["job_complete_many_values"], self.q["effect_limits_end"])
+        budget = self.budget
+        if budget is not None:
+            budget.take()
+        effect = Effect(
+            pool, self.q["job_complete_many_values"], self.q["effect_limits_end"],
+            on_return=budget.give if budget is not None else None,
+        )  # fmt: skip
         set_local = getattr(pool, "set_local", None)  # behind a pooler: the bounds, per txn
         limited = idle_limit is not None or statement_limit is not None
         if set_local or limited:
@@ -265,6 +250,32 @@ class JobStore:
             except BaseException:
                 effect.rollback()
                 raise
+        return effect
+
+    async def effect_begin_async(
+        self, idle_limit: float | None = None, statement_limit: float | None = None
+    ) -> AsyncEffect:
+        """effect_begin for an async handler: an AsyncConnection from the async pool,
+        the same bounds and completion."""
+        source = self.async_effects
+        assert source is not None, "async effects need a worker's async pool"
+        with translated("effect transaction failed"):
+            pool = await source.pool()
+        await source.budget.take_async()
+        effect = await AsyncEffect.begin(
+            pool, self.q["job_complete_many_values"], self.q["effect_limits_end"],
+            on_return=source.budget.give,
+        )  # fmt: skip
+        params = {"idle_ms": _ms(idle_limit), "statement_ms": _ms(statement_limit)}
+        try:
+            with translated("effect transaction failed"):
+                if pool.set_local:
+                    await effect.conn.execute(pool.set_local)
+                if idle_limit is not None or statement_limit is not None:
+                    await effect.conn.execute(self.q["effect_limits"], params)
+        except BaseException:
+            await effect.rollback()
+            raise
         return effect
 
     def job_fail(

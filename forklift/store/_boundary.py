@@ -14,6 +14,7 @@ from forklift import _db
 from forklift.errors import DatabaseError, SchemaMissing
 
 Conn = psycopg.Connection[Any]
+AsyncConn = psycopg.AsyncConnection[Any]
 
 
 _RELATION = re.compile(r'(?:relation|schema) "([^".]+)')

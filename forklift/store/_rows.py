@@ -26,6 +26,7 @@ class NewJob:
     max_crashes: int = 2  # worker deaths it may cause before it is quarantined (dead)
     batch_id: int | None = None
     limit_key: str | None = None  # its task limit's key value (Limit(key=...))
+    trace_context: str | None = None  # its enqueue span's W3C context, JSON (_tracing.py)
 
     @property
     def due_now(self) -> bool:

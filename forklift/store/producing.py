@@ -21,21 +21,19 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Sequence
 
 from forklift import _sql
 from forklift.errors import QueueFull
 from forklift.limits import key_from_args
-from forklift.store._boundary import Conn
 from forklift.store._rows import NewJob
+from forklift.store._steps import Aside, Query, Steps
 
 LOOK_EVERY = 1.0  # seconds a process trusts its list of queues with a max_depth
 
 
 class ProducerLimits:
-    def __init__(self, connect: Callable[[], AbstractContextManager[Conn]], schema: str) -> None:
-        self.connect = connect  # for counting a refusal (the caller's transaction rolls back)
+    def __init__(self, schema: str) -> None:
         self.q = _sql.load("forklift.store", "limits.sql", schema)
         self._limits: dict[str, int] = {}  # queue: max_depth
         # Each limited task: the argument its limit is keyed by (None: no key, or one a
@@ -43,18 +41,20 @@ class ProducerLimits:
         self._key_args: dict[str, str | None] = {}
         self._read_at = -LOOK_EVERY
 
-    def prepare(self, conn: Conn, jobs: Sequence[NewJob]) -> None:
+    def prepare(self, jobs: Sequence[NewJob]) -> Steps[None]:
         """Give `jobs` their limit keys; raise QueueFull if adding them takes a queue
-        past its max_depth."""
+        past its max_depth (the refusal is counted on the store's own connection: the
+        caller's transaction rolls back)."""
         now = time.monotonic()
         if now - self._read_at >= LOOK_EVERY:
-            self._limits, self._key_args = {}, {}
-            for scope, name, max_depth, key_arg in conn.execute(self.q["producer_limits"]):
+            limits: dict[str, int] = {}
+            key_args: dict[str, str | None] = {}
+            for scope, name, max_depth, key_arg in (yield Query(self.q["producer_limits"])):
                 if scope == "queue":
-                    self._limits[name] = int(max_depth)
+                    limits[name] = int(max_depth)
                 else:
-                    self._key_args[name] = None if key_arg is None else str(key_arg)
-            self._read_at = now
+                    key_args[name] = None if key_arg is None else str(key_arg)
+            self._limits, self._key_args, self._read_at = limits, key_args, now
         if self._key_args:
             for job in jobs:
                 if job.limit_key is None and job.task in self._key_args:
@@ -65,8 +65,7 @@ class ProducerLimits:
         for queue, n in sorted(adding.items()):
             max_depth = self._limits[queue]
             params = {"queue": queue, "upto": max_depth}
-            depth = int(conn.execute(self.q["queue_depth"], params).fetchone()[0])  # type: ignore[index]
+            depth = int((yield Query(self.q["queue_depth"], params))[0][0])
             if depth + n > max_depth:
-                with self.connect() as own:
-                    own.execute(self.q["queue_rejected"], {"queue": queue, "n": n})
+                yield Aside(self.q["queue_rejected"], {"queue": queue, "n": n})
                 raise QueueFull(queue, depth, max_depth, n)

@@ -6,13 +6,13 @@
 -- Insert one job; with an idempotency key already taken, insert nothing.
 INSERT INTO {schema}.jobs
     (queue, task, args, idempotency_key, priority, max_attempts, max_crashes, timeout,
-     available_at, batch_id, limit_key)
+     available_at, batch_id, limit_key, trace_context)
 VALUES (
     %(queue)s::text, %(task)s::text, %(args)s::jsonb, %(idempotency_key)s::text,
     %(priority)s::smallint, %(max_attempts)s::integer, %(max_crashes)s::integer,
     %(timeout)s::float8,
     coalesce(%(run_at)s::timestamptz, now()) + make_interval(secs => %(delay)s::float8),
-    %(batch_id)s::bigint, %(limit_key)s::text
+    %(batch_id)s::bigint, %(limit_key)s::text, %(trace_context)s::jsonb
 )
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id;
@@ -21,17 +21,19 @@ RETURNING id;
 -- Insert many jobs (reserved ids, or NULL to draw one); taken keys insert nothing.
 INSERT INTO {schema}.jobs
     (id, queue, task, args, idempotency_key, priority, max_attempts, max_crashes, timeout,
-     available_at, batch_id, limit_key)
+     available_at, batch_id, limit_key, trace_context)
 SELECT coalesce(id, nextval('{schema}.jobs_id_seq'::regclass)),
        queue, task, args, idempotency_key, priority, max_attempts, max_crashes, timeout,
-       coalesce(run_at, now()) + make_interval(secs => delay), batch_id, limit_key
+       coalesce(run_at, now()) + make_interval(secs => delay), batch_id, limit_key,
+       trace_context
 FROM unnest(
     %(id)s::bigint[], %(queue)s::text[], %(task)s::text[], %(args)s::jsonb[],
     %(idempotency_key)s::text[], %(priority)s::smallint[], %(max_attempts)s::integer[],
     %(max_crashes)s::integer[], %(timeout)s::float8[], %(run_at)s::timestamptz[],
-    %(delay)s::float8[], %(batch_id)s::bigint[], %(limit_key)s::text[]
+    %(delay)s::float8[], %(batch_id)s::bigint[], %(limit_key)s::text[],
+    %(trace_context)s::jsonb[]
 ) AS j(id, queue, task, args, idempotency_key, priority, max_attempts, max_crashes, timeout,
-       run_at, delay, batch_id, limit_key)
+       run_at, delay, batch_id, limit_key, trace_context)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, idempotency_key;
 
@@ -48,7 +50,8 @@ FROM generate_series(1, %(n)s::integer);
 -- name: job_copy
 -- Bulk-load jobs that are due now and carry no idempotency key, with reserved ids.
 COPY {schema}.jobs
-    (id, queue, task, args, priority, max_attempts, max_crashes, timeout, batch_id, limit_key)
+    (id, queue, task, args, priority, max_attempts, max_crashes, timeout, batch_id, limit_key,
+     trace_context)
 FROM STDIN;
 
 -- name: job_claim
@@ -318,3 +321,9 @@ FROM pg_stat_user_tables WHERE relid = '{schema}.jobs'::regclass;
 -- Reclaim the dead tuples of the hot table (and refresh the planner's statistics);
 -- skip, not wait, if autovacuum or another VACUUM has it.
 VACUUM (SKIP_LOCKED, ANALYZE) {schema}.jobs;
+
+-- name: job_trace_contexts
+-- The W3C trace contexts stored with the given jobs at enqueue (forklift[otel]), for the
+-- spans of their attempts; jobs enqueued without one are left out.
+SELECT id, trace_context FROM {schema}.jobs
+WHERE id = ANY(%(ids)s::bigint[]) AND trace_context IS NOT NULL;

@@ -27,6 +27,11 @@ log = logging.getLogger(__name__)
 
 REPORT_EVERY = 0.5  # the parent's child_timeout must stay well above this
 
+# Seconds past an async job's timeout before its supervisor kills the process for it:
+# time for the worker's own cancel of the coroutine (workers/aio.py) and the record of
+# its TimeoutError to land first.
+ASYNC_TIMEOUT_GRACE = 2.0
+
 
 @dataclass(frozen=True)
 class ChildSpec:
@@ -134,7 +139,11 @@ class JobHooks:
             with self._lock:
                 self._unreported[job.id] = job.task
             return
-        self.report.start(job.id, timeout, job.task)
+        task = self.app.tasks.get(job.task)
+        # An async handler is cancelled at its timeout by the child itself; the kill (of
+        # every job in this process) is only for a loop too blocked to cancel it.
+        grace = ASYNC_TIMEOUT_GRACE if task is not None and task.is_async else 0.0
+        self.report.start(job.id, timeout, job.task, grace)
 
     def flush(self) -> int:
         """Tell the parent of the jobs still running since before this beat, and show
@@ -144,8 +153,7 @@ class JobHooks:
             ran, self.ran = self.ran, 0
         for job_id, task in running.items():
             self.report.start(job_id, None, task)
-        if ran:
-            self.title.update()
+        self.title.update()  # the count of jobs running, when it changed
         return ran
 
     def cancelled(self, job: ClaimedJob) -> None:

@@ -45,9 +45,10 @@ class RunningJob:
     started: float
     timeout: float | None
     cancelled: float | None = None  # when the child said an operator cancelled it
+    grace: float = 0.0  # killed this long past its timeout (an async handler's own cancel)
 
     def overdue(self, now: float) -> bool:
-        return self.timeout is not None and now - self.started > self.timeout
+        return self.timeout is not None and now - self.started > self.timeout + self.grace
 
 
 @dataclass(frozen=True)
@@ -152,8 +153,8 @@ class Child:
                     self.idle_since = now
             case Booted():
                 self.booted = True
-            case JobStarted(job_id, timeout, task):
-                self.jobs[job_id] = RunningJob(job_id, task, now, timeout)
+            case JobStarted(job_id, timeout, task, grace):
+                self.jobs[job_id] = RunningJob(job_id, task, now, timeout, grace=grace)
                 self.idle_since = None
             case JobCancelled(job_id) if job_id in self.jobs:
                 self.jobs[job_id].cancelled = self.jobs[job_id].cancelled or now

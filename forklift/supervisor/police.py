@@ -14,6 +14,7 @@ from forklift.supervisor.config import SupervisorConfig
 from forklift.supervisor.deaths import Deaths
 from forklift.supervisor.rss import rss_of
 from forklift.supervisor.states import KillReason
+from forklift.workers.executor import timed_out
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ class Police:
                 if not job.overdue(now) or job.job_id in child.timed_out:
                     continue
                 assert job.timeout is not None
-                cause = f"job {job.task}#{job.job_id} timed out after {job.timeout:g} s"
+                cause = timed_out(job.task, job.job_id, job.timeout)
                 self.attribution.charge_timeout(child.owner, job.job_id, cause, now)
                 child.timed_out.append(job.job_id)
                 self.kill(child, KillReason.TIMEOUT, cause, now)

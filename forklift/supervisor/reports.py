@@ -6,7 +6,9 @@ nothing inside a report (a task name from anywhere) can end it early or forge an
 
     {"k": "heartbeat", "rss": <bytes>}
     {"k": "booted"}                 its worker loop runs: a death from now on is no boot crash
-    {"k": "started", "job": <id>, "timeout": <seconds or null>, "task": <name>}
+    {"k": "started", "job": <id>, "timeout": <seconds or null>, "task": <name>,
+     "grace": <seconds>}       grace (optional, 0): how much later than its timeout to
+                                kill (an async handler: the child cancels it itself first)
     {"k": "cancelled", "job": <id>}   an operator cancelled it; its handler still runs
     {"k": "ended", "job": <id>}
     {"k": "metrics", "deltas": <Tally.take()>}
@@ -48,6 +50,7 @@ class JobStarted:
     job_id: int
     timeout: float | None
     task: str
+    grace: float = 0.0  # seconds past its timeout before the parent kills for it
 
 
 @dataclass(frozen=True)
@@ -75,8 +78,10 @@ def encode(report: Report) -> bytes:
             obj: dict[str, Any] = {"k": "heartbeat", "rss": rss, "ran": ran}
         case Booted():
             obj = {"k": "booted"}
-        case JobStarted(job_id, timeout, task):
+        case JobStarted(job_id, timeout, task, grace):
             obj = {"k": "started", "job": job_id, "timeout": timeout, "task": task}
+            if grace:
+                obj["grace"] = grace
         case JobCancelled(job_id):
             obj = {"k": "cancelled", "job": job_id}
         case JobEnded(job_id):
@@ -100,8 +105,8 @@ class Reporter:
     def booted(self) -> None:
         self.send(Booted())
 
-    def start(self, job_id: int, timeout: float | None, task: str) -> None:
-        self.send(JobStarted(job_id, timeout, task[:200]))
+    def start(self, job_id: int, timeout: float | None, task: str, grace: float = 0.0) -> None:
+        self.send(JobStarted(job_id, timeout, task[:200], grace))
 
     def cancelled(self, job_id: int) -> None:
         self.send(JobCancelled(job_id))
@@ -146,7 +151,10 @@ def _started(obj: dict[str, Any]) -> Report | None:
         if type(timeout) not in (int, float) or not (math.isfinite(timeout) and timeout > 0):
             return None
         timeout = float(timeout)
-    return JobStarted(job_id, timeout, task)
+    grace = obj.get("grace", 0)
+    if type(grace) not in (int, float) or not (math.isfinite(grace) and grace >= 0):
+        return None
+    return JobStarted(job_id, timeout, task, float(grace))
 
 
 def _ended(obj: dict[str, Any]) -> Report | None:

@@ -24,6 +24,7 @@ class ChildTitle:
         self.prefix = f"forklift worker {index}/{total} [{','.join(queues)}]"
         self._running: dict[int, str] = {}
         self._waiting: str | None = None  # what it waits for before any work: migrate
+        self._shown = ""  # the title last set
         # Held while the title is set too: two threads never leave the older title.
         self._lock = threading.RLock()
 
@@ -37,14 +38,18 @@ class ChildTitle:
     def started(self, job_id: int, task: str) -> None:
         with self._lock:
             self._running[job_id] = task
-            self.update()
+            if len(self._running) <= 2:  # from idle, or one job, to something else
+                self.update()
 
     def ended(self, job_id: int, *, show: bool = True) -> None:
         """The job is done; `show` False leaves the title as it is until update()."""
         with self._lock:
             self._running.pop(job_id, None)
-            if show:
+            if show and len(self._running) <= 1:
                 self.update()
+
+    # Among many jobs at once (an async worker's hundreds) only the count changes: it is
+    # shown at the next heartbeat's update(), not set (a system call) for every job.
 
     def waiting(self, what: str | None) -> None:
         """`...: waiting for migrate` until told None."""
@@ -54,7 +59,10 @@ class ChildTitle:
 
     def update(self) -> None:
         with self._lock:
-            setproctitle(self.text())
+            text = self.text()
+            if text != self._shown:
+                setproctitle(text)
+                self._shown = text
 
     def text(self) -> str:
         with self._lock:

@@ -12,8 +12,9 @@ class WorkerConfig:
     """How one worker process claims and runs jobs."""
 
     queues: tuple[str, ...] = ("default",)
-    # Handler threads in this process; 1 suits CPU-heavy work (one process per core),
-    # more suits I/O-bound or tiny jobs. The worker never claims more than it can run.
+    # Jobs at once in this process (plain handlers on threads, async ones on its event
+    # loop); 1 suits CPU-heavy work (one process per core), more suits I/O-bound or tiny
+    # jobs, hundreds async ones. The worker never claims more than it can run.
     concurrency: int = 1
     # Connections for handlers' ctx.transaction() (plus 3 for claims, renewals and
     # completions); None: min(concurrency, 8). A handler waits for a free one.

@@ -3,6 +3,7 @@ both shaped by whether the database URL leads through a pooler (PgBouncer)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import Callable
@@ -12,19 +13,55 @@ from forklift import _db
 from forklift._events import emit
 from forklift._service import Repeats
 from forklift.errors import DatabaseError
-from forklift.store import JobStore
+from forklift.store import EffectBudget, JobStore
 
 log = logging.getLogger(__name__)
+
+
+class AsyncEffects:
+    """The pool async handlers' effect transactions take their AsyncConnections from:
+    made and opened on the worker's event loop when the first one opens a transaction
+    (a worker of sync handlers never has one), closed there at the stop (aio.py)."""
+
+    def __init__(
+        self, dsn: str, timeouts: _db.Timeouts, application_name: str, budget: EffectBudget
+    ) -> None:
+        self.dsn = dsn
+        self.timeouts = timeouts
+        self.application_name = application_name
+        self.budget = budget
+        self._pool: _db.LiveAsyncPool | None = None
+        self._lock: asyncio.Lock | None = None
+
+    async def pool(self) -> _db.LiveAsyncPool:
+        if self._pool is not None:
+            return self._pool
+        self._lock = self._lock or asyncio.Lock()
+        async with self._lock:
+            if self._pool is None:
+                pool = _db.make_async_pool(
+                    self.dsn, self.timeouts, max_size=self.budget.size,
+                    name=f"async-effects-{os.getpid()}", application_name=self.application_name,
+                )  # fmt: skip
+                await pool.open(wait=False)
+                self._pool = pool
+        return self._pool
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close(timeout=2.0)
 
 
 @dataclass(frozen=True)
 class WorkerConnections:
     """The worker's own connection (claims, renewals, completions: DESIGN invariant 18)
-    and the pool its handlers' effect transactions take theirs from, opened lazily, so
-    the worker's statements never wait behind a handler."""
+    and the pools its handlers' effect transactions take theirs from, opened lazily, so
+    the worker's statements never wait behind a handler: a sync pool and an async one
+    (async handlers), at most --pool connections between them (`EffectBudget`)."""
 
     own: _db.LivePool
     effects: _db.LivePool
+    async_effects: AsyncEffects
 
     @classmethod
     def open(
@@ -40,10 +77,11 @@ class WorkerConnections:
         )  # fmt: skip
         own.open(wait=False)
         pool.open(wait=False)
-        return cls(own, pool)
+        budget = EffectBudget(effects, timeout=timeouts.connect * 2)
+        return cls(own, pool, AsyncEffects(dsn, timeouts, application_name, budget))
 
     def store(self, schema: str) -> JobStore:
-        return JobStore(self.own, schema, effects=self.effects)
+        return JobStore(self.own, schema, effects=self.effects, async_effects=self.async_effects)
 
     def close(self) -> None:
         self.own.close(timeout=2.0)

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, suppress
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    asynccontextmanager,
+    contextmanager,
+    suppress,
+)
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 
 from forklift.errors import DatabaseError
-from forklift.store import ClaimedJob, Effect, JobStore
+from forklift.store import AsyncEffect, ClaimedJob, Effect, JobStore
 
 if TYPE_CHECKING:
     from forklift.batch import Batch
@@ -42,7 +50,13 @@ class JobContext:
     `transaction()` yields a connection in an open transaction that stays open until the
     handler returns; the job's completion commits in that same transaction, so the
     effect commits exactly when the job does.
+
+    An `async def` handler gets an AsyncJobContext: the same, with `await
+    ctx.wait_cancelled(seconds)` and `async with ctx.transaction() as conn` (a psycopg
+    AsyncConnection).
     """
+
+    runs_async = False  # its handler is an async def, run on the worker's event loop
 
     def __init__(
         self,
@@ -52,8 +66,10 @@ class JobContext:
         effect_idle: float = 3600.0,
         effect_statement: float = 300.0,
         batch_of: Callable[[int, Reads], Batch] | None = None,
+        timeout: float | None = None,
     ) -> None:
         self.job = job
+        self.timeout = timeout  # seconds its handler may run (the task's, else the row's)
         self._batch_of = batch_of
         self.effect_idle = effect_idle  # seconds its effect transaction may sit idle
         self.effect_statement = effect_statement  # seconds one statement in it may take
@@ -76,7 +92,10 @@ class JobContext:
         self.progress_now: tuple[float, float | None, str | None] | None = None
         self.progress_dirty = False
         self._store = store
-        self._effect: Effect | None = None
+        self._effect: Effect | AsyncEffect | None = None
+        # Tracing (_tracing.py): the enqueue's W3C context, and this attempt's run span.
+        self.trace_context: dict[str, str] | None = None
+        self.span: Any = None
 
     @property
     def cancelled(self) -> bool:
@@ -138,7 +157,7 @@ class JobContext:
     def _reads(self) -> Iterator[psycopg.Connection[Any]]:
         """Where the handler's reads of its batch go: into its effect transaction while
         one is open (the handler holds that connection), else an effects connection."""
-        if self._effect is not None:
+        if isinstance(self._effect, Effect):
             yield self._effect.conn
             return
         pool = self._store.effects if self._store.effects is not None else self._store.pool
@@ -173,18 +192,27 @@ class JobContext:
     def queue(self) -> str:
         return self.job.queue
 
-    @contextmanager
-    def transaction(self) -> Iterator[psycopg.Connection[Any]]:
+    def transaction(self) -> EffectBlock:
         """A connection inside the job's effect transaction, like psycopg's
         `conn.transaction()`: an exception leaving the block undoes the block's writes,
         whether or not the handler catches it; the writes of blocks that end normally
-        commit with the job's completion.
+        commit with the job's completion. `with` it in a plain def handler (a psycopg
+        Connection); `async with` it in an async def one (an AsyncConnection).
 
         Leaving the block does not commit: the worker commits after the handler returns,
         together with the job's completion. If the handler raises, every block rolls
         back and the job fails like any other.
         """
-        if self._effect is not None:
+        return EffectBlock(self)
+
+    @contextmanager
+    def _sync_transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        if self.runs_async:
+            raise TypeError(
+                "an async handler's effect transaction is `async with ctx.transaction() "
+                "as conn:` (a plain `with` would block the event loop)"
+            )
+        if isinstance(self._effect, Effect):
             with self._effect.conn.transaction():  # a savepoint: undoes only this block
                 yield self._effect.conn
             return
@@ -202,7 +230,103 @@ class JobContext:
                 effect.rollback()
             raise
 
-    def take_effect(self) -> Effect | None:
+    @asynccontextmanager
+    async def _async_transaction(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        if not self.runs_async:
+            raise TypeError(
+                "`async with ctx.transaction()` is for async def handlers; a plain def "
+                "handler's is `with ctx.transaction() as conn:`"
+            )
+        if isinstance(self._effect, AsyncEffect):
+            async with self._effect.conn.transaction():  # a savepoint, as above
+                yield self._effect.conn
+            return
+        effect = self._effect = await self._store.effect_begin_async(
+            idle_limit=self.effect_idle, statement_limit=self.effect_statement
+        )
+        try:
+            yield effect.conn
+        except BaseException:
+            self._effect = None
+            with suppress(DatabaseError):
+                await effect.rollback()
+            raise
+
+    def take_effect(self) -> Effect | AsyncEffect | None:
         """The effect transaction the handler opened, if any, for the worker to end."""
         effect, self._effect = self._effect, None
         return effect
+
+
+class EffectBlock:
+    """What `ctx.transaction()` returns: a block of the job's effect transaction, entered
+    with `with` (a plain def handler) or `async with` (an async def one)."""
+
+    def __init__(self, ctx: JobContext) -> None:
+        self._ctx = ctx
+        self._block: AbstractContextManager[psycopg.Connection[Any]] | None = None
+        self._async_block: AbstractAsyncContextManager[psycopg.AsyncConnection[Any]] | None = None
+
+    def __enter__(self) -> psycopg.Connection[Any]:
+        self._block = self._ctx._sync_transaction()
+        return self._block.__enter__()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        assert self._block is not None
+        return self._block.__exit__(kind, exc, tb)
+
+    async def __aenter__(self) -> psycopg.AsyncConnection[Any]:
+        self._async_block = self._ctx._async_transaction()
+        return await self._async_block.__aenter__()
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        assert self._async_block is not None
+        return await self._async_block.__aexit__(kind, exc, tb)
+
+
+class AsyncJobContext(JobContext):
+    """An async def handler's JobContext: `await ctx.wait_cancelled(seconds)` and `async
+    with ctx.transaction() as conn` (a psycopg AsyncConnection); the rest as JobContext.
+
+    When the job is cancelled, its lease lost or the worker stopping past its grace,
+    `cancelled` turns True and `wait_cancelled` returns at once; a coroutine still
+    running a moment later is cancelled too (CancelledError at its next await: see
+    workers/aio.py), so the supervisor need not kill the process and its other jobs.
+    """
+
+    runs_async = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._async_woken: asyncio.Event | None = None  # made on the loop, on first wait
+        self.on_cancel: Callable[[], None] | None = None  # the event loop's (aio.py)
+
+    async def wait_cancelled(self, timeout: float) -> bool:  # type: ignore[override]
+        """Sleep up to `timeout` seconds without blocking the event loop, waking at once
+        if the job is cancelled meanwhile; return whether it is cancelled."""
+        with _EVENT_LOCK:
+            if self._cancelled:
+                return True
+            if self._async_woken is None:
+                self._async_woken = asyncio.Event()
+            woken = self._async_woken
+        with suppress(TimeoutError):
+            async with asyncio.timeout(max(0.0, timeout)):
+                await woken.wait()
+        return self._cancelled
+
+    def cancel(self) -> None:
+        super().cancel()
+        if self.on_cancel is not None:
+            self.on_cancel()  # wakes wait_cancelled and cancels the coroutine, on the loop
+
+    def woken(self) -> None:
+        """On the event loop, after cancel(): wake a wait_cancelled()."""
+        with _EVENT_LOCK:
+            woken = self._async_woken
+        if woken is not None:
+            woken.set()

@@ -6,6 +6,7 @@ import enum
 import logging
 from collections.abc import Callable
 
+from forklift import _tracing
 from forklift._events import emit
 from forklift.metrics import Tally
 from forklift.store import ClaimedJob
@@ -85,6 +86,8 @@ class JobEvents:
             self.tally.jobs_succeeded([(c.queue, c.task, c.duration) for c in contexts])
 
     def failed(self, ctx: JobContext, error: str, *, dead: bool, retry_in: float) -> None:
+        if ctx.span is not None:
+            _tracing.end_run(ctx, Outcome.DEAD if dead else Outcome.FAILED, error)
         if dead:
             self.emit("job.dead", ctx, logging.ERROR, error=error)
             self.end(ctx, Outcome.DEAD)
@@ -103,6 +106,8 @@ class JobEvents:
 
     def end(self, ctx: JobContext, outcome: Outcome, *, counted: bool = False) -> None:
         """The job's outcome is recorded (or refused): forget it, count it, report it."""
+        if ctx.span is not None:
+            _tracing.end_run(ctx, outcome, "internal error" if outcome is Outcome.ERROR else None)
         self.holdings.end(ctx)
         if self.tally is not None and not counted:
             self.tally.job(ctx.queue, ctx.task, outcome, ctx.duration)
@@ -122,6 +127,8 @@ class JobEvents:
         Not an end (not counted toward max_jobs), but a job whose start was reported
         gets its end reported too, so the supervisor stops timing it.
         """
+        if ctx.span is not None:
+            _tracing.end_run(ctx, Outcome.RELEASED)
         if self.holdings.release(ctx):
             self.wakeup.set()
         if ctx.started and self.on_job_end is not None:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from forklift import _json
@@ -26,6 +27,8 @@ class Result:
     retry_delay: float | None = None  # asked for by forklift.Retry
     give_up: bool = False  # forklift.Fail, unknown task, bad arguments: no more attempts
     value: str | None = None  # the handler's return value as JSON text (None: none)
+    # What the handler raised, for its trace span only (never stored, never compared).
+    exception: BaseException | None = field(default=None, compare=False, repr=False)
 
 
 SUCCEEDED = Result(succeeded=True)
@@ -44,20 +47,27 @@ def format_traceback(exc: BaseException) -> str:
 
 def failure(exc: BaseException) -> Result:
     if isinstance(exc, Retry):
-        return Result(False, describe(exc), None, retry_delay=exc.delay)
+        return Result(False, describe(exc), None, retry_delay=exc.delay, exception=exc)
     if isinstance(exc, Fail):
-        return Result(False, describe(exc), format_traceback(exc), give_up=True)
-    return Result(False, describe(exc), format_traceback(exc))
+        return Result(False, describe(exc), format_traceback(exc), give_up=True, exception=exc)
+    return Result(False, describe(exc), format_traceback(exc), exception=exc)
+
+
+def timed_out(task: str, job_id: int, timeout: float) -> str:
+    """Why a job that overran its task's timeout ended: the same words whoever ended it
+    (the supervisor's kill of a sync handler's process, or the cancel of an async one)."""
+    return f"job {task}#{job_id} timed out after {timeout:g} s"
 
 
 def give_up(error: str) -> Result:
     return Result(False, error[:_ERROR_CHARS], None, give_up=True)
 
 
-def run(task: Task[Any, Any] | None, ctx: JobContext, worker: str) -> Result:
-    """Run the job's handler. A task this worker lacks is a failed attempt that retries
-    (during a rolling deploy, producers may know a task before every worker does);
-    arguments that do not fit the handler fail the job for good. Neither calls anything."""
+def refusal(task: Task[Any, Any] | None, ctx: JobContext, worker: str) -> Result | None:
+    """Why the job's handler is not called (None: it is). A task this worker lacks is a
+    failed attempt that retries (during a rolling deploy, producers may know a task
+    before every worker does); arguments that do not fit the handler fail the job for
+    good."""
     job = ctx.job
     if task is None:
         return Result(
@@ -66,7 +76,46 @@ def run(task: Task[Any, Any] | None, ctx: JobContext, worker: str) -> Result:
     problem = task.misfit(job.args)
     if problem is not None:
         return give_up(f"ArgumentError: {job.task}: {problem}")
-    return call(task.fn, (ctx,), job.args, task.app.max_result_bytes)
+    return None
+
+
+def run(task: Task[Any, Any] | None, ctx: JobContext, worker: str) -> Result:
+    """Run the job's (plain def) handler, unless refused."""
+    refused = refusal(task, ctx, worker)
+    if refused is not None:
+        return refused
+    assert task is not None
+    return call(task.fn, (ctx,), ctx.job.args, task.app.max_result_bytes)
+
+
+async def run_async(
+    task: Task[Any, Any] | None, ctx: JobContext, worker: str, timeout: float | None
+) -> Result:
+    """Run the job's async handler on this event loop, unless refused, for at most
+    `timeout` seconds: past it the coroutine is cancelled and the attempt ends in a
+    TimeoutError, worded as the supervisor words a sync handler's (`timed_out`)."""
+    refused = refusal(task, ctx, worker)
+    if refused is not None:
+        return refused
+    assert task is not None
+    job = ctx.job
+    deadline = asyncio.timeout(timeout)
+    try:
+        async with deadline:
+            value = await task.fn(ctx, **job.args)
+    except TimeoutError as exc:
+        if not deadline.expired():
+            return failure(exc)  # the handler's own (an HTTP client's, say)
+        text = f"TimeoutError: {timed_out(job.task, job.id, timeout or 0)}"
+        return Result(False, text, format_traceback(exc), exception=exc)
+    except asyncio.CancelledError as exc:  # a cancel (aio.py): its outcome is refused anyway
+        running = asyncio.current_task()
+        if running is not None:
+            running.uncancel()  # handled here: the rest of the job's steps run as usual
+        return failure(exc)
+    except BaseException as exc:  # a handler's exception never escapes the worker
+        return failure(exc)
+    return encoded(value, task.app.max_result_bytes)
 
 
 def call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], max_result_bytes: int) -> Result:
@@ -77,16 +126,21 @@ def call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], max_result_byte
         value = fn(*args, **kwargs)
     except BaseException as exc:  # a handler's exception never escapes the worker
         return failure(exc)
-    if value is None:
-        return SUCCEEDED
     if inspect.isawaitable(value):  # never awaited: nothing it was to do has run
         if inspect.iscoroutine(value):
             value.close()
         return give_up(
             f"TypeError: the handler returned {type(value).__name__} object, which the "
-            "worker does not await: its work did not run (async handlers are not "
-            "supported yet)"
+            "worker does not await: its work did not run (declare the handler with "
+            "async def to have it awaited)"
         )
+    return encoded(value, max_result_bytes)
+
+
+def encoded(value: Any, max_result_bytes: int) -> Result:
+    """A handler's return value as its result."""
+    if value is None:
+        return SUCCEEDED
     try:
         return Result(True, value=_json.dumps_result(value, max_result_bytes))
     except ResultError as exc:

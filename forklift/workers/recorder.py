@@ -11,6 +11,7 @@ job lost that just ended.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -19,7 +20,7 @@ from typing import Any
 from forklift._events import emit
 from forklift.backoff import Backoff, Streak
 from forklift.errors import DatabaseError
-from forklift.store import Effect, JobState, JobStore
+from forklift.store import AsyncEffect, Effect, JobState, JobStore
 from forklift.task import Task
 from forklift.workers import executor
 from forklift.workers.batch_ends import BatchEnds
@@ -79,6 +80,25 @@ class Recorder:
         self.events.succeeded(ctx)
         if self.ends is not None:
             self.ends.ended([ctx.job.batch_id])
+        return None
+
+    async def commit_effect_async(self, ctx: JobContext, effect: AsyncEffect) -> Result | None:
+        """commit_effect for an async handler's effect, on the event loop (the batch's end,
+        a statement on the worker's own connection, on a thread)."""
+        with ctx.outcome_lock:
+            try:
+                owned = await effect.commit_completing(
+                    ctx.job_id, ctx.attempt, self.owner, ctx.result_json, ctx.final_progress
+                )
+            except DatabaseError as exc:
+                return executor.failure(exc)
+            ctx.finished = True
+            if not owned:
+                self.events.lease_lost(ctx, "rolled back")
+                return None
+        self.events.succeeded(ctx)
+        if self.ends is not None and ctx.job.batch_id is not None:
+            await asyncio.to_thread(self.ends.ended, [ctx.job.batch_id])
         return None
 
     def fail(self, ctx: JobContext, task: Task[Any, Any] | None, result: Result) -> None:

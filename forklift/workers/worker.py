@@ -1,10 +1,13 @@
 """Worker: one process's claim → handle → complete path, top to bottom.
 
-The main thread claims up to its free slots (`_claim_loop`) and queues each job for one
-of `concurrency` executor threads, which runs it to its outcome (`_run_job`): the
-handler, then its completion, committed in the handler's own effect transaction
-(`Recorder.commit_effect`) or handed to the completer's group commit, or its failure
-(`Recorder.fail`); recorder.py holds those fenced writes. Beside them run the
+The main thread claims up to its free slots (`_claim_loop`) and hands each job to an
+executor thread (threads.py; a plain def handler) or to the event loop (aio.py; an
+async def one), which runs it to its outcome (runs.py's `_run_job`, or its async twin
+in aio.py, both through the same steps): the handler, then its completion, committed
+in the handler's own effect transaction (`Recorder.commit_effect`) or handed to the
+completer's group commit, or its failure (`Recorder.fail`); recorder.py holds those
+fenced writes. Up to `concurrency` jobs run at once, on threads and loop together;
+with tracing (_tracing.py) each attempt has its span. Beside them run the
 services, each in its own module with its collaborators passed in: the lease renewer,
 the completer, the listener and maintenance on threads of their own.
 They share `Holdings` (the held jobs, the slots, the locks) and `JobEvents` (how a
@@ -16,9 +19,7 @@ from __future__ import annotations
 
 import functools
 import logging
-import queue
 import random
-import threading
 import time
 from collections.abc import Callable
 
@@ -33,18 +34,18 @@ from forklift.errors import DatabaseError, SchemaMissing
 from forklift.metrics import Tally
 from forklift.store import ClaimedJob
 from forklift.store.batches import BatchStore
-from forklift.workers import executor, progress
 from forklift.workers.batch_ends import BatchEnds
 from forklift.workers.claimer import Claimer
 from forklift.workers.config import WorkerConfig
 from forklift.workers.connections import WorkerConnections, detect_pooler
-from forklift.workers.context import JobContext, Reads
-from forklift.workers.events import JobEvents, Outcome
+from forklift.workers.context import AsyncJobContext, JobContext, Reads
+from forklift.workers.events import JobEvents
 from forklift.workers.holdings import Holdings
 from forklift.workers.listener import PipeSource
 from forklift.workers.pacing import Pacing
 from forklift.workers.prefetch import Prefetch
 from forklift.workers.recorder import Recorder
+from forklift.workers.runs import JobRuns, RunDeps
 from forklift.workers.services import ServiceDeps, Services
 from forklift.workers.wakeup import Wakeup
 
@@ -188,7 +189,6 @@ class Worker:
         held = self.holdings
         self.ends = BatchEnds.of_worker(self.store, self.tally, held)
         self.recorder = Recorder(self.store, self.owner, held, self.events, self.ends)
-        self._work: queue.SimpleQueue[JobContext | None] = queue.SimpleQueue()
         hints = PipeSource(self.hints_fd, self.app.schema) if self.hints_fd is not None else None
         self.services = Services(
             ServiceDeps(
@@ -196,9 +196,13 @@ class Worker:
                 self.events, self._wakeup, self.tally, self.on_job_cancel, hints, self.ends,
             )
         )  # fmt: skip
-        for i in range(cfg.concurrency):
-            name = f"forklift-exec-{i}"
-            threading.Thread(target=self._execute_loop, name=name, daemon=True).start()
+        self.runs = JobRuns(
+            RunDeps(
+                self.app, cfg.concurrency, self.owner, self.store, held, self.events,
+                self.recorder, self.prefetch, self.services.completer,
+                self._conns.async_effects, self.on_job_start, lambda: self._stopping,
+            )
+        )  # fmt: skip
         self.services.start()
         emit(
             log,
@@ -212,8 +216,7 @@ class Worker:
         self.booted.emit(None)
 
     def _shutdown(self) -> None:
-        for _ in range(self.config.concurrency):
-            self._work.put(None)
+        self.runs.stop()
         self.services.stop(timeout=self._timeouts.statement + 1)
         self._conns.close()
         assert self._wakeup is not None
@@ -270,8 +273,7 @@ class Worker:
                 # Invariant: a graceful stop starts no new work. Give these back at once.
                 self.recorder.release([self._adopt(j) for j in jobs], "claimed while stopping")
                 break
-            for job in jobs:
-                self._work.put(self._adopt(job))
+            self.runs.dispatch([self._adopt(job) for job in jobs])
             if len(jobs) < free and not again:
                 wait = self._idle_wait()
                 if not jobs:
@@ -306,7 +308,7 @@ class Worker:
         if not self.holdings.waiting():
             return
         if self.prefetch.overdue(self.holdings.longest_running(time.monotonic())):
-            self.recorder.give_back_waiting("waited too long for a slot", self._work.put)
+            self.recorder.give_back_waiting("waited too long for a slot", self.runs.hand_over)
 
     def _idle_wait(self) -> float:
         """Sleep until the next delayed job is due, or the poll interval, whichever first."""
@@ -319,73 +321,21 @@ class Worker:
         return self.pacing.busy_wait(min(self.config.poll_interval, due_in + 0.001))
 
     def _adopt(self, job: ClaimedJob) -> JobContext:
-        ctx = JobContext(
+        task = self.app.tasks.get(job.task)
+        kind = AsyncJobContext if task is not None and task.is_async else JobContext
+        ctx = kind(
             job,
             self.store,
             effect_idle=effect_idle(self.app, job, self.config.lease),
             effect_statement=effect_statement(self.app, job, self.config),
             batch_of=functools.partial(batch_view, self.app),
+            timeout=task_timeout(self.app, job),
         )
         self.holdings.adopt(ctx)
         if self.tally is not None:
             self.tally.wait(job.queue, job.wait)
         self.events.emit("job.claimed", ctx, logging.DEBUG)
         return ctx
-
-    # -- running one job (on an executor thread) ----------------------------------------
-
-    def _execute_loop(self) -> None:
-        while True:
-            ctx = self._work.get()
-            if ctx is None:
-                return
-            try:
-                self._run_job(ctx)
-            except Exception:  # never lose the thread: a bug here must not stall capacity
-                log.exception("internal error while running job %s", ctx.job_id)
-                self.events.end(ctx, Outcome.ERROR)
-
-    def _run_job(self, ctx: JobContext) -> None:
-        """Run one claimed job's handler, then record its outcome (or hand it over)."""
-        job = ctx.job
-        if not self.holdings.start(ctx, time.monotonic()):
-            return  # given back while it waited (overdue, or the stop): not ours to run
-        if self._stopping:
-            # Claimed just before the stop and not started: no new work once stopping.
-            self.recorder.release([ctx], "not started before the stop")
-            return
-        if ctx.cancel_requested:  # an operator cancelled it before its handler began
-            with ctx.outcome_lock:
-                ctx.finished = True
-            self.events.lease_lost(ctx, "never started")
-            return
-        if self.on_job_start is not None:
-            self.on_job_start(job)
-        started = time.monotonic()
-        task = self.app.tasks.get(job.task)
-        result = executor.run(task, ctx, self.owner)
-        ctx.duration = time.monotonic() - started
-        ctx.result_json = result.value
-        ctx.final_progress = progress.unwritten(ctx)  # written with the completion
-        self.prefetch.observe_job(ctx.duration)  # executor threads race here: a lost sample
-        effect = ctx.take_effect()
-        if ctx.finished or ctx.giving_back:  # released (or being) at a stop past grace
-            if effect is not None:
-                effect.rollback()
-            return
-        if effect is not None:
-            if not result.succeeded:
-                effect.rollback()
-            elif (failed := self.recorder.commit_effect(ctx, effect)) is None:
-                return
-            else:
-                result = failed
-        if result.succeeded:
-            # Queued first: the claim loop that returned() wakes takes it with its claim.
-            self.services.completer.submit(ctx)  # group-committed, then recorded
-            self.events.returned(ctx)
-        else:
-            self.recorder.fail(ctx, task, result)
 
     # -- stopping -----------------------------------------------------------------------
 

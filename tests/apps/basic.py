@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import os
 import re
@@ -212,3 +213,57 @@ async def _never_awaited(key: str) -> None:  # what an async handler's body woul
 def returns_coroutine(ctx: forklift.JobContext, *, key: str) -> object:
     """A plain def that hands back a coroutine: the worker must not call it done."""
     return _never_awaited(key)
+
+
+# -- async handlers (workers/aio.py) -------------------------------------------------
+
+# Async handlers running now, and the most at once (this process's, for in-process workers).
+ASYNC_RUNNING = {"now": 0, "most": 0}
+
+
+@app.task(name="a_effect")
+async def a_effect(
+    ctx: forklift.AsyncJobContext, *, key: str, sleep: float = 0.0, fail_first: bool = False
+) -> dict[str, object]:
+    """Sleep on the loop, write one effect row in the async effect transaction; with
+    `fail_first`, raise after the write on the first attempt (its effect rolls back)."""
+    ASYNC_RUNNING["now"] += 1
+    ASYNC_RUNNING["most"] = max(ASYNC_RUNNING["most"], ASYNC_RUNNING["now"])
+    try:
+        await asyncio.sleep(sleep)
+        async with ctx.transaction() as conn:
+            await conn.execute(
+                f"INSERT INTO {SCHEMA}.effects (job_id, key, n) VALUES (%s, %s, %s)",
+                (ctx.job_id, key, ctx.attempt),
+            )
+        if fail_first and ctx.attempt == 1:
+            raise RuntimeError("the first attempt fails after its effect")
+        return {"key": key, "attempt": ctx.attempt}
+    finally:
+        ASYNC_RUNNING["now"] -= 1
+
+
+@app.task(name="a_sleep", max_attempts=1, timeout=0.5)
+async def a_sleep(ctx: forklift.AsyncJobContext, *, seconds: float) -> None:
+    """Await past its timeout: cancelled by the loop at 0.5 s."""
+    await asyncio.sleep(seconds)
+
+
+# What a_wait saw, in order (this process's, for in-process workers).
+ASYNC_NOTES: list[str] = []
+
+
+@app.task(name="a_wait", max_attempts=1)
+async def a_wait(ctx: forklift.AsyncJobContext, *, key: str, heed: bool) -> None:
+    """Wait for a cancel: with `heed`, in ctx.wait_cancelled (and note it woke); without,
+    in a plain asyncio.sleep, which the loop's cancel interrupts (noted too)."""
+    ASYNC_NOTES.append(f"{key}:started")
+    if heed:
+        woke = await ctx.wait_cancelled(60)
+        ASYNC_NOTES.append(f"{key}:woke={woke}")
+        return
+    try:
+        await asyncio.sleep(60)
+    except asyncio.CancelledError:
+        ASYNC_NOTES.append(f"{key}:cancelled")
+        raise

@@ -340,14 +340,9 @@ def test_progress_takes_numbers_only(app: forklift.App) -> None:
     assert ctx.progress_now == (1.5, 3, "m" * 200)
 
 
-def test_an_async_handler_is_refused_and_a_returned_coroutine_is_no_success(
+def test_a_coroutine_returned_by_a_plain_handler_is_no_success(
     app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
 ) -> None:
-    with pytest.raises(forklift.ConfigError, match="async handlers are not supported yet"):
-
-        @app.task(name="fetch_async")
-        async def fetch(ctx: forklift.JobContext, *, url: str) -> None: ...
-
     job_id = app.enqueue("returns_coroutine", {"key": "k"})
     run_worker()
     with pytest.raises(forklift.JobFailed, match="does not await: its work did not run"):

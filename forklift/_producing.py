@@ -1,0 +1,52 @@
+"""Inserting validated jobs for App's producer calls, sync or async, traced when tracing
+is on (_tracing.py): what enqueue, enqueue_many and their async twins share after
+validation."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psycopg
+
+from forklift import _tracing
+from forklift.store import JobStore, NewJob
+
+
+def insert(
+    store: JobStore,
+    jobs: Sequence[NewJob],
+    conn: psycopg.Connection[Any] | None,
+    *,
+    many: bool,
+) -> list[int]:
+    """Insert `jobs` (JobStore.job_insert_many if `many`, else job_insert of the one) on
+    the producer's pool, or in `conn`'s transaction; their ids."""
+    with _tracing.enqueuing(jobs) as span:
+        if many:
+            return store.job_insert_many(jobs, conn)
+        job_id = store.job_insert(jobs[0], conn)
+        _tracing.enqueued(span, job_id)
+        return [job_id]
+
+
+async def insert_async(
+    store: Callable[[], JobStore],
+    jobs: Sequence[NewJob],
+    conn: psycopg.AsyncConnection[Any] | None,
+    *,
+    many: bool,
+) -> list[int]:
+    """insert() for asyncio code: in `conn`'s transaction (an AsyncConnection), or, with
+    none, on the producer's pool in a thread (asyncio.to_thread), never blocking the
+    loop. `store` gives the producer's store (its pool connects: called in a thread)."""
+    if conn is None:
+        return await asyncio.to_thread(lambda: insert(store(), jobs, None, many=many))
+    found = await asyncio.to_thread(store)
+    with _tracing.enqueuing(jobs) as span:
+        if many:
+            return await found.job_insert_many_async(jobs, conn)
+        job_id = await found.job_insert_async(jobs[0], conn)
+        _tracing.enqueued(span, job_id)
+        return [job_id]
