@@ -153,13 +153,7 @@ class JobStore:
         self, queues: Sequence[str], owner: str, limit: int, lease: float, *, expired: bool
     ) -> list[ClaimedJob]:
         """Claim up to `limit` jobs; with `expired`, also jobs whose lease ran out."""
-        params = {
-            "queues": list(queues),
-            "owner": owner,
-            "limit": limit,
-            "lease": lease,
-            "expired": expired,
-        }
+        params = _claim_params(queues, owner, limit, lease, expired)
         with translated("claim failed", self.where), self.pool.connection() as conn:
             rows = conn.execute(self.q["job_claim"], params).fetchall()
         return claimed(rows)
@@ -177,8 +171,7 @@ class JobStore:
         """Complete `done` (as job_complete_many), then claim (as job_claim), in one
         transaction and one round trip: the claim sees the slots they free. The ids
         completed, and the jobs claimed."""
-        params = {"queues": list(queues), "owner": owner, "limit": limit, "lease": lease}
-        params["expired"] = expired
+        params = _claim_params(queues, owner, limit, lease, expired)
         with translated("claim failed", self.where), self.pool.connection() as conn:
             completed, claim = pipelined(
                 conn, [self.completion(done, owner), (self.q["job_claim"], params)]
@@ -372,6 +365,13 @@ class JobStore:
                 conn.execute(self.q["jobs_vacuum"], prepare=False)
             finally:
                 conn.execute("RESET statement_timeout")
+
+
+def _claim_params(
+    queues: Sequence[str], owner: str, limit: int, lease: float, expired: bool
+) -> dict[str, Any]:
+    return {"queues": list(queues), "owner": owner, "limit": limit, "lease": lease,
+            "expired": expired}  # fmt: skip
 
 
 def completion(
