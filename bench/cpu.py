@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import multiprocessing
 import os
 import statistics
@@ -403,6 +404,16 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="also measure the forklift package in DIR (another version: before -> after)",
     )
+    add_quiet(p)
+    p.add_argument("--single", action="store_true", help="also run `forklift run --workers 1`")
+    p.add_argument(
+        "--asyncio", action="store_true", help="also run a single-process asyncio runner"
+    )
+    return p
+
+
+def add_quiet(p: argparse.ArgumentParser) -> None:
+    """How d is measured, and how the bench waits for the rest of the machine."""
     p.add_argument(
         "--calibration-samples",
         type=positive,
@@ -432,11 +443,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="times a disturbed run is repeated; the least disturbed one counts "
         "(%(default)s). The table shows the cores others used during the runs kept.",
     )
-    p.add_argument("--single", action="store_true", help="also run `forklift run --workers 1`")
-    p.add_argument(
-        "--asyncio", action="store_true", help="also run a single-process asyncio runner"
-    )
-    return p
 
 
 def run_mode(
@@ -491,11 +497,10 @@ def series(values: Sequence[float], fmt: str = "{:.3f}") -> str:
 def case_rows(
     args: argparse.Namespace, case: Case, runs: dict[str, list[Run]], trees: list[Tree]
 ) -> list[Row]:
-    """One case's rows: forklift (each tree) against Pool, the tail, the references."""
+    """One case's rows: the Pool, forklift (each tree) against it, the references."""
     n, w = case.jobs, args.workers
     med = statistics.median
     pool = runs["pool"]
-    pool_ratio = med(r.ratio(n, w) for r in pool)
     ds = [d for group in runs.values() for r in group for d in (r.d_before, r.d_after)]
     rows = [
         Row(f"{case.name}", ""),
@@ -510,45 +515,60 @@ def case_rows(
         ),
         Row("    cores used by the pool / by other processes", cores(pool)),
     ]
+    pool_ratio = med(r.ratio(n, w) for r in pool)
     for tree in trees:
-        main = runs[f"forklift {tree.label}"]
-        ratios = [r.ratio(n, w) for r in main]
         who = f"forklift ({tree.label})" if len(trees) > 1 else "forklift"
-        rows += [
-            Row(
-                f"  {who} run --workers {w}: spawn -> last completion",
-                f"{med(r.seconds for r in main):.2f} s (the bench saw it after "
-                f"{med(r.polled or 0.0 for r in main):.2f} s)",
-            ),
-            Row(
-                f"  {who}: wall / ideal",
-                series(ratios),
-                f"<= {TARGET_RATIO}",
-                med(ratios) <= TARGET_RATIO,
-            ),
-            Row(
-                f"  {who} / Pool({w}) (each normalised by its d)",
-                series([r / pool_ratio for r in ratios]),
-                f"<= {case.target}",
-                med(ratios) / pool_ratio <= case.target,
-            ),
-            Row(
-                "    spawn -> first claim / first success",
-                f"{med(r.first_claim or 0.0 for r in main):.3f} s / "
-                f"{med(r.first_success or 0.0 for r in main):.3f} s",
-            ),
-            Row(
-                "    jobs per worker; gap between the workers' last completions",
-                f"{', '.join('/'.join(map(str, r.per_worker)) for r in main)}; "
-                f"{med(r.spread or 0.0 for r in main) * 1e3:.0f} ms",
-            ),
-            Row(
-                f"    wall / ({n} x mean job time in the workers / {w})",
-                f"{med(r.seconds / (n * (r.mean_job or 1.0) / w) for r in main):.3f} "
-                f"(mean {med(r.mean_job or 0.0 for r in main) * 1e3:.1f} ms)",
-            ),
-            Row("    cores used by forklift / by other processes", cores(main)),
-        ]
+        rows += forklift_rows(case, w, runs[f"forklift {tree.label}"], pool_ratio, who)
+    return rows + reference_rows(case, w, runs)
+
+
+def forklift_rows(case: Case, w: int, main: list[Run], pool_ratio: float, who: str) -> list[Row]:
+    """forklift's runs of one case: wall, against the ideal and the Pool, boot, tail."""
+    n = case.jobs
+    med = statistics.median
+    ratios = [r.ratio(n, w) for r in main]
+    return [
+        Row(
+            f"  {who} run --workers {w}: spawn -> last completion",
+            f"{med(r.seconds for r in main):.2f} s (the bench saw it after "
+            f"{med(r.polled or 0.0 for r in main):.2f} s)",
+        ),
+        Row(
+            f"  {who}: wall / ideal",
+            series(ratios),
+            f"<= {TARGET_RATIO}",
+            med(ratios) <= TARGET_RATIO,
+        ),
+        Row(
+            f"  {who} / Pool({w}) (each normalised by its d)",
+            series([r / pool_ratio for r in ratios]),
+            f"<= {case.target}",
+            med(ratios) / pool_ratio <= case.target,
+        ),
+        Row(
+            "    spawn -> first claim / first success",
+            f"{med(r.first_claim or 0.0 for r in main):.3f} s / "
+            f"{med(r.first_success or 0.0 for r in main):.3f} s",
+        ),
+        Row(
+            "    jobs per worker; gap between the workers' last completions",
+            f"{', '.join('/'.join(map(str, r.per_worker)) for r in main)}; "
+            f"{med(r.spread or 0.0 for r in main) * 1e3:.0f} ms",
+        ),
+        Row(
+            f"    wall / ({n} x mean job time in the workers / {w})",
+            f"{med(r.seconds / (n * (r.mean_job or 1.0) / w) for r in main):.3f} "
+            f"(mean {med(r.mean_job or 0.0 for r in main) * 1e3:.1f} ms)",
+        ),
+        Row("    cores used by forklift / by other processes", cores(main)),
+    ]
+
+
+def reference_rows(case: Case, w: int, runs: dict[str, list[Run]]) -> list[Row]:
+    """`forklift run --workers 1` and the asyncio runner, if they ran."""
+    n = case.jobs
+    med = statistics.median
+    rows = []
     if runs.get("single"):
         one = runs["single"]
         rows += [
@@ -633,65 +653,88 @@ def import_rows(imports: dict[str, list[float]], trees: list[Tree]) -> list[Row]
     return rows
 
 
+Modes = list[tuple[str, str, int, Callable[[], Run]]]
+
+
+def modes(
+    args: argparse.Namespace, bench: CpuBench, case: Case, iterations: int, trees: list[Tree]
+) -> Modes:
+    """What one round measures of `case`: (key, label, the ideal's cores, the run)."""
+    n, w = case.jobs, args.workers
+    found: Modes = [
+        (
+            f"forklift {t.label}",
+            f"forklift ({t.label}) run --workers {w}",
+            w,
+            functools.partial(bench.run_forklift, n, iterations, w, t),
+        )
+        for t in trees
+    ]
+    found.append(("pool", f"multiprocessing.Pool({w})", w, lambda: run_pool(n, iterations, w)))
+    if args.single:
+        found.append(
+            ("single", "forklift run --workers 1", 1, lambda: bench.run_forklift(n, iterations, 1))
+        )
+    if args.asyncio:
+        found.append(("asyncio", "asyncio runner", w, lambda: run_asyncio(n, iterations)))
+    return found
+
+
+@dataclass
+class Results:
+    """Every measurement of the run, by what it measured."""
+
+    runs: dict[Case, dict[str, list[Run]]]
+    boots: dict[str, list[dict[str, float]]]
+    imports: dict[str, list[float]] = field(default_factory=dict)
+
+
+def start_up(args: argparse.Namespace, bench: CpuBench, trees: list[Tree], out: Results) -> None:
+    """One round's start-up measurements: imports, then spawn -> first claim."""
+    wait_quiet(args.quiet_cores, args.quiet_wait)
+    for _ in range(args.imports):
+        out.imports.setdefault("pass", []).append(import_seconds(HERE, "pass", bench.env))
+        for t in trees:
+            out.imports.setdefault(f"cli {t.label}", []).append(
+                import_seconds(t, "import forklift.cli", bench.env)
+            )
+    for _ in range(args.boots):
+        for t in trees:
+            out.boots[t.label].append(bench.boot(t, args.workers))
+
+
+def measure(args: argparse.Namespace, bench: CpuBench, trees: list[Tree]) -> Results:
+    """Calibrate each case, then --rounds rounds of start-up and of every case's modes."""
+    out = Results({case: {} for case in args.cases}, {t.label: [] for t in trees})
+    wait_quiet(args.quiet_cores, args.quiet_wait)
+    iterations = {}
+    for case in args.cases:
+        iterations[case] = calibrate(case.ms / 1000, args.calibration_samples)
+        say(f"calibrated: spin({iterations[case]:,}) takes ~{case.ms:g} ms here")
+    for i in range(args.rounds):
+        say(f"round {i + 1}/{args.rounds}: start-up ...")
+        start_up(args, bench, trees, out)
+        for case in args.cases:
+            for key, label, ideal_cores, run in modes(args, bench, case, iterations[case], trees):
+                say(f"round {i + 1}/{args.rounds}, {case.name}, {label} ...")
+                out.runs[case].setdefault(key, []).append(
+                    run_mode(args, case, iterations[case], ideal_cores, run)
+                )
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     trees = [HERE] + ([Tree("baseline", args.baseline.resolve())] if args.baseline else [])
     if args.baseline and not (args.baseline / "forklift" / "__init__.py").exists():
         raise SystemExit(f"--baseline {args.baseline}: no forklift package in it")
     load_start = load_average()
-    w = args.workers
-    runs: dict[Case, dict[str, list[Run]]] = {case: {} for case in args.cases}
-    boots: dict[str, list[dict[str, float]]] = {t.label: [] for t in trees}
-    imports: dict[str, list[float]] = {}
     with CpuBench(args.dsn).session() as bench:
-        wait_quiet(args.quiet_cores, args.quiet_wait)
-        iterations = {}
-        for case in args.cases:
-            iterations[case] = calibrate(case.ms / 1000, args.calibration_samples)
-            say(f"calibrated: spin({iterations[case]:,}) takes ~{case.ms:g} ms here")
-
-        def modes(case: Case) -> list[tuple[str, str, int, Callable[[], Run]]]:
-            n, it = case.jobs, iterations[case]
-            found: list[tuple[str, str, int, Callable[[], Run]]] = [
-                (
-                    f"forklift {t.label}",
-                    f"forklift ({t.label}) run --workers {w}",
-                    w,
-                    lambda t=t: bench.run_forklift(n, it, w, t),  # type: ignore[misc]
-                )
-                for t in trees
-            ]
-            found.append(("pool", f"multiprocessing.Pool({w})", w, lambda: run_pool(n, it, w)))
-            if args.single:
-                found.append(
-                    ("single", "forklift run --workers 1", 1, lambda: bench.run_forklift(n, it, 1))
-                )
-            if args.asyncio:
-                found.append(("asyncio", "asyncio runner", w, lambda: run_asyncio(n, it)))
-            return found
-
-        for i in range(args.rounds):
-            say(f"round {i + 1}/{args.rounds}: start-up ...")
-            wait_quiet(args.quiet_cores, args.quiet_wait)
-            for _ in range(args.imports):
-                imports.setdefault("pass", []).append(import_seconds(HERE, "pass", bench.env))
-                for t in trees:
-                    imports.setdefault(f"cli {t.label}", []).append(
-                        import_seconds(t, "import forklift.cli", bench.env)
-                    )
-            for _ in range(args.boots):
-                for t in trees:
-                    boots[t.label].append(bench.boot(t, w))
-            for case in args.cases:
-                for key, label, ideal_cores, run in modes(case):
-                    say(f"round {i + 1}/{args.rounds}, {case.name}, {label} ...")
-                    runs[case].setdefault(key, []).append(
-                        run_mode(args, case, iterations[case], ideal_cores, run)
-                    )
-    rows = import_rows(imports, trees) + boot_rows(boots, trees)
+        out = measure(args, bench, trees)
+    rows = import_rows(out.imports, trees) + boot_rows(out.boots, trees)
     for case in args.cases:
-        rows += case_rows(args, case, runs[case], trees)
-    every = [r for case in args.cases for group in runs[case].values() for r in group]
+        rows += case_rows(args, case, out.runs[case], trees)
+    every = [r for case in args.cases for group in out.runs[case].values() for r in group]
     rows.append(
         Row(
             "runs repeated because other processes were busy",
@@ -700,8 +743,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     versions = " and ".join(f"{t.label} = {t.path}" for t in trees)
     note = (
-        f"bench.cpu: {', '.join(c.name for c in args.cases)} on {w} workers, median of "
-        f"{args.rounds} round(s), each ratio against the d measured around its own run; "
+        f"bench.cpu: {', '.join(c.name for c in args.cases)} on {args.workers} workers, median "
+        f"of {args.rounds} round(s), each ratio against the d measured around its own run; "
         f"forklift: {versions}; {os.cpu_count()} CPUs, load average {load_start} at start, "
         f"{load_average()} at end"
     )

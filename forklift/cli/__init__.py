@@ -13,7 +13,8 @@ import sys
 from collections.abc import Sequence
 
 import forklift
-from forklift import _db, _display, _logging
+from forklift import _display, _logging
+from forklift._redact import redact
 from forklift.cli import (
     batches,
     dashboard,
@@ -27,7 +28,7 @@ from forklift.cli import (
     schedules,
     top,
 )
-from forklift.cli.errors import HANDLED, Exit, report
+from forklift.cli.errors import Exit, handled, report
 from forklift.errors import ForkliftError
 
 EPILOG = """\
@@ -64,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser = build_parser()
         args = parser.parse_args(argv)
     except ForkliftError as exc:  # a bad FORKLIFT_* variable
-        print(f"forklift: error: {_display.line(_db.redact(str(exc)))}", file=sys.stderr)
+        print(f"forklift: error: {_display.line(redact(str(exc)))}", file=sys.stderr)
         return Exit.USAGE
     # Daemons log to stdout (journald, kubectl logs); one-shot commands keep stdout for
     # their answer and log to stderr.
@@ -72,14 +73,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     _logging.setup(args.log_level, args.log_format, sys.stdout if daemon else sys.stderr)
     try:
         return int(args.func(args))
-    except HANDLED as exc:
-        return report(exc, debug=args.debug)
     except KeyboardInterrupt:
         print("forklift: interrupted", file=sys.stderr)
         return Exit.INTERRUPTED
     except BrokenPipeError:  # `forklift ... | head`: the reader is gone, which is no error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return Exit.OK
+    except Exception as exc:
+        if not handled(exc):
+            raise
+        return report(exc, debug=args.debug)
 
 
 if __name__ == "__main__":

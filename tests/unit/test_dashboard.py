@@ -51,7 +51,7 @@ def test_actions_need_a_token_and_loopback_and_a_wide_bind_without_a_token_warns
     assert "without FORKLIFT_DASHBOARD_TOKEN" in warning
     assert DashboardConfig("127.0.0.1", 8787).checked() == []
     assert DashboardConfig("127.0.0.1", 8787, allow_actions=True, token=TOKEN).checked() == []
-    with pytest.raises(ConfigError, match="only on a loopback address, not 0.0.0.0"):
+    with pytest.raises(ConfigError, match=r"only on a loopback address, not 0.0.0.0"):
         DashboardConfig("0.0.0.0", 8787, allow_actions=True, token=TOKEN).checked()
 
 

@@ -1,0 +1,57 @@
+"""Start-up stays light: what `forklift --help` and the CLI's import load, in a fresh
+interpreter (sys.modules, not timings: bench/cpu.py times them)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+# What no command needs just to start: each is imported by the commands that use it.
+HEAVY_PACKAGES = (
+    "asyncio", "cronsim", "flask", "prometheus_client", "psycopg", "psycopg_pool", "rich",
+    "setproctitle", "waitress",
+)  # fmt: skip
+HEAVY_MODULES = (
+    "forklift.admin", "forklift.app", "forklift.dashboard", "forklift.demo", "forklift.metrics",
+    "forklift.store", "forklift.supervisor.arbiter", "forklift.workers.worker",
+)  # fmt: skip
+
+
+def loaded_after(code: str) -> list[str]:
+    """The modules a fresh interpreter holds after running `code`."""
+    script = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    found: list[str] = json.loads(done.stdout.splitlines()[-1])
+    return found
+
+
+def heavy(modules: list[str]) -> list[str]:
+    return [
+        m
+        for m in modules
+        if m.split(".")[0] in HEAVY_PACKAGES
+        or any(m == h or m.startswith(h + ".") for h in HEAVY_MODULES)
+    ]
+
+
+def test_the_cli_and_its_parser_import_nothing_heavy() -> None:
+    code = "import forklift.cli\nforklift.cli.build_parser().parse_args(['status'])"
+    assert heavy(loaded_after(code)) == []
+
+
+def test_import_forklift_loads_the_public_api_on_first_use() -> None:
+    assert heavy(loaded_after("import forklift")) == []
+    code = "import forklift\nassert forklift.App.__module__ == 'forklift.app'"
+    assert "forklift.app" in loaded_after(code)
+    code = "from forklift import JobContext, Limit, WorkerConfig"
+    assert "forklift.workers.context" in loaded_after(code)
+
+
+def test_the_public_api_is_complete_and_listed() -> None:
+    import forklift
+
+    for name in forklift.__all__:
+        assert getattr(forklift, name) is not None, name
+        assert name in dir(forklift)
