@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import compileall
 import functools
 import multiprocessing
 import os
@@ -728,6 +729,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     trees = [HERE] + ([Tree("baseline", args.baseline.resolve())] if args.baseline else [])
     if args.baseline and not (args.baseline / "forklift" / "__init__.py").exists():
         raise SystemExit(f"--baseline {args.baseline}: no forklift package in it")
+    for tree in trees:  # as an installed package is: its bytecode compiled, whatever
+        # PYTHONDONTWRITEBYTECODE says (else each start would compile what lacks it)
+        compileall.compile_dir(tree.path / "forklift", quiet=1)
+    compileall.compile_dir(REPO_ROOT / "bench", quiet=1)
     load_start = load_average()
     with CpuBench(args.dsn).session() as bench:
         out = measure(args, bench, trees)

@@ -55,3 +55,15 @@ def test_the_public_api_is_complete_and_listed() -> None:
     for name in forklift.__all__:
         assert getattr(forklift, name) is not None, name
         assert name in dir(forklift)
+
+
+def test_the_run_path_leaves_what_only_the_parent_serves_until_after_the_first_fork() -> None:
+    """`forklift run` forks its first children before it imports the HTTP server,
+    prometheus_client and the operator's store (arbiter.py); the children never do."""
+    code = "import forklift.cli, forklift.supervisor.arbiter, forklift.supervisor.reload"
+    later = (
+        "cronsim", "flask", "forklift.admin", "forklift.dashboard", "forklift.demo",
+        "forklift.supervisor.http", "forklift.supervisor.served", "prometheus_client", "rich",
+        "waitress",
+    )  # fmt: skip
+    assert [m for m in loaded_after(code) if m.startswith(later)] == []
