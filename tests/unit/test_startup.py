@@ -3,6 +3,7 @@ interpreter (sys.modules, not timings: bench/cpu.py times them)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -67,3 +68,18 @@ def test_the_run_path_leaves_what_only_the_parent_serves_until_after_the_first_f
         "waitress",
     )  # fmt: skip
     assert [m for m in loaded_after(code) if m.startswith(later)] == []
+
+
+def test_each_command_builds_its_own_group_parser_only() -> None:
+    """GROUP_OF names, for every command, the group that registers it."""
+    from forklift import cli
+
+    def commands(parser: argparse.ArgumentParser) -> set[str]:
+        found = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        return set(found[0].choices)
+
+    everything = commands(cli.build_parser())
+    assert set(cli.GROUP_OF) == everything
+    for command in everything:
+        alone = commands(cli.build_parser(command))
+        assert command in alone and alone < everything
