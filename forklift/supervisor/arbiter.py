@@ -31,8 +31,6 @@ from forklift._events import emit
 from forklift.app import App
 from forklift.errors import DatabaseError
 from forklift.metrics import Totals
-from forklift.scheduler.service import Scheduler
-from forklift.scheduler.store import ScheduleStore
 from forklift.store import JobStore
 from forklift.store.batches import BatchStore
 from forklift.supervisor.child import Children, Signaller, send_signal
@@ -109,6 +107,7 @@ class Supervisor:
         self.police = Police(cfg, self.children, deaths)
         self.ops = OpsServer(cfg.metrics_addr, self.registry, self.db, self.session)
         self._held, self._timeouts = held, timeouts  # for served()
+        self._served: Served | None = None
         self.spawner = Spawner(
             cfg,
             self.children,
@@ -126,11 +125,6 @@ class Supervisor:
         self.scaling = Scaling(cfg, self.store)
         self.registry = ProcessRegistry(self.store, self.board)
         self.vanished = VanishedOwners(self.store, self.totals, me=lambda: self.identity.id)
-        self.scheduler = Scheduler(
-            ScheduleStore(app.dsn, app.schema, timeouts, held),
-            app.schedules.values(),
-            cfg.scheduler,
-        )
         w = cfg.worker
         maintenance = Maintenance(
             JobStore(held, app.schema), app.dsn, timeouts,
@@ -142,7 +136,6 @@ class Supervisor:
             DbService("attribution", TICK, self.attribution.retry_pending),
             DbService("vanished", self.vanished.config.every, self.vanished.run_once),
             DbService("registry", self.registry.config.every, self.registry.run_once),
-            DbService("scheduler", cfg.scheduler.tick, self.scheduler.run_once),
             DbService("autoscale", AUTOSCALE_EVERY, self.scaling.read_backlog),
         ]
         if w.maintenance:
@@ -154,8 +147,9 @@ class Supervisor:
         from forklift.supervisor.served import serve
 
         where = (self.app.dsn, self.app.schema, self._timeouts, self._held)
-        served = serve(where, self.config, self.totals, self.board, self.scheduler)
+        served = serve(where, self.app, self.config, self.totals, self.board)
         self.db.add(served.services)  # its rounds join the database thread's
+        self._served = served
         return served
 
     # -- the loop -----------------------------------------------------------------------
@@ -299,7 +293,8 @@ class Supervisor:
                 return
             gc.collect()
             gc.freeze()
-            self.scheduler.use(self.app.schedules.values())
+            if self._served is not None:
+                self._served.scheduler.use(self.app.schedules.values())
             self.totals.declare(self.app.tasks)
         self.generation += 1
         emit(log, "supervisor.reload", generation=self.generation)

@@ -1,6 +1,7 @@
-"""What only the parent serves: the probes behind /healthz, /readyz and /metrics, the
-queue gauges and the progress reports. prometheus_client and the operator's store are
-behind them: the supervisor imports this module after its first fork (arbiter.py)."""
+"""What only the parent serves: the schedules, the probes behind /healthz, /readyz and
+/metrics, the queue gauges and the progress reports. prometheus_client and the operator's
+store are behind them: the supervisor imports this module after its first fork
+(arbiter.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from forklift import _db
 from forklift._conns import HeldConnection
 from forklift.admin import AdminStore
 from forklift.admin._connect import Connector
+from forklift.app import App
 from forklift.metrics import Totals
 from forklift.scheduler.metrics import CronCollector
 from forklift.scheduler.service import Scheduler
+from forklift.scheduler.store import ScheduleStore
 from forklift.supervisor.config import SupervisorConfig
 from forklift.supervisor.dbthread import DbService
 from forklift.supervisor.http import Route, routes_for
@@ -27,30 +30,34 @@ Where = tuple[str, str, _db.Timeouts, HeldConnection]
 
 @dataclass(frozen=True)
 class Served:
-    """The HTTP server's routes, the probes they read, and the database thread's rounds
-    that feed them (the progress reports; the probes' reads when /metrics is served)."""
+    """The HTTP server's routes, the probes they read, the scheduler, and their rounds on
+    the database thread (the probes' only when /metrics is served)."""
 
     routes: dict[str, Route]
     probes: Probes
+    scheduler: Scheduler
     services: Sequence[DbService]
 
 
 def serve(
-    where: Where,
-    config: SupervisorConfig,
-    totals: Totals,
-    board: SnapshotBoard,
-    scheduler: Scheduler,
+    where: Where, app: App, config: SupervisorConfig, totals: Totals, board: SnapshotBoard
 ) -> Served:
-    """The probes and the progress reports on the operator's store, over the held
-    connection; /metrics sums the children's counters, the gauges and the schedules."""
+    """The scheduler of `app`'s schedules, the probes and the progress reports on the
+    operator's store, all over the held connection; /metrics sums the children's
+    counters, the gauges and the schedules."""
     dsn, schema, timeouts, held = where
     queues = config.worker.queues
+    scheduler = Scheduler(
+        ScheduleStore(dsn, schema, timeouts, held), app.schedules.values(), config.scheduler
+    )
     admin = AdminStore(dsn, schema, connector=Connector(dsn, timeouts, held))
     progress = ProgressReporter(totals, admin, queues)
     probes = Probes(board, admin, queues)
-    services = [DbService("progress", progress.every, progress.run_once)]
+    services = [
+        DbService("scheduler", config.scheduler.tick, scheduler.run_once),
+        DbService("progress", progress.every, progress.run_once),
+    ]
     if config.metrics_addr:
         services.append(DbService("probes", REFRESH_EVERY, probes.refresh))
     metrics = metrics_registry(totals, probes, CronCollector(scheduler))
-    return Served(routes_for(probes, metrics), probes, services)
+    return Served(routes_for(probes, metrics), probes, scheduler, services)
