@@ -40,6 +40,10 @@ def heavy(modules: list[str]) -> list[str]:
 def test_the_cli_and_its_parser_import_nothing_heavy() -> None:
     code = "import forklift.cli\nforklift.cli.build_parser().parse_args(['status'])"
     assert heavy(loaded_after(code)) == []
+    code = "import forklift.cli\nforklift.cli.build_parser('run')"
+    assert [m for m in loaded_after(code) if m.startswith("forklift.cli.")] == [
+        "forklift.cli.apps", "forklift.cli.errors", "forklift.cli.flags", "forklift.cli.processes",
+    ]  # fmt: skip
 
 
 def test_import_forklift_loads_the_public_api_on_first_use() -> None:
