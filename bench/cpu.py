@@ -623,7 +623,7 @@ PARTS = [
 
 
 def boot_rows(boots: dict[str, list[dict[str, float]]], trees: list[Tree]) -> list[Row]:
-    """Spawn -> first claim, part by part (medians), one column per tree."""
+    """Spawn -> first claim, part by part (medians): with --baseline, before -> after."""
 
     def part(marks: list[dict[str, float]], start: str | None, end: str) -> str:
         values = [
@@ -633,9 +633,11 @@ def boot_rows(boots: dict[str, list[dict[str, float]]], trees: list[Tree]) -> li
         ]
         return f"{statistics.median(values) * 1e3:.0f} ms" if values else "-"
 
-    rows = [Row("spawn -> first claim, by part (medians, via bench/_boot_probe.py)", "")]
+    order = trees[::-1]  # the baseline (before) first
+    versions = " -> ".join(t.label for t in order)
+    rows = [Row(f"spawn -> first claim, by part (medians; {versions})", "")]
     for label, start, end in PARTS:
-        rows.append(Row(f"  {label}", " -> ".join(part(boots[t.label], start, end) for t in trees)))
+        rows.append(Row(f"  {label}", " -> ".join(part(boots[t.label], start, end) for t in order)))
     for tree in trees:
         total = [m["first_claim"] for m in boots[tree.label]]
         rows.append(
