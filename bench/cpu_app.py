@@ -9,6 +9,7 @@ call `spin()` directly to calibrate and to run the in-process comparison.
 
 from __future__ import annotations
 
+import os
 import time
 
 import forklift
@@ -26,9 +27,12 @@ def register(app: forklift.App) -> forklift.App:
     """Register the benchmark tasks on `app`; return it."""
 
     @app.task(name="burn")
-    def burn(ctx: forklift.JobContext, iterations: int) -> None:
-        """CPU-bound job: `spin(iterations)` (the benchmark calibrates it to ~50 ms)."""
+    def burn(ctx: forklift.JobContext, iterations: int) -> int:
+        """CPU-bound job: `spin(iterations)` (the benchmark calibrates it to ~50 ms).
+
+        Its result is the worker's pid: bench.cpu counts the jobs each worker ran."""
         spin(iterations)
+        return os.getpid()
 
     @app.task(name="nap")
     def nap(ctx: forklift.JobContext, seconds: float = 5.0) -> None:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from forklift.app import App, JobSpec
-from forklift.backoff import Backoff
-from forklift.batch import Batch, BatchStatus, BatchWriter
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from forklift.errors import (
     AppImportError,
     ArgumentError,
@@ -24,10 +24,45 @@ from forklift.errors import (
     SchemaMissing,
     UnknownTaskError,
 )
-from forklift.limits import Limit
-from forklift.task import Task
-from forklift.workers.config import WorkerConfig
-from forklift.workers.context import AsyncJobContext, JobContext
+
+if TYPE_CHECKING:
+    from forklift.app import App, JobSpec
+    from forklift.backoff import Backoff
+    from forklift.batch import Batch, BatchStatus, BatchWriter
+    from forklift.limits import Limit
+    from forklift.task import Task
+    from forklift.workers.config import WorkerConfig
+    from forklift.workers.context import AsyncJobContext, JobContext
+
+# Imported on first use (PEP 562): `forklift --help`, and every command that needs no
+# database driver, start without psycopg and the rest behind App.
+_LAZY = {
+    "App": "forklift.app",
+    "JobSpec": "forklift.app",
+    "Backoff": "forklift.backoff",
+    "Batch": "forklift.batch",
+    "BatchStatus": "forklift.batch",
+    "BatchWriter": "forklift.batch",
+    "Limit": "forklift.limits",
+    "Task": "forklift.task",
+    "WorkerConfig": "forklift.workers.config",
+    "JobContext": "forklift.workers.context",
+    "AsyncJobContext": "forklift.workers.context",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'forklift' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next lookup finds it without coming here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "App",

@@ -9,10 +9,12 @@ import re
 import sys
 import traceback
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from forklift.app import App
 from forklift.errors import AppImportError, ConfigError
+
+if TYPE_CHECKING:
+    from forklift.app import App
 
 T = TypeVar("T")
 
@@ -85,6 +87,8 @@ def _where(exc: BaseException) -> str:
 
 def load_app(target: str) -> App:
     """Import 'package.module:attribute' and return the App it names."""
+    from forklift.app import App  # the app's module imports it anyway
+
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise ConfigError(f"{target!r}: expected MODULE:APP, e.g. myproject.jobs:app")

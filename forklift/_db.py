@@ -14,25 +14,10 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from forklift import _redact
+from forklift._redact import redact as redact
+from forklift._redact import secrets as secrets
 from forklift.errors import ConfigError, DatabaseError, DsnError, NoDatabase
-
-_URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
-_KV_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
-
-
-def redact(text: str) -> str:
-    """Hide passwords of any DSN (URL or key=value form) inside `text`, and the password
-    of every DSN this process was given wherever it appears (a malformed DSN's password
-    shows up cut in pieces, as a host name, where no pattern finds it)."""
-    text = _KV_PASSWORD.sub(r"\1***", _URL_PASSWORD.sub(r"\1***@", text))
-    for secret in _SECRETS:
-        text = text.replace(secret, "***")
-    return text
-
-
-def secrets() -> tuple[str, ...]:
-    """The pieces of passwords redact() hides wherever they appear."""
-    return _SECRETS
 
 
 def resolve_dsn(dsn: str | None) -> str:
@@ -384,10 +369,8 @@ def make_pool(
     )
 
 
-# Literal pieces of the passwords of the DSNs this process was given, longest first: what
-# redact() hides even where no pattern finds it. Pieces shorter than this are left (they
-# would hide ordinary words everywhere, and say little of the password).
-_SECRETS: tuple[str, ...] = ()
+# Pieces of a password shorter than this are not hidden on their own (they would hide
+# ordinary words everywhere, and say little of the password).
 _SECRET_PIECE = 4
 _CHECKED: set[str] = set()
 _URL_FORM = re.compile(r"^\s*postgres(?:ql)?://", re.IGNORECASE)
@@ -421,7 +404,6 @@ def _passwords(dsn: str) -> list[str]:
 def remember_secrets(dsn: str) -> None:
     """Have redact() hide the password of `dsn`: whole, percent-decoded, parsed, and each
     piece of it between spaces, @, :, / and quotes."""
-    global _SECRETS
     found = _passwords(dsn)
     found += [urllib.parse.unquote(p) for p in found]
     try:
@@ -429,8 +411,7 @@ def remember_secrets(dsn: str) -> None:
     except psycopg.ProgrammingError:
         pass
     pieces = {*found, *(piece for p in found for piece in re.split(r"[\s@:/'\"\\]+", p))}
-    keep = {p for p in pieces if len(p) >= _SECRET_PIECE} | set(_SECRETS)
-    _SECRETS = tuple(sorted(keep, key=len, reverse=True))
+    _redact.hide(p for p in pieces if len(p) >= _SECRET_PIECE)
 
 
 def check_dsn(dsn: str) -> str:

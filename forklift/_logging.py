@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from forklift import _display
-from forklift._db import redact
+from forklift._redact import redact
 
 
 class JsonFormatter(logging.Formatter):

@@ -3,7 +3,8 @@
 A worker keeps small local tallies (`Tally`) and hands the supervisor the deltas every
 half second over its report pipe; the supervisor adds them into `Totals`, which it
 owns, so a child's crash or recycling never makes a counter go down and nothing is
-written to disk. `Totals` is exposed through a prometheus-client collector.
+written to disk. `Totals` is exposed through a prometheus-client collector
+(supervisor/exposition.py: a worker never imports prometheus_client).
 
 Its task label is bounded: a task the app does not declare is counted as
 task="(unknown)", and past MAX_TASK_LABELS distinct names further ones as
@@ -16,12 +17,9 @@ import bisect
 import math
 import threading
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
-
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 from forklift.shared_counts import SharedCounts
 
@@ -304,87 +302,3 @@ class Totals:
         with self.lock:
             self.batches[outcome] = self.batches.get(outcome, 0) + 1
             self.callback_delays.observe(CALLBACK_BUCKETS, callback_delay)
-
-
-def _histogram(
-    name: str,
-    doc: str,
-    labels: list[str],
-    bounds: tuple[float, ...],
-    series: dict[Any, Histo],
-) -> HistogramMetricFamily:
-    family = HistogramMetricFamily(name, doc, labels=labels)
-    for key, h in sorted(series.items()):
-        values = list(key) if isinstance(key, tuple) else [key]
-        running, buckets = 0, []
-        for bound, n in zip((*bounds, float("inf")), h.counts, strict=True):
-            running += n
-            buckets.append(("+Inf" if bound == float("inf") else repr(bound), running))
-        family.add_metric(values, buckets, h.total)
-    return family
-
-
-class TotalsCollector(Collector):
-    """Exposes Totals as forklift_jobs_total, forklift_job_duration_seconds, ..."""
-
-    def __init__(self, totals: Totals) -> None:
-        self.totals = totals
-
-    def collect(self) -> Iterator[Metric]:
-        t = self.totals
-        with t.lock:
-            jobs = dict(t.jobs)
-            durations = {k: Histo(list(h.counts), h.total) for k, h in t.durations.items()}
-            waits = {k: Histo(list(h.counts), h.total) for k, h in t.waits.items()}
-            renewals = t.renewals
-            restarts = dict(t.restarts)
-            malformed = t.malformed_reports
-            batches = dict(t.batches)
-            delays = Histo(list(t.callback_delays.counts), t.callback_delays.total)
-        family = CounterMetricFamily(
-            "forklift_jobs", "Job attempts by outcome.", labels=["queue", "task", "outcome"]
-        )
-        for (q, task, outcome), n in sorted(jobs.items()):
-            family.add_metric([q, task, outcome], n)
-        yield family
-        yield _histogram(
-            "forklift_job_duration_seconds",
-            "Handler run time.",
-            ["queue", "task"],
-            DURATION_BUCKETS,
-            durations,
-        )
-        yield _histogram(
-            "forklift_job_wait_seconds",
-            "Time from a job becoming available to its start.",
-            ["queue"],
-            WAIT_BUCKETS,
-            waits,
-        )
-        yield CounterMetricFamily("forklift_lease_renewals", "Leases renewed.", value=renewals)
-        family = CounterMetricFamily(
-            "forklift_worker_restarts",
-            "Worker processes replaced, by reason.",
-            labels=["reason"],
-        )
-        for reason, n in sorted(restarts.items()):
-            family.add_metric([reason], n)
-        yield family
-        family = CounterMetricFamily(
-            "forklift_batches", "Batches finished, by outcome.", labels=["outcome"]
-        )
-        for outcome in BATCH_OUTCOMES:
-            family.add_metric([outcome], batches.get(outcome, 0))
-        yield family
-        yield _histogram(
-            "forklift_batch_callback_delay_seconds",
-            "Time from a batch's last job's end to its callback's enqueue.",
-            [],
-            CALLBACK_BUCKETS,
-            {(): delays},
-        )
-        yield CounterMetricFamily(
-            "forklift_malformed_reports",
-            "Reports from worker processes that could not be read (dropped).",
-            value=malformed,
-        )

@@ -8,13 +8,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from forklift import _sql
+from forklift._bounds import DEAD_SHOWN
 from forklift.admin._connect import Connector
 from forklift.admin.jobs import TIMEOUTS, JobAdmin, operator
 from forklift.admin.rows import Acted, JobDetail
 from forklift.errors import BatchNotFound, JobNotFound
 from forklift.store.batches import BatchCounts, BatchRow
-
-DEAD_SHOWN = 5  # dead jobs `batches show` names
 
 
 @dataclass(frozen=True)

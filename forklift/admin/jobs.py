@@ -9,6 +9,7 @@ import socket
 from collections.abc import Iterator, Sequence
 
 from forklift import _db, _sql
+from forklift._bounds import BATCH, LIST_WINDOW
 from forklift.admin._connect import Connector
 from forklift.admin.rows import (
     Acted,
@@ -25,11 +26,6 @@ from forklift.admin.rows import (
 from forklift.errors import JobNotFound
 from forklift.store.batches import BatchStore
 
-# How many jobs one `jobs list` looks through at most for its queue, task and error
-# filters (newest first, of its state if it names one): the cost of a page is bounded
-# whatever the table holds, and a page that comes out short says where to go on.
-LIST_WINDOW = 50_000
-BATCH = 500  # jobs per statement of a bulk retry or a purge: short transactions
 # A purge batch or a bulk retry may take a few seconds on a big table; still bounded.
 TIMEOUTS = _db.Timeouts(connect=2.0, statement=5.0, lock=2.0)
 

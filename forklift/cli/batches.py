@@ -7,21 +7,18 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forklift import _display
+from forklift._bounds import DEAD_SHOWN
 from forklift._config import positive_int
-from forklift.admin.batches import (
-    DEAD_SHOWN,
-    BatchAdmin,
-    BatchCancelled,
-    BatchDetail,
-    BatchSummary,
-)
 from forklift.cli import jobview, output
-from forklift.cli.apps import app_for
+from forklift.cli.apps import app_for, batch_admin
 from forklift.cli.errors import Exit
 from forklift.cli.flags import operator_command
+
+if TYPE_CHECKING:
+    from forklift.admin.batches import BatchCancelled, BatchDetail, BatchSummary
 
 LIMIT = 20
 
@@ -176,7 +173,7 @@ HEADER = (
 
 def cmd_list(args: argparse.Namespace) -> int:
     app = app_for(args)
-    open_, finished = BatchAdmin(app.dsn, app.schema).batch_list(args.limit)
+    open_, finished = batch_admin(app).batch_list(args.limit)
     if args.json:
         output.print_json(
             {"open": [batch_json(s) for s in open_], "finished": [batch_json(s) for s in finished]}
@@ -190,7 +187,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     app = app_for(args)
-    detail = BatchAdmin(app.dsn, app.schema).batch_get(args.id)
+    detail = batch_admin(app).batch_get(args.id)
     if args.json:
         output.print_json(detail_json(detail))
     else:
@@ -262,7 +259,7 @@ def _callback_lines(d: BatchDetail) -> list[str]:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     app = app_for(args)
-    done = BatchAdmin(app.dsn, app.schema).batch_cancel(args.id)
+    done = batch_admin(app).batch_cancel(args.id)
     if args.json:
         output.print_json(cancel_json(args.id, done))
     else:

@@ -7,9 +7,8 @@ import sys
 import traceback
 from enum import IntEnum
 
-import psycopg
-
-from forklift import _db, _display
+from forklift import _display
+from forklift._redact import redact
 from forklift.errors import AppImportError, DsnError, ForkliftError, NoDatabase
 
 
@@ -43,12 +42,12 @@ def report(exc: BaseException, *, debug: bool) -> int:
     sequences)."""
     if debug:
         text = "".join(traceback.format_exception(exc))
-        print(_display.block(_db.redact(text)).rstrip("\n"), file=sys.stderr)
+        print(_display.block(redact(text)).rstrip("\n"), file=sys.stderr)
     hint = "; --debug shows the traceback" if isinstance(exc, AppImportError) and not debug else ""
     # libpq's messages come in lines ("Connection refused\n\tIs the server running"):
     # one line of them here; anything else that would move the cursor shows escaped.
     text = NO_DATABASE if isinstance(exc, NoDatabase) else str(exc)
-    message = _display.line(_LINE_BREAK.sub(" ", _db.redact(text).strip()))
+    message = _display.line(_LINE_BREAK.sub(" ", redact(text).strip()))
     print(f"forklift: error: {message}{hint}", file=sys.stderr)
     if isinstance(exc, UsageError | DsnError):
         return Exit.USAGE
@@ -57,4 +56,12 @@ def report(exc: BaseException, *, debug: bool) -> int:
     return Exit.ERROR
 
 
-HANDLED = (ForkliftError, psycopg.Error)
+def handled(exc: BaseException) -> bool:
+    """Whether `exc` ends a command with one line (else it is a bug: its traceback shows).
+
+    forklift's own errors, and the database driver's: psycopg is imported only by the
+    commands that connect, and none of its errors can come from one that did not."""
+    if isinstance(exc, ForkliftError):
+        return True
+    psycopg = sys.modules.get("psycopg")
+    return psycopg is not None and isinstance(exc, psycopg.Error)

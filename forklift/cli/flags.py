@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from forklift._config import duration, env, positive_int, queue_list
-from forklift.scheduler.service import SchedulerConfig
+from forklift.scheduler.config import SchedulerConfig
 from forklift.supervisor.config import SupervisorConfig
 from forklift.workers.config import WorkerConfig
 

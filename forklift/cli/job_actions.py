@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from forklift._bounds import BATCH
 from forklift._config import duration
-from forklift.admin import JobAdmin
-from forklift.admin.jobs import BATCH
-from forklift.admin.rows import Acted
 from forklift.cli import output
-from forklift.cli.apps import app_for
+from forklift.cli.apps import app_for, job_admin
 from forklift.cli.errors import Exit, UsageError
 from forklift.cli.flags import operator_command
+
+if TYPE_CHECKING:
+    from forklift.admin.rows import Acted
 
 RETRY_DESCRIPTION = """\
 Put dead or cancelled jobs back to ready, due now. Their attempts and crashes are RESET
@@ -66,7 +67,7 @@ def cmd_retry(args: argparse.Namespace) -> int:
     if (args.queue or args.task) and not args.all_dead:
         raise UsageError("--queue and --task select jobs for --all-dead only")
     app = app_for(args)
-    admin = JobAdmin(app.dsn, app.schema)
+    admin = job_admin(app)
     if args.all_dead:
         acted = [
             a
@@ -106,7 +107,7 @@ def retry_line(a: Acted) -> str:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     app = app_for(args)
-    acted = JobAdmin(app.dsn, app.schema).job_cancel_many(args.ids)
+    acted = job_admin(app).job_cancel_many(args.ids)
     if args.json:
         output.print_json([_cancelled(a) for a in acted])
     else:
@@ -135,9 +136,7 @@ def cancel_line(a: Acted) -> str:
 
 def cmd_purge(args: argparse.Namespace) -> int:
     app = app_for(args)
-    done = JobAdmin(app.dsn, app.schema).job_purge(
-        args.state, args.older_than, dry_run=args.dry_run
-    )
+    done = job_admin(app).job_purge(args.state, args.older_than, dry_run=args.dry_run)
     if args.json:
         output.print_json(
             {

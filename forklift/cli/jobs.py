@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import argparse
 
+from forklift._bounds import LIST_WINDOW
 from forklift._config import positive_int
-from forklift.admin import JobAdmin
-from forklift.admin.jobs import LIST_WINDOW
-from forklift.admin.rows import JobFilter
 from forklift.cli import job_actions, jobview, output
-from forklift.cli.apps import app_for
+from forklift.cli.apps import app_for, job_admin
 from forklift.cli.flags import operator_command
 
 # "scheduled": ready jobs due later (delayed, or retrying after a backoff), as status
@@ -75,11 +73,11 @@ task limit's key value, or null).
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    from forklift.admin.rows import JobFilter
+
     app = app_for(args)
     where = JobFilter(args.state, args.queue, args.task, args.error)
-    page = JobAdmin(app.dsn, app.schema).job_list(
-        where, limit=args.limit, before=args.before, window=args.scan
-    )
+    page = job_admin(app).job_list(where, limit=args.limit, before=args.before, window=args.scan)
     if args.json:
         output.print_json(
             {"jobs": [jobview.job_json(j) for j in page.jobs], "next_before": page.next_before}
@@ -102,7 +100,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     app = app_for(args)
-    detail = JobAdmin(app.dsn, app.schema).job_get(args.id)
+    detail = job_admin(app).job_get(args.id)
     if args.json:
         output.print_json(jobview.detail_json(detail))
     else:

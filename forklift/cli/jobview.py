@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import re
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from forklift import _db, _display
-from forklift.admin.rows import JobDetail, JobRow, Progress
+from forklift import _display
+from forklift._redact import redact
 from forklift.cli import output
+
+if TYPE_CHECKING:
+    from forklift.admin.rows import JobDetail, JobRow, Progress
 
 ARGS_CHARS = 2000  # of the arguments' (and the result's) JSON text that `jobs show` prints
 # Argument keys whose values are never shown, at any depth.
@@ -103,7 +106,7 @@ def progress_text(progress: Progress | None, now: datetime) -> str:
 def history_entry(entry: dict[str, Any]) -> dict[str, Any]:
     """One attempt of the error history, every key present, DSN passwords hidden."""
     shown = {k: entry.get(k) for k in ERROR_KEYS}
-    return {k: _db.redact(v) if isinstance(v, str) else v for k, v in shown.items()}
+    return {k: redact(v) if isinstance(v, str) else v for k, v in shown.items()}
 
 
 def safe_args(text: str, limit: int = ARGS_CHARS) -> tuple[str, bool]:
@@ -113,7 +116,7 @@ def safe_args(text: str, limit: int = ARGS_CHARS) -> tuple[str, bool]:
         shown = json.dumps(_masked(json.loads(text)), ensure_ascii=False)
     except ValueError:
         shown = text
-    shown = _db.redact(shown)
+    shown = redact(shown)
     if len(shown) <= limit:
         return shown, False
     return shown[: limit - 1] + "…", True
@@ -127,7 +130,7 @@ def safe_result(text: str | None) -> Any:
     try:
         return _masked(json.loads(text))
     except ValueError:
-        return _db.redact(text)
+        return redact(text)
 
 
 def _masked(value: Any) -> Any:
@@ -139,7 +142,7 @@ def _masked(value: Any) -> Any:
     if isinstance(value, list):
         return [_masked(v) for v in value]
     if isinstance(value, str):
-        return _db.redact(value)
+        return redact(value)
     return value
 
 

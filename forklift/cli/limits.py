@@ -7,11 +7,13 @@ import argparse
 import math
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from forklift.admin import LimitChange, LimitRow, QueueStats
 from forklift.cli import output
 from forklift.cli.errors import UsageError
+
+if TYPE_CHECKING:
+    from forklift.admin import LimitChange, LimitRow, QueueStats
 
 NONE = "none"  # a flag's value that removes that one limit
 INT_MAX = 2**31 - 1  # the limits table's integer columns
@@ -98,6 +100,8 @@ def change_of(args: argparse.Namespace) -> LimitChange | None:
             "queues limit: nothing to set; give --concurrency N, --rate N/s, --max-depth N "
             f"(or {NONE} to remove one), or --clear"
         )
+    from forklift.admin import LimitChange  # `queues limit` connects next
+
     starts, per = getattr(args, "rate", None) or (None, None)
     return LimitChange(
         frozenset(limits),

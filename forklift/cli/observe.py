@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forklift._ids import owner_process
-from forklift.admin import AdminStore, JobAdmin, ProcessRow
-from forklift.admin.rows import RunningJobRow
 from forklift.cli import flags, limits, output
-from forklift.cli.apps import app_for
+from forklift.cli.apps import admin_store, app_for, job_admin
+
+if TYPE_CHECKING:
+    from forklift.admin import ProcessRow
+    from forklift.admin.rows import RunningJobRow
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     app = app_for(args)
-    admin = AdminStore(app.dsn, app.schema)
+    admin = admin_store(app)
     with admin.connector.session("forklift status: reading failed"):
         stats = admin.queue_stats()
         tasks = limits.task_lines(admin.limit_list())
@@ -124,8 +126,8 @@ def ps_row(line: Listed, paused: set[str]) -> tuple[object, ...]:
 
 def cmd_ps(args: argparse.Namespace) -> int:
     app = app_for(args)
-    admin = AdminStore(app.dsn, app.schema)
-    jobs = JobAdmin(app.dsn, app.schema, admin.connector)
+    admin = admin_store(app)
+    jobs = job_admin(app, admin)
     with admin.connector.session("forklift ps: reading failed"):
         lines = listed(admin.process_list(), jobs.job_running_list())
         paused = {q.queue for q in admin.queue_paused_list()}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from forklift import _config, _db
+from forklift import _config
 from forklift.cli import flags
 from forklift.cli.apps import app_for
 
@@ -20,8 +20,10 @@ RUN_DESCRIPTION = (
 def _use_session_dsn(args: argparse.Namespace) -> None:
     # One place says where session-level work goes (_db.session_dsn), for this process
     # and the workers it forks: the environment.
+    from forklift._db import SESSION_URL_ENV
+
     if args.session_dsn:
-        os.environ[_db.SESSION_URL_ENV] = args.session_dsn
+        os.environ[SESSION_URL_ENV] = args.session_dsn
 
 
 def cmd_worker(args: argparse.Namespace) -> int:

@@ -6,13 +6,15 @@ from __future__ import annotations
 import argparse
 import difflib
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from forklift.admin import AdminStore, LimitChange, PausedQueue, QueueStats, checked_queue
 from forklift.cli import limits, output
-from forklift.cli.apps import app_for
+from forklift.cli.apps import admin_store, app_for
 from forklift.cli.errors import Refused, UsageError
 from forklift.cli.flags import operator_command
+
+if TYPE_CHECKING:
+    from forklift.admin import AdminStore, LimitChange, PausedQueue, QueueStats
 
 DESCRIPTION = """\
 Without an action: per queue, whether it is paused, its ready (due now), scheduled (due
@@ -88,7 +90,7 @@ def cmd_queues(args: argparse.Namespace) -> int:
         _named(args)
         change = limits.change_of(args)
     app = app_for(args)
-    admin = AdminStore(app.dsn, app.schema)
+    admin = admin_store(app)
     if args.action == "limit":
         return _limit(admin, args, change)
     if args.action is not None:
@@ -186,6 +188,8 @@ def _named(args: argparse.Namespace) -> str:
 
 def _check_in_use(admin: AdminStore, queue: str, verb: str) -> None:
     """Refuse to `verb` a queue nobody uses (a typo, most likely), naming the close ones."""
+    from forklift.admin import checked_queue
+
     checked_queue(queue)  # a malformed name is refused for what is wrong with it
     known = admin.queue_known_list()
     if queue in known:

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import argparse
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from forklift import _db
 from forklift.cli import flags, output
 from forklift.cli.apps import app_for
 from forklift.scheduler.schedule import format_every
-from forklift.scheduler.store import ScheduleRow, ScheduleStore
+
+if TYPE_CHECKING:
+    from forklift.scheduler.store import ScheduleRow
 
 # A schedule no scheduler has synced for this long is no longer declared by a running
 # supervisor (removed from the code, or every supervisor is down).
@@ -103,6 +104,9 @@ def _cells(row: ScheduleRow, now: datetime) -> tuple[str, ...]:
 
 
 def cmd_schedules(args: argparse.Namespace) -> int:
+    from forklift import _db
+    from forklift.scheduler.store import ScheduleStore
+
     app = app_for(args)
     rows = ScheduleStore(app.dsn, app.schema, _db.Timeouts()).schedule_list()
     if args.json:

@@ -17,13 +17,19 @@ from datetime import UTC, datetime, timedelta
 from typing import Protocol
 from zoneinfo import ZoneInfo
 
-from cronsim import CronSim, CronSimError
-
 from forklift.errors import ConfigError
 
 SECOND = timedelta(seconds=1)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_SHIFT = timedelta(hours=3)  # more than any clock change a time zone has made
+
+
+def _cronsim(expr: str, start: datetime, *, reverse: bool = False) -> Iterator[datetime]:
+    """cronsim's walk from `start` (imported here, not at start-up: most apps have no
+    cron schedule, and the CLI none)."""
+    from cronsim import CronSim
+
+    return CronSim(expr, start, reverse=reverse)
 
 
 class FireTimes(Protocol):
@@ -75,8 +81,10 @@ class Cron:
         self.wall_clock = (
             zone.key != "UTC" and not minute.startswith("*") and not hour.startswith("*")
         )
+        from cronsim import CronSimError  # an app's first cron schedule imports it
+
         try:
-            CronSim(self.expr, datetime.now(UTC))
+            _cronsim(self.expr, datetime.now(UTC))
         except CronSimError as exc:
             raise ConfigError(f"cron expression {expr!r}: {exc}") from None
 
@@ -93,7 +101,7 @@ class Cron:
         # cronsim ends its iteration after 50 years without a match.
         t = t.replace(microsecond=0)
         if not self.wall_clock:
-            for local in CronSim(self.expr, t.astimezone(self.zone), reverse=reverse):
+            for local in _cronsim(self.expr, t.astimezone(self.zone), reverse=reverse):
                 yield local.astimezone(UTC)
             return
         # Wall times map to instants in order (a repeated hour's to its first pass), but
@@ -102,7 +110,7 @@ class Cron:
         wall = t.astimezone(self.zone).replace(tzinfo=None)
         if reverse:
             wall += MAX_SHIFT
-        for naive in CronSim(self.expr, wall, reverse=reverse):
+        for naive in _cronsim(self.expr, wall, reverse=reverse):
             instant = self._instant(naive)
             if (instant < t) if reverse else (instant > t):
                 yield instant

@@ -33,28 +33,14 @@ from datetime import datetime, timedelta
 
 from forklift._events import emit
 from forklift._service import TestSignal
-from forklift.errors import ConfigError, DatabaseError
+from forklift.errors import DatabaseError
+from forklift.scheduler.config import SchedulerConfig
 from forklift.scheduler.plan import Plan, plan
 from forklift.scheduler.schedule import Schedule
 from forklift.scheduler.store import Fired, ScheduleSession, ScheduleStore, Synced
 
 log = logging.getLogger(__name__)
 JUST_BEFORE = timedelta(microseconds=1)  # fire times are whole seconds
-
-
-@dataclass(frozen=True)
-class SchedulerConfig:
-    """How often a round runs, and how far ahead of its fire time a job is enqueued."""
-
-    tick: float = 1.0
-    ahead: float = 3.0  # more than a tick, so a late round still enqueues in time
-    max_fires: int = 100  # per schedule per round (a long catch-up takes a few rounds)
-
-    def __post_init__(self) -> None:
-        if self.tick <= 0:
-            raise ConfigError("the scheduler's tick must be > 0 seconds")
-        if self.ahead < self.tick:
-            raise ConfigError("schedule_ahead must be at least the scheduler's tick")
 
 
 class FireOutcome(enum.StrEnum):

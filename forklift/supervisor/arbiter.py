@@ -4,6 +4,10 @@ The main loop is a short list of named steps (wait, read reports, dispatch signa
 reap, police, scale, keep the count); signal handlers only queue. Each step is a method
 here or on a collaborator (Reaper, Police, Attribution, Scaling), built in __init__ and
 callable on its own in a test.
+
+What only the parent serves (/metrics and the probes, with prometheus_client and the
+operator's store behind them) is imported and built once the first children are forked
+(`served()`): they boot meanwhile, on the modules they share with the parent.
 """
 
 from __future__ import annotations
@@ -17,20 +21,16 @@ import signal
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
+from typing import TYPE_CHECKING
 
 from setproctitle import setproctitle
 
 from forklift import _db
 from forklift._conns import HeldConnection
 from forklift._events import emit
-from forklift.admin import AdminStore
-from forklift.admin._connect import Connector
 from forklift.app import App
 from forklift.errors import DatabaseError
 from forklift.metrics import Totals
-from forklift.scheduler.metrics import CronCollector
-from forklift.scheduler.service import Scheduler
-from forklift.scheduler.store import ScheduleStore
 from forklift.store import JobStore
 from forklift.store.batches import BatchStore
 from forklift.supervisor.child import Children, Signaller, send_signal
@@ -40,8 +40,6 @@ from forklift.supervisor.death import signal_name
 from forklift.supervisor.deaths import Attribution, OnDbThread, VanishedOwners
 from forklift.supervisor.ops import OpsServer
 from forklift.supervisor.police import Police
-from forklift.supervisor.probes import REFRESH_EVERY, Probes, metrics_registry
-from forklift.supervisor.progress import ProgressReporter
 from forklift.supervisor.reaper import Reaper, settle_unanswered
 from forklift.supervisor.registry import ProcessRegistry
 from forklift.supervisor.restarts import RestartSchedule
@@ -56,6 +54,9 @@ from forklift.supervisor.systemd import Notifier
 from forklift.supervisor.title import supervisor_title
 from forklift.workers.batch_ends import BatchSweep
 from forklift.workers.maintenance import Maintenance, MaintenanceConfig
+
+if TYPE_CHECKING:
+    from forklift.supervisor.served import Served
 
 log = logging.getLogger(__name__)
 
@@ -104,10 +105,9 @@ class Supervisor:
         settle = functools.partial(settle_unanswered, self.db.submit, self.store, self.totals)
         self.reaper = Reaper(self.children, deaths, self.totals, self.restarts, settle=settle)
         self.police = Police(cfg, self.children, deaths)
-        metrics = metrics_registry(self.totals, self.probes, CronCollector(self.scheduler))
-        self.ops = OpsServer(
-            cfg.metrics_addr, self.probes, metrics, self.registry, self.db, self.session
-        )
+        self.ops = OpsServer(cfg.metrics_addr, self.registry, self.db, self.session)
+        self._held, self._timeouts = held, timeouts  # for served()
+        self._served: Served | None = None
         self.spawner = Spawner(
             cfg,
             self.children,
@@ -125,15 +125,6 @@ class Supervisor:
         self.scaling = Scaling(cfg, self.store)
         self.registry = ProcessRegistry(self.store, self.board)
         self.vanished = VanishedOwners(self.store, self.totals, me=lambda: self.identity.id)
-        self.scheduler = Scheduler(
-            ScheduleStore(app.dsn, app.schema, timeouts, held),
-            app.schedules.values(),
-            cfg.scheduler,
-        )
-        admin = AdminStore(app.dsn, app.schema, connector=Connector(app.dsn, timeouts, held))
-        progress = ProgressReporter(self.totals, admin, cfg.worker.queues)
-        # What /readyz and /metrics answer, read here (HTTP answers from memory).
-        self.probes = Probes(self.board, admin, cfg.worker.queues)
         w = cfg.worker
         maintenance = Maintenance(
             JobStore(held, app.schema), app.dsn, timeouts,
@@ -145,15 +136,21 @@ class Supervisor:
             DbService("attribution", TICK, self.attribution.retry_pending),
             DbService("vanished", self.vanished.config.every, self.vanished.run_once),
             DbService("registry", self.registry.config.every, self.registry.run_once),
-            DbService("scheduler", cfg.scheduler.tick, self.scheduler.run_once),
-            DbService("progress", progress.every, progress.run_once),
             DbService("autoscale", AUTOSCALE_EVERY, self.scaling.read_backlog),
         ]
-        if cfg.metrics_addr:
-            services.append(DbService("probes", REFRESH_EVERY, self.probes.refresh))
         if w.maintenance:
             services.append(DbService("maintenance", 0.5, maintenance.run_due))
         return services
+
+    def served(self) -> Served:
+        """What only the parent serves (served.py): built once, after the first fork."""
+        from forklift.supervisor.served import serve
+
+        where = (self.app.dsn, self.app.schema, self._timeouts, self._held)
+        served = serve(where, self.app, self.config, self.totals, self.board)
+        self.db.add(served.services)  # its rounds join the database thread's
+        self._served = served
+        return served
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -165,8 +162,9 @@ class Supervisor:
         self.signals.install()
         self.publish()
         self.ops.bind()  # a taken metrics address fails here, before any child exists
-        gc.collect()
-        gc.freeze()  # preloaded objects stay on shared copy-on-write pages in children
+        # Preloaded objects stay on shared copy-on-write pages in children (no gc.collect()
+        # first: ~10 ms on the way to the first claim, for next to nothing to free).
+        gc.freeze()
         emit(
             log,
             "supervisor.started",
@@ -176,7 +174,7 @@ class Supervisor:
         )
         try:
             self.maintain_count()  # the first children: forked with no other thread (spawner.py)
-            self.ops.start()
+            self.ops.start(self.served().routes)
             self._loop()
         finally:
             self.ops.stop()  # and deregisters this supervisor and its workers
@@ -295,7 +293,8 @@ class Supervisor:
                 return
             gc.collect()
             gc.freeze()
-            self.scheduler.use(self.app.schedules.values())
+            if self._served is not None:
+                self._served.scheduler.use(self.app.schedules.values())
             self.totals.declare(self.app.tasks)
         self.generation += 1
         emit(log, "supervisor.reload", generation=self.generation)

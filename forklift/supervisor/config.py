@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 
 from forklift.errors import ConfigError
-from forklift.scheduler.service import SchedulerConfig
+from forklift.scheduler.config import SchedulerConfig
 from forklift.supervisor.states import StopMode
 from forklift.workers.config import WorkerConfig
 

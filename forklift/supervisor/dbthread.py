@@ -48,6 +48,11 @@ class DbThread:
         self._missing = Repeats()  # "run forklift migrate": once for every service
         self._missing_at = float("-inf")  # when a round last found the schema missing
 
+    def add(self, services: Sequence[DbService]) -> None:
+        """More services, before run()."""
+        self.services += tuple(services)
+        self._due += [0.0] * len(services)
+
     def submit(self, name: str, work: Callable[[], object]) -> None:
         self._work.put((name, work))
 

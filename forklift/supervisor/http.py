@@ -19,19 +19,16 @@ from collections.abc import Callable, Iterable
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from prometheus_client.registry import CollectorRegistry
 from waitress import wasyncore
 from waitress.adjustments import Adjustments
 from waitress.server import TcpWSGIServer
 from waitress.task import ThreadedTaskDispatcher
 
-from forklift._events import emit
-from forklift.errors import ConfigError
-from forklift.supervisor.probes import Probes
-
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIEnvironment
+    from prometheus_client.registry import CollectorRegistry
+
+    from forklift.supervisor.probes import Probes
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +45,8 @@ TEXT = "text/plain; charset=utf-8"
 
 def routes_for(probes: Probes, metrics: CollectorRegistry) -> dict[str, Route]:
     """The paths and their answers; `metrics` collects from memory only (see probes.py)."""
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest  # as probes.py does
+
     return {
         "/metrics": lambda: (200, CONTENT_TYPE_LATEST, generate_latest(metrics)),
         "/healthz": lambda: _text(probes.health()),
@@ -92,31 +91,25 @@ class _Server(TcpWSGIServer):
 
 
 class HttpServer:
-    """Binds, serves on a thread of its own, stops; and closes its sockets in a child."""
+    """Serves a bound socket on a thread of its own, stops; and closes its sockets in a
+    child."""
 
-    def __init__(self, addr: tuple[str, int], routes: dict[str, Route]) -> None:
-        self.addr = addr
-        self.app = OpsApp(routes)
+    def __init__(self, listener: socket.socket) -> None:
+        self.listener = listener  # bound and listening (ops.bind_listener)
+        self.app = OpsApp({})  # its routes come with serve()
         self._server: _Server | None = None
         self._map: dict[int, Any] = {}  # waitress's sockets: the listener, clients, trigger
         self._thread: threading.Thread | None = None
-        self.bound: tuple[str, int] | None = None
+        host, port = listener.getsockname()[:2]
+        self.bound: tuple[str, int] = (str(host), int(port))
 
-    def start(self) -> tuple[str, int]:
-        """Bind (ConfigError if the address is taken or bad) and serve; where it listens."""
-        bound = self.bind()
-        self.serve()
-        return bound
-
-    def bind(self) -> tuple[str, int]:
-        """Bind (ConfigError if the address is taken or bad), starting no thread yet;
-        where it listens."""
-        if self.bound is not None:
-            return self.bound
-        host, port = self.addr
+    def prepare(self) -> None:
+        """Take over the listener, starting no thread yet."""
+        if self._server is not None:
+            return
+        sock = self.listener
         adj = Adjustments(
-            host=host,
-            port=port,
+            sockets=[sock],
             ident="",  # no Server header: nothing tells a client what runs here
             threads=THREADS,
             connection_limit=CONNECTION_LIMIT,
@@ -131,24 +124,19 @@ class HttpServer:
         logging.getLogger("waitress").setLevel(logging.WARNING)
         logging.getLogger("waitress.queue").setLevel(logging.ERROR)
         dispatcher = ThreadedTaskDispatcher()  # its threads start in serve()
-        try:
-            server = _Server(self.app, map=self._map, dispatcher=dispatcher, adj=adj)
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot serve metrics on {host}:{port}: {exc.strerror or exc} "
-                "(choose another --metrics-addr, or 'off')"
-            ) from None
-        self._server = server
-        bound_host, bound_port = server.getsockname()
-        self.bound = (str(bound_host), int(bound_port))
-        emit(log, "supervisor.http", addr=f"{self.bound[0]}:{self.bound[1]}")
-        return self.bound
+        sockinfo = (sock.family, sock.type, sock.proto, sock.getsockname())
+        self._server = _Server(
+            self.app, map=self._map, _sock=sock, dispatcher=dispatcher, adj=adj,
+            bind_socket=False, sockinfo=sockinfo,
+        )  # fmt: skip
 
-    def serve(self) -> None:
-        """Start answering: waitress's worker threads and its event loop's."""
+    def serve(self, routes: dict[str, Route]) -> None:
+        """Start answering `routes`: waitress's worker threads and its event loop's."""
+        self.prepare()
         server = self._server
         if server is None or self._thread is not None:
             return
+        self.app.routes = routes
         server.task_dispatcher.set_thread_count(THREADS)
         self._thread = threading.Thread(target=server.run, name="forklift-http", daemon=True)
         self._thread.start()
@@ -157,16 +145,17 @@ class HttpServer:
         """After fork: close every socket the server holds (the listener, its clients)."""
         server = self._server
         if server is None:
+            self.listener.close()
             return
         # No waitress lock is taken here (a thread that held one is gone in the child):
         # closing a dispatcher only closes its descriptor and drops it from the map.
         wasyncore.close_all(self._map, ignore_all=True)
-        if self.bound is not None:
-            _close_sockets_on_port(self.bound[1])
+        _close_sockets_on_port(self.bound[1])
 
     def stop(self) -> None:
         server, self._server = self._server, None
         if server is None:
+            self.listener.close()
             return
         if self._thread is None:  # bound, never served: no loop to close them
             wasyncore.close_all(self._map, ignore_all=True)

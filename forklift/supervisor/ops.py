@@ -11,20 +11,24 @@ state.
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from prometheus_client.registry import CollectorRegistry
-
+from forklift._events import emit
 from forklift.errors import ConfigError
 from forklift.supervisor.dbthread import DbThread
-from forklift.supervisor.http import HttpServer, Route, routes_for
-from forklift.supervisor.probes import Probes
 from forklift.supervisor.registry import ProcessRegistry
 from forklift.supervisor.session import SupervisorSession
 
+if TYPE_CHECKING:
+    from forklift.supervisor.http import HttpServer, Route
+
 log = logging.getLogger(__name__)
+
+BACKLOG = 1024  # connections queued before the server answers (waitress's own default)
 
 
 def parse_addr(text: str) -> tuple[str, int]:
@@ -34,26 +38,49 @@ def parse_addr(text: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
+def bind_listener(addr: tuple[str, int]) -> socket.socket:
+    """A TCP socket listening on `addr` (its first address, as waitress would take it);
+    ConfigError if the address is taken or bad. A plain socket: the supervisor binds it
+    before its first fork, and imports the HTTP server that answers on it after."""
+    host, port = addr
+    sock: socket.socket | None = None
+    try:
+        found = socket.getaddrinfo(
+            host, port, socket.AF_UNSPEC, socket.SOCK_STREAM, socket.IPPROTO_TCP,
+            socket.AI_PASSIVE,
+        )  # fmt: skip
+        family, kind, proto, _, sockaddr = found[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(sockaddr)
+        sock.listen(BACKLOG)
+    except OSError as exc:
+        if sock is not None:
+            sock.close()
+        raise ConfigError(
+            f"cannot serve metrics on {host}:{port}: {exc.strerror or exc} "
+            "(choose another --metrics-addr, or 'off')"
+        ) from None
+    return sock
+
+
 class OpsServer:
     """Starts and stops the helper threads."""
 
     def __init__(
         self,
         addr: str | None,
-        probes: Probes,
-        metrics: CollectorRegistry,
         registry: ProcessRegistry,
         db: DbThread | None = None,
         session: SupervisorSession | None = None,
     ) -> None:
         self.addr = parse_addr(addr) if addr else None
         self.registry = registry
-        self.probes = probes
         self.db = db
         self.session = session
-        # What the routes answer is read from the database off the request path (the
-        # probes' refresh is one of the database thread's services).
-        self.routes: dict[str, Route] = routes_for(probes, metrics)
+        self._listener: socket.socket | None = None
         self._http: HttpServer | None = None
         self._threads: list[threading.Thread] = []
         self.bound: tuple[str, int] | None = None
@@ -61,15 +88,22 @@ class OpsServer:
     def bind(self) -> None:
         """Bind the HTTP listener (ConfigError if the address is taken), no thread yet: the
         supervisor forks its first children between this and start()."""
-        if self.addr is not None and self._http is None:
-            self._http = HttpServer(self.addr, self.routes)
-            self.bound = self._http.bind()
+        if self.addr is not None and self._listener is None:
+            self._listener = bind_listener(self.addr)
+            host, port = self._listener.getsockname()[:2]
+            self.bound = (str(host), int(port))
+            emit(log, "supervisor.http", addr=f"{host}:{port}")
 
-    def start(self) -> None:
-        """Start the threads (binding first, if bind() was not called)."""
+    def start(self, routes: dict[str, Route]) -> None:
+        """Start the threads (binding first, if bind() was not called); the HTTP server
+        answers `routes` (http.routes_for: what they answer is read from the database off
+        the request path, by the probes' refresh on the database thread)."""
         self.bind()
-        if self._http is not None:
-            self._http.serve()
+        if self._listener is not None and self._http is None:
+            from forklift.supervisor.http import HttpServer  # waitress: the parent's only
+
+            self._http = HttpServer(self._listener)
+            self._http.serve(routes)
         if self.session is not None:
             self._spawn_thread("forklift-session", self.session.run)
         if self.db is not None:
@@ -84,6 +118,8 @@ class OpsServer:
         """After fork: the child must keep none of the HTTP server's sockets."""
         if self._http is not None:
             self._http.close_in_child()
+        elif self._listener is not None:
+            self._listener.close()
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the threads: the database thread after what the loop submitted (its last
@@ -92,6 +128,8 @@ class OpsServer:
         lock cover it)."""
         if self._http is not None:
             self._http.stop()
+        elif self._listener is not None:
+            self._listener.close()
         if self.db is not None:
             self.db.submit("registry", self.registry.deregister)
             self.db.stop()

@@ -20,7 +20,8 @@ from forklift._events import emit
 from forklift._service import Repeats
 from forklift.admin import AdminStore, QueueStats
 from forklift.errors import DatabaseError, SchemaMissing
-from forklift.metrics import Totals, TotalsCollector
+from forklift.metrics import Totals
+from forklift.supervisor.exposition import TotalsCollector
 from forklift.supervisor.snapshot import SnapshotBoard
 
 log = logging.getLogger(__name__)

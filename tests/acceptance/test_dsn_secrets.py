@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from forklift import _db
+from forklift import _db, _redact
 
 # Each breaks libpq's parse, or ends the password early so that its rest becomes the host
 # (which every connection error would print); all point at the test server otherwise.
@@ -77,7 +77,7 @@ def test_a_malformed_dsn_stops_every_command_with_exit_2_and_no_secret(
 def test_the_redactor_hides_the_password_of_the_dsn_in_use_wherever_it_appears(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(_db, "_SECRETS", ())  # this test's passwords stay in this test
+    monkeypatch.setattr(_redact, "_SECRETS", ())  # this test's passwords stay in this test
     _db.remember_secrets("postgresql://u:Hunter2@Tail x@db.example.com/app")
     _db.remember_secrets("host=db password='quoted zork\\'quux' dbname=app")
     text = _db.redact(

@@ -61,11 +61,12 @@ def metrics_port(argv: Sequence[str], env: Mapping[str, str] = {}) -> tuple[str,
 
 def routes() -> set[str]:
     """The paths the supervisor's HTTP server answers."""
-    return set(_supervisor(forklift.App("postgresql://unused", schema="unused")).ops.routes)
+    return set(_supervisor(forklift.App("postgresql://unused", schema="unused")).served().routes)
 
 
 def _supervisor(app: forklift.App) -> Supervisor:
-    # Supervisor.__init__ does no I/O: its routes and metrics are wired but not served.
+    # Supervisor.__init__ does no I/O, nor served(): its routes and metrics are wired but
+    # not served.
     return Supervisor(app, SupervisorConfig(workers=1))
 
 
@@ -73,13 +74,13 @@ def exported_metrics(dsn: str, schema: str) -> set[str]:
     """Every series name a supervisor's /metrics can expose (`forklift_jobs_total`,
     `forklift_job_duration_seconds_bucket`, ...), from its own registry."""
     sup = _supervisor(forklift.App(dsn, schema=schema))
-    ops = sup.ops
+    served = sup.served()
     try:
-        ops.probes.refresh()  # what the database thread reads for the scrapes
+        served.probes.refresh()  # what the database thread reads for the scrapes
     finally:
         assert sup.store.held is not None
         sup.store.held.close()  # the database thread's connection, opened by the refresh
-    status, _, body = ops.routes["/metrics"]()
+    status, _, body = served.routes["/metrics"]()
     assert status == 200
     names: set[str] = set()
     for family in text_string_to_metric_families(body.decode()):

@@ -18,8 +18,9 @@ import pytest
 
 import forklift
 from forklift import _db
+from forklift.scheduler.config import SchedulerConfig
 from forklift.scheduler.metrics import CronCollector
-from forklift.scheduler.service import FireOutcome, Round, Scheduler, SchedulerConfig
+from forklift.scheduler.service import FireOutcome, Round, Scheduler
 from forklift.scheduler.store import ScheduleRow, ScheduleStore
 
 # A fake clock near the real one, on a whole minute (so jobs due "now" really are).

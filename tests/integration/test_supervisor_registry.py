@@ -14,6 +14,7 @@ from forklift.admin import AdminStore
 from forklift.metrics import Totals
 from forklift.supervisor.dbthread import DbService, DbThread
 from forklift.supervisor.deaths import VanishedConfig, VanishedOwners, VanishedResult
+from forklift.supervisor.http import routes_for
 from forklift.supervisor.ops import OpsServer
 from forklift.supervisor.probes import Probes, metrics_registry
 from forklift.supervisor.registry import HeartbeatResult, ProcessRegistry, RegistryConfig
@@ -109,8 +110,8 @@ def test_the_ops_thread_heartbeats_at_once_and_then_every_interval(
     db_thread = DbThread([DbService("registry", 0.05, registry.run_once)])
     session = SupervisorSession(dsn, _db.Timeouts(), schema, ("default",), HintFanout())
     session.supervisor_id = SUP
-    ops = OpsServer(None, probes, metrics_registry(Totals(), probes), registry, db_thread, session)
-    ops.start()
+    ops = OpsServer(None, registry, db_thread, session)
+    ops.start(routes_for(probes, metrics_registry(Totals(), probes)))
     try:
         assert registry.beat.wait() == HeartbeatResult(2, 0)
         board.publish(snapshot("here:2:w", "here:3:w"))

@@ -13,8 +13,8 @@ from forklift.metrics import (
     UNKNOWN_TASK,
     Tally,
     Totals,
-    TotalsCollector,
 )
+from forklift.supervisor.exposition import TotalsCollector
 
 
 def test_take_returns_nothing_when_nothing_happened_and_resets_after() -> None:

@@ -1,28 +1,15 @@
 """`forklift top`: a live terminal view of every replica, refreshed each second.
 
 An operator command: it reads the queues, the process registry and the jobs table, so it
-needs only the database. `frame.py` reads, `view.py` lays out, `terminal.py` reads keys.
+needs only the database. `screen.py` runs it (rich, imported by this command only):
+`frame.py` reads, `view.py` lays out, `terminal.py` reads keys.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-import time
 
-from rich.console import Console
-from rich.live import Live
-
-from forklift.cli import output
-from forklift.cli.apps import app_for
 from forklift.cli.flags import operator_command
-from forklift.cli.top.frame import Frame, TopReader, Trends, frame_json
-from forklift.cli.top.terminal import Keys
-from forklift.cli.top.view import render
-from forklift.errors import DatabaseError
-
-REFRESH = 1.0  # seconds between frames
-ONCE_HEIGHT = 200  # lines `--once` may print: all there is, not a screen's worth
 
 DESCRIPTION = """\
 A live view of every replica, refreshed each second: each queue's counts, with
@@ -48,42 +35,10 @@ with id, queue, task, seconds_ago, error).
 """
 
 
-def _first(reader: TopReader) -> Frame:
-    """The first frame; a database that does not answer is one error line, not a screen."""
-    frame = reader.read()
-    if frame.error is not None:
-        raise DatabaseError(frame.error)
-    return frame
-
-
 def cmd_top(args: argparse.Namespace) -> int:
-    app = app_for(args)
-    reader = TopReader(app.dsn, app.schema)
-    frame = _first(reader)
-    if args.json:
-        output.print_json(frame_json(frame))
-        return 0
-    console = Console()
-    if args.once:
-        trends = Trends()
-        trends.add(frame)
-        console.print(render(frame, trends, console.width, ONCE_HEIGHT))
-        return 0
-    return watch(reader, frame, console, Keys(sys.stdin))
+    from forklift.cli.top.screen import top
 
-
-def watch(reader: TopReader, frame: Frame, console: Console, keys: Keys) -> int:
-    """Refresh every second until q; the terminal is restored however it ends."""
-    trends = Trends()
-    with keys, Live(console=console, screen=True, auto_refresh=False) as live:
-        while True:
-            trends.add(frame)
-            live.update(render(frame, trends, console.width, console.height), refresh=True)
-            deadline = time.monotonic() + REFRESH
-            while (left := deadline - time.monotonic()) > 0:
-                if "q" in keys.wait(left).lower():
-                    return 0
-            frame = reader.read()
+    return top(args)
 
 
 def register(

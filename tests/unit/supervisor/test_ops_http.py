@@ -31,9 +31,9 @@ def server() -> Iterator[tuple[str, int]]:
     board = SnapshotBoard(Snapshot(last_tick=time.monotonic(), live_workers=1))
     probes = Probes(board, FakeAdmin())
     registry = QuietRegistry(FakeStore(), board)
-    ops = OpsServer("127.0.0.1:0", probes, metrics_registry(Totals(), probes), registry)
-    ops.start()
-    ops.probes.refresh()  # what the ops thread does at once; here before the first request
+    ops = OpsServer("127.0.0.1:0", registry)
+    ops.start(ops_http.routes_for(probes, metrics_registry(Totals(), probes)))
+    probes.refresh()  # what the ops thread does at once; here before the first request
     assert ops.bound is not None
     yield ops.bound
     ops.stop()
