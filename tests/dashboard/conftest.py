@@ -29,10 +29,12 @@ FLAGS = [
 _URL = re.compile(r"forklift dashboard: (http://\S+/) ")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Any]:
     """One headless Chromium for every dashboard test (Playwright starts it with a fresh
-    profile of its own in a temporary --user-data-dir)."""
+    profile of its own in a temporary --user-data-dir). Package-scoped: Playwright's sync
+    API keeps an event loop running on the main thread while it is open, so it must be
+    gone before tests elsewhere call asyncio.run."""
     chromium = tool("chromium", install="apt-get install chromium; scripts/setup does")
     with playwright.sync_playwright() as p:
         found = p.chromium.launch(executable_path=chromium, args=FLAGS, headless=True)
