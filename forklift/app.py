@@ -463,6 +463,8 @@ class App:
         """Close this process's producer pool (if any)."""
         with self._lock:
             if self._pool is not None and self._pool_pid == os.getpid():
+                if self._store is not None:
+                    self._store.waker.close()  # the last enqueues' wake-up first
                 self._pool.close()
             self._pool = None
             self._store = None

@@ -20,6 +20,7 @@ from forklift.store._effect import AsyncEffect, Effect, EffectBudget
 from forklift.store._inserts import Inserts
 from forklift.store._listen import Notifications
 from forklift.store._rows import Claim, ClaimedJob, JobState, NewJob, claimed
+from forklift.store._waker import Waker
 from forklift.store.producing import ProducerLimits
 
 # A success to record: (job id, attempt, result JSON, progress JSON), fenced by both.
@@ -96,6 +97,7 @@ class JobStore:
         self.q = _sql.load("forklift.store", "queries.sql", schema)
         self.producing = ProducerLimits(schema)
         self.inserts = Inserts(self.q, self.producing, insert_chunk)
+        self.waker = Waker(pool.connection, self.q["wake"])
         conninfo = pool.conninfo  # a str, or a callable that makes one per connection
         self.where = _db.describe(conninfo if isinstance(conninfo, str) else conninfo())
 
@@ -110,17 +112,18 @@ class JobStore:
     def insert_chunk(self, rows: int) -> None:
         self.inserts.chunk = rows
 
-    #
     # Each enqueue is written once, as steps (_steps.py): `job_insert` and
     # `job_insert_many` drive them on a sync connection, their `_async` twins on a
-    # caller's AsyncConnection.
+    # caller's AsyncConnection. In a caller's transaction the insert notifies the workers
+    # at its commit; on the store's own connection it may commit quietly, the waker
+    # notifying them after (migration 0010, _waker.py).
 
     def job_insert(self, job: NewJob, conn: Conn | None = None) -> int:
         with translated("enqueue failed", self.where):
             if conn is not None:
                 return _steps.run(self.inserts.one(job), conn, self.pool.connection)
-            with self.pool.connection() as own:
-                return _steps.run(self.inserts.one(job), own, self.pool.connection)
+            with self.waker.enqueuing([job.queue]) as quiet, self.pool.connection() as own:
+                return _steps.run(self.inserts.one(job, quiet=quiet), own, self.pool.connection)
 
     async def job_insert_async(self, job: NewJob, conn: AsyncConn) -> int:
         """job_insert on the caller's AsyncConnection (in its transaction)."""
@@ -139,8 +142,12 @@ class JobStore:
         with translated("bulk enqueue failed", self.where):
             if conn is not None:
                 return _steps.run(self.inserts.many(jobs), conn, self.pool.connection)
-            with self.pool.connection() as own, own.transaction():
-                return _steps.run(self.inserts.many(jobs), own, self.pool.connection)
+            with (
+                self.waker.enqueuing({j.queue for j in jobs}, bulk=True) as quiet,
+                self.pool.connection() as own,
+                own.transaction(),
+            ):
+                return _steps.run(self.inserts.many(jobs, quiet=quiet), own, self.pool.connection)
 
     async def job_insert_many_async(self, jobs: Sequence[NewJob], conn: AsyncConn) -> list[int]:
         """job_insert_many on the caller's AsyncConnection (in its transaction)."""

@@ -27,10 +27,12 @@ class Inserts:
         self.producing = producing
         self.chunk = chunk
 
-    def one(self, job: NewJob) -> Steps[int]:
+    def one(self, job: NewJob, *, quiet: bool = False) -> Steps[int]:
+        """Insert `job`; `quiet`: without notifying in its transaction (an autocommit
+        connection of forklift's own, whose caller wakes the queue after the commit)."""
         yield from self.producing.prepare([job])
         params = {name: getattr(job, name) for name in JOB_COLUMNS}  # with the key found
-        rows = yield Query(self.q["job_insert"], params)
+        rows = yield Query(self.q["job_insert_quiet" if quiet else "job_insert"], params)
         if rows:
             return int(rows[0][0])
         # The key is taken: by a committed job (found now) or by one whose insert we
@@ -42,7 +44,11 @@ class Inserts:
         rows = yield Query(self.q["job_ids_by_key"], {"keys": list(keys)})
         return {key: int(id_) for id_, key in rows}
 
-    def many(self, jobs: Sequence[NewJob]) -> Steps[list[int]]:
+    def many(self, jobs: Sequence[NewJob], *, quiet: bool = False) -> Steps[list[int]]:
+        """Insert `jobs` in the caller's transaction; `quiet`: without notifying in it
+        (forklift's own transaction, whose caller wakes the queues after the commit)."""
+        if quiet:
+            yield Query(self.q["quiet"])
         yield from self.producing.prepare(jobs)
         # Unkeyed jobs get reserved ids up front, so every id is known without relying on
         # the order of RETURNING; keyed jobs are looked up by key.

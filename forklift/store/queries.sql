@@ -17,6 +17,24 @@ VALUES (
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id;
 
+-- name: job_insert_quiet
+-- job_insert for forklift's own autocommit connection: the insert's transaction is marked
+-- quiet first (the row comes from the subquery that sets it), so the insert trigger does
+-- not notify in it; the producer wakes the queue after the commit (wake, store/_waker.py).
+INSERT INTO {schema}.jobs
+    (queue, task, args, idempotency_key, priority, max_attempts, max_crashes, timeout,
+     available_at, batch_id, limit_key, trace_context)
+SELECT
+    %(queue)s::text, %(task)s::text, %(args)s::jsonb, %(idempotency_key)s::text,
+    %(priority)s::smallint, %(max_attempts)s::integer, %(max_crashes)s::integer,
+    %(timeout)s::float8,
+    coalesce(%(run_at)s::timestamptz, now()) + make_interval(secs => %(delay)s::float8),
+    %(batch_id)s::bigint, %(limit_key)s::text, %(trace_context)s::jsonb
+FROM (SELECT set_config('forklift.quiet', 'on', true) AS quiet) AS marked
+WHERE marked.quiet = 'on'
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id;
+
 -- name: job_insert_many
 -- Insert many jobs (reserved ids, or NULL to draw one); taken keys insert nothing.
 INSERT INTO {schema}.jobs
@@ -46,6 +64,18 @@ WHERE idempotency_key = ANY(%(keys)s::text[]);
 -- Reserve n job ids from the identity sequence (for COPY).
 SELECT nextval('{schema}.jobs_id_seq'::regclass)
 FROM generate_series(1, %(n)s::integer);
+
+-- name: quiet
+-- Mark the rest of this transaction's inserts quiet: a bulk enqueue on forklift's own
+-- connection wakes its queues after the commit (wake), not in it.
+SELECT set_config('forklift.quiet', 'on', true);
+
+-- name: wake
+-- Wake the workers of `queues` after a quiet enqueue committed: a transaction of its own
+-- that does not wait for its commit record's flush (nothing in it needs to survive a
+-- crash), so it holds PostgreSQL's notify lock for microseconds, not for a WAL flush.
+SELECT set_config('synchronous_commit', 'off', true),
+       (SELECT count(pg_notify('{channel}', q)) FROM unnest(%(queues)s::text[]) AS q);
 
 -- name: job_copy
 -- Bulk-load jobs that are due now and carry no idempotency key, with reserved ids.

@@ -228,3 +228,59 @@ def test_a_chunked_enqueue_many_that_fails_late_inserts_nothing(
     with pytest.raises(forklift.DatabaseError, match="boom: refused"):
         app.enqueue_many(specs)
     assert count(db, schema) == 0
+
+
+def _heard(listener: psycopg.Connection[Any], n: int, timeout: float = 2.0) -> list[str]:
+    return [x.payload for x in listener.notifies(timeout=timeout, stop_after=n)]
+
+
+def test_an_enqueue_on_the_producers_connection_wakes_its_queues_after_the_commit(
+    app: forklift.App, dsn: str, schema: str
+) -> None:
+    """Migration 0010: the insert commits quietly and the waker notifies after it, one
+    notification per queue of a bulk enqueue."""
+    app.enqueue("noop")  # the producer's pool is open before we listen
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute(f'LISTEN "{schema}_jobs"')
+        app.enqueue("noop", queue="mail")
+        assert _heard(listener, 1) == ["mail"]
+        app.enqueue_many([forklift.JobSpec("noop", {}, queue=q) for q in ("a", "b", "a", "c")])
+        assert sorted(_heard(listener, 3)) == ["a", "b", "c"]
+        assert _heard(listener, 1, timeout=0.3) == []  # and no more than that
+
+
+def test_an_enqueue_in_the_callers_transaction_wakes_at_its_commit_and_not_before(
+    app: forklift.App, dsn: str, schema: str
+) -> None:
+    with (
+        psycopg.connect(dsn, autocommit=True) as listener,
+        psycopg.connect(dsn) as conn,
+    ):
+        listener.execute(f'LISTEN "{schema}_jobs"')
+        app.enqueue("noop", queue="mail", conn=conn)
+        app.enqueue_many([forklift.JobSpec("noop", {}, queue="bulk")], conn=conn)
+        assert _heard(listener, 1, timeout=0.3) == []
+        conn.commit()
+        assert sorted(_heard(listener, 2)) == ["bulk", "mail"]
+
+
+def test_an_insert_by_plain_sql_still_wakes_its_queue_and_quiet_does_not_outlive_an_enqueue(
+    app: forklift.App, dsn: str, schema: str
+) -> None:
+    """An operator's own INSERT notifies as before; an enqueue's quiet mark ends with its
+    transaction, so the next insert on the same connection notifies again."""
+    from forklift.store import _steps
+
+    store = app.store
+    with (
+        psycopg.connect(dsn, autocommit=True) as listener,
+        psycopg.connect(dsn, autocommit=True) as conn,
+    ):
+        listener.execute(f'LISTEN "{schema}_jobs"')
+        job = app._new_job("noop", {}, queue="quiet")
+        _steps.run(store.inserts.one(job, quiet=True), conn, store.pool.connection)
+        assert _heard(listener, 1, timeout=0.3) == []  # quiet: nobody woke it
+        conn.execute(
+            f"INSERT INTO {schema}.jobs (queue, task, args) VALUES ('sql', 'noop', '{{}}')"
+        )
+        assert _heard(listener, 1) == ["sql"]
