@@ -48,6 +48,9 @@ def _problem(value: Any, limit: int) -> str | None:
         return f"is {len(value)} characters long; the limit is {limit}"
     # What a terminal would act on, or what would hide or reorder text: the characters
     # the display escapes (forklift._display), so no name needs escaping to be read.
+    # Every one of them is unprintable to str.isprintable, which looks in C.
+    if value.isprintable():
+        return None
     for i, ch in enumerate(value):
         if _display.unsafe(ch):
             return f"contains {_what(ch)} (U+{ord(ch):04X}) at position {i}"

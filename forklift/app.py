@@ -135,6 +135,8 @@ def _check_new_task(
 def _task_for_enqueue(tasks: Mapping[str, Task[Any, Any]], name: str) -> Task[Any, Any] | None:
     """The registered task `name`; None for a producer-only app (no tasks), which may
     enqueue any well-formed name for workers elsewhere."""
+    if type(name) is str and (found := tasks.get(name)) is not None:
+        return found  # declared, so its name was checked then
     try:
         _names.check("task", name)
     except ValueError as exc:
