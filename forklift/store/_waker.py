@@ -31,6 +31,11 @@ log = logging.getLogger(__name__)
 
 FLUSH_TIMEOUT = 2.0  # seconds close() waits for the last wake
 
+# Enqueues on forklift's own connections in flight in this process, every App's together
+# (a threaded web server often has an App per thread or per request).
+_in_flight = 0
+_in_flight_lock = threading.Lock()
+
 
 class Waker:
     def __init__(self, connection: Callable[[], AbstractContextManager[Conn]], sql: str) -> None:
@@ -41,21 +46,21 @@ class Waker:
         self._pending: set[str] = set()
         self._closed = False
         self._thread: threading.Thread | None = None
-        self._in_flight = 0  # enqueues of this process on its own connections, now
 
     @contextmanager
     def enqueuing(self, queues: Iterable[str], *, bulk: bool = False) -> Iterator[bool]:
         """Around an enqueue on the store's own connection: whether to commit it quietly
-        (`bulk`, or another enqueue of this process is in flight); if so, once it has
-        committed, wake `queues`."""
-        with self._lock:
-            quiet = bulk or self._in_flight > 0
-            self._in_flight += 1
+        (`bulk`, or another enqueue of this process, by any App, is in flight); if so,
+        once it has committed, wake `queues`."""
+        global _in_flight
+        with _in_flight_lock:
+            quiet = bulk or _in_flight > 0
+            _in_flight += 1
         try:
             yield quiet
         finally:
-            with self._lock:
-                self._in_flight -= 1
+            with _in_flight_lock:
+                _in_flight -= 1
         if quiet:  # not on an error: nothing was committed
             self.wake(queues)
 
