@@ -111,10 +111,13 @@ class LimitStore:
             flag = cursors[-1].fetchone() if after is not None else None
         return rows, completed, bool(flag and flag[0])
 
-    def wake_in(self, queues: Sequence[str], tasks: Sequence[str]) -> float | None:
-        """Seconds until a full rate window of these limits frees or a delayed job is
-        due; None if neither (a freed concurrency slot notifies)."""
-        params = {"queues": list(queues), "tasks": list(tasks)}
+    def wake_in(
+        self, queues: Sequence[str], tasks: Sequence[str], since: float = 0.0
+    ) -> float | None:
+        """Seconds until a rate window of these limits that was full `since` seconds ago
+        (when the claim ran) frees, or a delayed job is due; None if neither (a freed
+        concurrency slot notifies)."""
+        params = {"queues": list(queues), "tasks": list(tasks), "since": max(0.0, since)}
         with translated("limit lookup failed", self.where), self.pool.connection() as conn:
             row = conn.execute(self.q["limit_wake"], params).fetchone()
         return None if row is None or row[0] is None else float(row[0])

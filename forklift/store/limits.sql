@@ -519,7 +519,10 @@ FROM cut_short AS s LEFT JOIN claimed AS c ON true;
 -- name: limit_wake
 -- After a limited claim took less than it could: seconds until a rate window of these
 -- queues' and tasks' limits frees, or the next delayed job is due (NULL: neither; a
--- freed concurrency slot notifies).
+-- freed concurrency slot notifies). A window counts if it was full when the claim ran,
+-- `since` seconds ago (the worker's own clock; no skew): one that has freed since then
+-- gives 0, claim again now, rather than nothing, which would sleep a whole poll
+-- interval while the window stands open.
 SELECT CASE WHEN w.at IS NOT NULL THEN greatest(0, w.at) END::float8
 FROM (SELECT least(
     (SELECT min({schema}.limit_window_frees(w.newest, w.counts, l.per / 100))
@@ -529,7 +532,8 @@ FROM (SELECT least(
        AND ((l.scope = 'task' AND l.name = ANY(%(tasks)s::text[]))
          OR (l.scope = 'queue' AND l.name = ANY(%(queues)s::text[])))
        AND {schema}.limit_window_used(w.newest, w.counts,
-             floor(extract(epoch FROM clock_timestamp()) / (l.per / 100))::bigint) >= l.rate),
+             floor((extract(epoch FROM clock_timestamp()) - %(since)s::float8)
+                   / (l.per / 100))::bigint) >= l.rate),
     (SELECT extract(epoch FROM min(available_at) - now()) FROM {schema}.jobs
      WHERE state = 'ready' AND queue = ANY(%(queues)s::text[]) AND available_at > now())
 ) AS at) AS w;

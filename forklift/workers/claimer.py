@@ -92,9 +92,10 @@ class Claimer:
         self._looked.update(claim.looked)
         return claim
 
-    def due_in(self) -> float | None:
-        """Seconds until a job held back or delayed may be claimed; None if nothing is
+    def due_in(self, since: float = 0.0) -> float | None:
+        """Seconds until a job held back or delayed may be claimed (0: now, a rate window
+        full at the last claim, `since` seconds ago, has freed); None if nothing is
         waiting on a clock (a freed slot or a new job notifies)."""
         if self.applying is not Applying.NONE:
-            return self.limits.wake_in(self.queues, self.tasks)
+            return self.limits.wake_in(self.queues, self.tasks, since)
         return self.store.job_next_available(self.queues)

@@ -141,6 +141,7 @@ class Worker:
         self._stopping = False
         self._fast_stop = False
         self._wakeup: Wakeup | None = None
+        self._claimed_at = 0.0  # when the last claim began (monotonic)
 
     # -- control (safe from signal handlers) --------------------------------------------
 
@@ -246,7 +247,7 @@ class Worker:
             self._wakeup.clear()  # wake-ups from now on are news to the claim below
             expired = time.monotonic() >= next_expiry_check
             try:
-                began = time.monotonic()
+                began = self._claimed_at = time.monotonic()
                 jobs, again = self._claim(free, expired)
                 self.prefetch.observe_claim(time.monotonic() - began)
                 self._waiting(None)
@@ -313,7 +314,7 @@ class Worker:
     def _idle_wait(self) -> float:
         """Sleep until the next delayed job is due, or the poll interval, whichever first."""
         try:
-            due_in = self.claimer.due_in()
+            due_in = self.claimer.due_in(since=time.monotonic() - self._claimed_at)
         except DatabaseError:
             return self.config.poll_interval
         if due_in is None:

@@ -191,6 +191,25 @@ def test_a_rate_is_a_sliding_window_that_allows_a_burst_then_waits(
         assert sum(1 for s in starts[i:] if s - at < 1.0) <= 5, starts
 
 
+def test_a_window_full_at_the_claim_that_freed_since_says_claim_now_not_sleep(
+    app: forklift.App, limits: LimitStore
+) -> None:
+    """The worker asks when to claim again after a claim that took nothing: a window
+    that was full then and has freed before the question says 0, not None (None sleeps a
+    whole poll interval, though nothing will notify: a rate of 500/s started ~320/s)."""
+    app.enqueue_many([("call_api", {"n": i}) for i in range(12)])
+    assert len(claim(limits, app, "w1")) == 5
+    claimed_at = time.monotonic()
+    assert claim(limits, app, "w1") == []  # the window is full
+    wake = limits.wake_in(["default"], sorted(app.tasks))
+    assert wake is not None and wake > 0.5
+    time.sleep(wake + 0.05)  # the burst left the window: it is open now
+    assert limits.wake_in(["default"], sorted(app.tasks)) is None  # asked as of now
+    since = time.monotonic() - claimed_at  # asked as of the claim
+    assert limits.wake_in(["default"], sorted(app.tasks), since) == 0.0
+    assert len(claim(limits, app, "w1")) == 5
+
+
 def test_queue_limits_combine_with_task_limits(
     app: forklift.App, limits: LimitStore, db: Db, schema: str
 ) -> None:
