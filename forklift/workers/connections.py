@@ -73,7 +73,7 @@ class WorkerConnections:
         )
         pool = _db.make_pool(
             dsn, timeouts, max_size=effects, min_size=0, name=f"effects-{pid}",
-            application_name=application_name,
+            application_name=application_name, own=False,
         )  # fmt: skip
         own.open(wait=False)
         pool.open(wait=False)

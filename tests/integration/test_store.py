@@ -142,3 +142,22 @@ def test_a_worker_connection_is_kept_alive_on_both_ends(dsn: str) -> None:
         "tcp_keepalives_count": str(timeouts.keepalive_count),
         "tcp_user_timeout": str(int(timeouts.tcp_user * 1000)),
     }
+
+
+def test_forklifts_own_connections_have_jit_off_and_effect_connections_the_servers(
+    dsn: str, db: Any
+) -> None:
+    """A claim under limits estimated past jit_above_cost was JIT-compiled each time
+    (0.4 s for a 12 ms statement); a handler's effect connection keeps what the server
+    says."""
+    from forklift import _db
+
+    server = db.execute("SELECT reset_val FROM pg_settings WHERE name = 'jit'").fetchone()[0]
+    for own, expected in ((True, "off"), (False, server)):
+        pool = _db.make_pool(dsn, _db.Timeouts(), max_size=1, name=f"jit-{own}", own=own)
+        pool.open(wait=True)
+        try:
+            with pool.connection() as conn:
+                assert conn.execute("SHOW jit").fetchone() == (expected,)
+        finally:
+            pool.close()
