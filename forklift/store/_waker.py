@@ -41,8 +41,7 @@ class Waker:
     def __init__(self, connection: Callable[[], AbstractContextManager[Conn]], sql: str) -> None:
         self._connection = connection
         self._sql = sql
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
+        self._changed = threading.Condition()  # guards _pending, _closed, _thread
         self._pending: set[str] = set()
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -66,7 +65,7 @@ class Waker:
 
     def wake(self, queues: Iterable[str]) -> None:
         """Notify the workers of `queues` soon (their jobs are committed)."""
-        with self._lock:
+        with self._changed:
             self._pending.update(queues)
             if self._closed:  # closed in the meantime: send it from here
                 pending, self._pending = sorted(self._pending), set()
@@ -79,7 +78,7 @@ class Waker:
 
     def close(self, timeout: float = FLUSH_TIMEOUT) -> None:
         """Send what is pending (waiting up to `timeout` s), then stop the thread."""
-        with self._lock:
+        with self._changed:
             self._closed = True
             self._changed.notify_all()
             thread = self._thread
@@ -94,7 +93,7 @@ class Waker:
 
     def _run(self) -> None:
         while True:
-            with self._lock:
+            with self._changed:
                 while not self._pending and not self._closed:
                     self._changed.wait()
                 if not self._pending:
