@@ -224,6 +224,8 @@ class Supervisor:
             now=time.monotonic(),
         )
         self.board.publish(snapshot)
+        if self.registry.changed(snapshot):  # a child came or went: heartbeat now
+            self.db.submit("registry", self.registry.run_once)
 
     def tell_systemd(self) -> None:
         """READY=1 once the first full set of workers is up (Type=notify units)."""

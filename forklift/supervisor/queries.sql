@@ -126,8 +126,9 @@ WHERE (supervisor_id = %(supervisor_id)s::text AND id <> ALL(%(keep)s::text[]))
    OR (id = %(supervisor_id)s::text AND cardinality(%(keep)s::text[]) = 0);
 
 -- name: process_prune_stale
--- Forget processes that stopped heart-beating. The registry is for display: who is dead,
--- and what their jobs are charged, is decided by liveness locks (supervisor/deaths.py).
+-- Forget processes that stopped heart-beating. The registry is for display and for
+-- limit shares (store/limits.sql): who is dead, and what their jobs are charged, is
+-- decided by liveness locks (supervisor/deaths.py).
 DELETE FROM {schema}.processes
 WHERE heartbeat_at < now() - make_interval(secs => %(stale)s::float8)
 RETURNING id;

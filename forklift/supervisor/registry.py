@@ -1,9 +1,11 @@
 """The process registry's heartbeat: this supervisor's rows in, silent processes out.
 
-Every few seconds (on the supervisor's database thread) it writes the rows of the latest
-snapshot, forgets this supervisor's workers that are gone, and drops the rows of any
-process that stopped heart-beating. The registry is for display (`forklift ps`, top): a
-late heartbeat charges no job; deaths.py decides who is dead.
+Every few seconds, and at once when a child comes or goes (on the supervisor's database
+thread), it writes the rows of the latest snapshot, forgets this supervisor's workers that
+are gone, and drops the rows of any process that stopped heart-beating. The registry is
+for display (`forklift ps`, top) and for the claims under a limit, which share its slots
+among the live workers it lists; a late heartbeat charges no job: deaths.py decides who
+is dead.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 from forklift._events import emit
 from forklift._service import TestSignal
 from forklift.errors import DatabaseError
-from forklift.supervisor.snapshot import SnapshotBoard
+from forklift.supervisor.snapshot import Snapshot, SnapshotBoard
 from forklift.supervisor.store import SupervisorStore
 
 log = logging.getLogger(__name__)
@@ -43,6 +45,17 @@ class ProcessRegistry:
         self.board = board
         self.config = config or RegistryConfig()
         self.beat = TestSignal[HeartbeatResult]()  # each finished heartbeat, for tests
+        self._listed: frozenset[str] = frozenset()  # the processes of the last changed()
+
+    def changed(self, snapshot: Snapshot) -> bool:
+        """Whether this snapshot's processes differ from the last one asked about: a
+        heartbeat then should not wait its interval (claims under a limit share its slots
+        among the live workers the registry lists)."""
+        listed = frozenset(r.id for r in snapshot.registry_rows)
+        if listed == self._listed:
+            return False
+        self._listed = listed
+        return True
 
     def run_once(self) -> HeartbeatResult:
         """One heartbeat (DatabaseError if the database is away)."""

@@ -261,6 +261,31 @@ def test_ttin_and_ttou_add_and_remove_a_child(forklift_cli: Any) -> None:
     sup.stop_cleanly(timeout=15)
 
 
+def test_the_registry_lists_a_new_child_at_once_not_at_the_next_heartbeat(
+    schema: str, db: psycopg.Connection[Any], forklift_cli: Any
+) -> None:
+    """Claims under a limit share its slots among the live workers the registry lists:
+    a child added (SIGTTIN) is listed within a second or so, not up to a heartbeat
+    interval (5 s) later."""
+
+    def registered() -> set[int]:
+        rows = db.execute(f"SELECT pid FROM {schema}.processes WHERE kind = 'worker'")
+        return {int(r[0]) for r in rows.fetchall()}
+
+    sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "1")
+    wait_for(lambda: len(sup.children()) == 1 and registered() == set(sup.children()),
+             what="one child, registered")  # fmt: skip
+    for n in (2, 3):
+        sup.signal(signal.SIGTTIN)
+        wait_for(lambda: len(sup.children()) == n, what=f"{n} children")  # noqa: B023
+        wait_for(
+            lambda: registered() == set(sup.children()),
+            timeout=1.5,
+            what=f"{n} children registered",
+        )
+    sup.stop_cleanly(timeout=15)
+
+
 def test_hup_rolls_children_onto_fresh_code_without_dropping_a_job(
     dsn: str,
     schema: str,
