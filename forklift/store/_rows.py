@@ -44,6 +44,9 @@ class Claim(NamedTuple):
     # Per queue, the (task, key) its look at the keys of limited jobs ended at: where
     # the next claim's look starts (store/limits.sql, job_claim_limited).
     looked: dict[str, tuple[str, str]] = {}  # noqa: RUF012 (never mutated)
+    # It took its worker's share of the slots under its limits (the rest is for other
+    # workers): claim again once what it took has started, not at once.
+    shared: bool = False
 
 
 @dataclass(slots=True)

@@ -66,7 +66,8 @@ class LimitStore:
         jobs = claimed([r for r in rows if r[0] is not None])
         queues_, tasks_, keys_ = rows[0][12:15] if rows else (None, None, None)
         ended = dict(zip(queues_ or [], zip(tasks_ or [], keys_ or [], strict=True), strict=True))
-        return Claim(jobs, any(r[11] for r in rows), completed, looked=ended)
+        shared = bool(rows and rows[0][16])
+        return Claim(jobs, any(r[11] for r in rows), completed, looked=ended, shared=shared)
 
     def claim_shared(
         self,

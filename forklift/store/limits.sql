@@ -394,8 +394,26 @@ WITH RECURSIVE held AS (
     FROM task_admitted a
     LEFT JOIN held q ON q.id = a.queue_limit
     LEFT JOIN used u ON u.id = a.queue_limit AND u.key = ''
+), admitted AS (
+    SELECT a.*, count(*) FILTER (WHERE a.task_limit IS NOT NULL OR a.queue_limit IS NOT NULL)
+                OVER (ORDER BY a.priority DESC, a.available_at, a.id) AS nth_limited
+    FROM by_queue a WHERE a.queue_limit IS NULL OR a.place <= a.room
+), share AS (
+    -- A claim takes at most its worker's share of the slots its limits have: what they
+    -- admit now plus what runs under them, over the live workers of these queues (the
+    -- process registry; none registered: this one). Else one worker claiming ahead takes
+    -- every key's slot at once while the others, finding every key full, sleep: with
+    -- tiny jobs the whole limit would run on one worker. What it leaves, `told` wakes
+    -- the others for.
+    SELECT greatest(1, ceil(
+        ((SELECT count(*) FROM admitted WHERE task_limit IS NOT NULL OR queue_limit IS NOT NULL)
+         + (SELECT coalesce(sum(running), 0) FROM used))::numeric
+        / greatest(1, (SELECT count(*) FROM {schema}.processes p
+                       WHERE p.kind = 'worker' AND p.queues && %(queues)s::text[]
+                         AND p.heartbeat_at > now() - interval '20 seconds'))))::bigint AS n
 ), picked AS (
-    SELECT * FROM by_queue WHERE queue_limit IS NULL OR place <= room
+    SELECT * FROM admitted
+    WHERE (task_limit IS NULL AND queue_limit IS NULL) OR nth_limited <= (SELECT n FROM share)
     ORDER BY priority DESC, available_at, id
     LIMIT %(limit)s
 ), taken AS (
@@ -457,18 +475,20 @@ WITH RECURSIVE held AS (
     -- A claim that completed jobs in its transaction (`forklift.claiming`) and left jobs
     -- free to run (more than it could take): wake their queues' workers.
     SELECT pg_notify('{channel}', b.queue) FROM (
-        SELECT DISTINCT c.queue FROM by_queue a JOIN candidates c ON c.id = a.id
-        WHERE (a.queue_limit IS NULL OR a.place <= a.room)
-          AND a.id NOT IN (SELECT id FROM picked)
+        SELECT DISTINCT c.queue FROM admitted a JOIN candidates c ON c.id = a.id
+        WHERE a.id NOT IN (SELECT id FROM picked)
     ) AS b
     WHERE current_setting('forklift.claiming', true) = 'on'
+), took_share AS (
+    SELECT count(*) >= (SELECT n FROM share) AS took FROM picked
+    WHERE task_limit IS NOT NULL OR queue_limit IS NOT NULL
 ), cut_short AS (
     -- Fewer taken than asked while a walk stopped at its length, past which there may be
     -- jobs free to run (their keys' slots are filled now, or they were keyed just now):
     -- claim again. Not when every key was looked at (`heads`), unless the keys ran past
-    -- `keys` and some were taken: that would find the same keys again, full.
-    SELECT (SELECT count(*) FROM by_queue WHERE queue_limit IS NULL OR place <= room)
-               < %(limit)s
+    -- `keys` and some were taken: that would find the same keys again, full. Not when
+    -- it took its share (`share`): the rest is for other workers.
+    SELECT (SELECT count(*) FROM admitted) < %(limit)s AND NOT (SELECT took FROM took_share)
        AND (EXISTS (SELECT 1 FROM plain_walk GROUP BY queue HAVING count(*) >= %(limit)s)
             OR EXISTS (SELECT 1 FROM rekeyed)
             OR EXISTS (SELECT 1 FROM walked GROUP BY queue
@@ -477,6 +497,7 @@ WITH RECURSIVE held AS (
             OR ((SELECT count(*) FROM looked) >= %(keys)s AND EXISTS (SELECT 1 FROM taken)))
            AS again,
            (SELECT count(*) FROM told) AS woke,  -- (read, so that told runs)
+           (SELECT took FROM took_share) AS shared,
            -- where each queue's look at its keys ended (NULL: none looked)
            (SELECT array_agg(l.queue ORDER BY l.queue) FROM (
                 SELECT DISTINCT ON (queue) queue, task, key FROM looked
@@ -513,7 +534,7 @@ WITH RECURSIVE held AS (
 -- At least one row, so that `again` is told when nothing was taken (a row of NULLs then).
 SELECT c.id, c.queue, c.task, c.args, c.idempotency_key, c.priority, c.attempts,
        c.max_attempts, c.timeout, c.wait, c.batch_id, s.again,
-       s.after_queues, s.after_tasks, s.after_keys, s.woke
+       s.after_queues, s.after_tasks, s.after_keys, s.woke, s.shared
 FROM cut_short AS s LEFT JOIN claimed AS c ON true;
 
 -- name: limit_wake

@@ -16,6 +16,7 @@ class Pacing:
         self.holdings = holdings
         self.prefetch = prefetch
         self.ahead = 0  # jobs claimed ahead of the slots, as the last look decided
+        self.shared = False  # the last claim took its share under a limit (Claim.shared)
 
     def free(self) -> tuple[int, int]:
         """(jobs to claim now, jobs held): the free slots, plus as many ahead as the
@@ -29,7 +30,12 @@ class Pacing:
         """Claim now: a slot is idle (no claimed job waits for one), or half of what the
         worker keeps claimed is free. Not for every job that returns while others wait
         their turn: a claim per job would cost a round trip each, and under a limit each
-        would wait for the limit's lock."""
+        would wait for the limit's lock. After a claim that took its share of a limit's
+        slots and left the rest to other workers, not until all it took has started:
+        claims under a limit take turns at its lock, and one that finds the slots its
+        peers hold still full takes nothing."""
+        if self.shared and self.holdings.waiting():
+            return False
         return 2 * free >= self.config.concurrency + self.ahead or not self.holdings.waiting()
 
     def busy_wait(self, longest: float | None = None) -> float:

@@ -32,7 +32,7 @@ from forklift.backoff import Backoff, Streak
 from forklift.batch import Batch
 from forklift.errors import DatabaseError, SchemaMissing
 from forklift.metrics import Tally
-from forklift.store import ClaimedJob
+from forklift.store import Claim, ClaimedJob
 from forklift.store.batches import BatchStore
 from forklift.workers.batch_ends import BatchEnds
 from forklift.workers.claimer import Claimer
@@ -248,7 +248,8 @@ class Worker:
             expired = time.monotonic() >= next_expiry_check
             try:
                 began = self._claimed_at = time.monotonic()
-                jobs, again = self._claim(free, expired)
+                claim = self._claim(free, expired)
+                jobs = claim.jobs
                 self.prefetch.observe_claim(time.monotonic() - began)
                 self._waiting(None)
             except SchemaMissing as exc:
@@ -274,20 +275,20 @@ class Worker:
                 # Invariant: a graceful stop starts no new work. Give these back at once.
                 self.recorder.release([self._adopt(j) for j in jobs], "claimed while stopping")
                 break
+            self.pacing.shared = claim.shared
             self.runs.dispatch([self._adopt(job) for job in jobs])
-            if len(jobs) < free and not again:
+            if len(jobs) < free and not claim.again and not claim.shared:
                 wait = self._idle_wait()
                 if not jobs:
                     self.idle.emit(None)
                 self._wakeup.wait(wait)
 
-    def _claim(self, free: int, expired: bool) -> tuple[list[ClaimedJob], bool]:
+    def _claim(self, free: int, expired: bool) -> Claim:
         """Claim up to `free` jobs; the successes queued for group commit complete in
         the same round trip and transaction (the claim sees the slots they free)."""
-        claim = self.services.completer.riding(
+        return self.services.completer.riding(
             lambda rows: self.claimer.claim(free, expired=expired, complete=rows)
         )
-        return claim.jobs, claim.again
 
     def _free_slots(self) -> int:
         """Jobs to claim now (Pacing.free); past max_jobs, none, and once all are done,

@@ -14,7 +14,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 import forklift
-from forklift.store import ClaimedJob
+from forklift.store import Claim, ClaimedJob
 from forklift.store.limits import LimitStore
 from forklift.testing import wait_for
 from forklift.workers import Worker, WorkerConfig
@@ -602,6 +602,51 @@ def test_a_claim_that_completes_jobs_wakes_the_queue_only_if_it_leaves_work(
     assert heard == ["default"]
     states = dict(db.execute(f"SELECT id, state::text FROM {schema}.jobs").fetchall())
     assert [states[held[k].id] for k in "abc"] == ["succeeded"] * 3
+
+
+def register_workers(db: Db, schema: str, *owners: str) -> None:
+    """Live workers of the queue "default" in the process registry."""
+    for owner in owners:
+        db.execute(
+            f"INSERT INTO {schema}.processes (id, kind, host, pid, queues) "
+            "VALUES (%s, 'worker', 'here', 1, '{default}')",
+            (owner,),
+        )
+
+
+def test_a_claim_takes_its_workers_share_of_a_limits_slots_and_leaves_the_rest(
+    app: forklift.App, limits: LimitStore, db: Db, schema: str
+) -> None:
+    """100 keys, one job at a time each, two live workers: a claim asking for 257 takes
+    half the slots and says it took its share (and not to claim again at once); the
+    other worker's claim takes the other half. Else the first worker, claiming ahead,
+    would hold every key while the second found them all full."""
+    app.enqueue_many([("charge", {"account": f"k{i:03}"}) for i in range(100)] * 2)
+    register_workers(db, schema, "w1", "w2")
+
+    def claim_as(owner: str) -> Claim:
+        return limits.claim(["default"], ["charge"], owner, 257, 30.0, expired=False)
+
+    first, second = claim_as("w1"), claim_as("w2")
+    assert (len(first.jobs), first.shared, first.again) == (50, True, False)
+    assert (len(second.jobs), second.shared) == (50, True)
+    keys = {str(j.args["account"]) for j in first.jobs + second.jobs}
+    assert len(keys) == 100  # one job of every key, none twice
+    assert claim_as("w1").jobs == []  # every key full
+
+
+def test_a_lone_worker_takes_every_slot_its_limits_have(
+    app: forklift.App, limits: LimitStore, db: Db, schema: str
+) -> None:
+    """With one live worker of the queue (or none registered), its share is all of it."""
+    app.enqueue_many([("charge", {"account": f"k{i:03}"}) for i in range(100)] * 2)
+    register_workers(db, schema, "w1")
+    db.execute(  # a worker of another queue does not share this one's slots
+        f"INSERT INTO {schema}.processes (id, kind, host, pid, queues) "
+        "VALUES ('w9', 'worker', 'here', 1, '{other}')"
+    )
+    got = limits.claim(["default"], ["charge"], "w1", 257, 30.0, expired=False)
+    assert len(got.jobs) == 100 and got.shared
 
 
 def claim_jobs(

@@ -38,3 +38,22 @@ def test_the_wait_between_claims_ends_before_waiting_jobs_would_be_overdue() -> 
     assert pacing.busy_wait() == min(pacing.config.poll_interval, pacing.prefetch.release_after)
     idle, _ = pacing_of(concurrency=1, held_jobs=1, started=1)
     assert idle.busy_wait(0.25) == 0.25
+
+
+def test_after_taking_its_share_of_a_limit_it_claims_again_once_all_it_took_has_started() -> None:
+    """A claim under a limit that took this worker's share of its slots leaves the rest to
+    the other workers: claiming again while what it took still waits would find those
+    slots full and take nothing, and hold the limit's lock while doing it."""
+    pacing, holdings = pacing_of(concurrency=1, held_jobs=0, started=0)
+    first, second = held(1), held(2)
+    holdings.adopt(first)
+    holdings.adopt(second)
+    holdings.start(first, 0.0)
+    pacing.ahead = 20
+    assert pacing.worth_claiming(19)  # half of 21 free: claim, ordinarily
+    pacing.shared = True
+    assert not pacing.worth_claiming(19)  # one of its share still waits
+    assert holdings.free_slot(first)
+    holdings.end(first)
+    assert holdings.start(second, 0.0)
+    assert pacing.worth_claiming(20)  # all it took has started
