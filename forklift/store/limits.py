@@ -152,8 +152,12 @@ _LANES = {"lanes": LANES, "lane_claim": LANE_CLAIM}
 # past that (the keys in front full), it looks at the first jobs of other keys, KEYS of
 # them a claim, each claim on from where the last ended: a claim's cost stays bounded
 # however many jobs wait behind full keys, and however many keys there are.
-VISIT = 256
+VISIT = 64
 KEYS = 32
+# Jobs of a limited task stored with no key (enqueued before their producer knew the
+# limit) are keyed this many past what a claim takes, a claim: a wall of them is soon
+# gone from the plain index.
+REKEY = 256
 
 
 def _params(
@@ -163,6 +167,7 @@ def _params(
     return {
         "queues": list(queues), "tasks": list(tasks), "owner": owner, "limit": limit,
         "lease": lease, "expired": expired, "shared": shared, "visit": VISIT, "keys": KEYS,
+        "rekey": REKEY,
         **_LANES,
     }  # fmt: skip
 

@@ -196,7 +196,7 @@ FROM (
 -- Where it looks, per queue (migration 0007):
 -- - `plain`: the first `limit` jobs with no key stored (jobs_ready_unlimited_idx). A
 --   job of a limited task among them (its producer did not know the limit) is keyed by
---   its arguments; if there are any, the first `limit` + `visit` of the queue's jobs are
+--   its arguments; if there are any, the first `limit` + `rekey` of the queue's jobs are
 --   stored with their keys (`rekeyed`, all but those taken): they move to the limited
 --   indexes, and a later claim does not walk past them again.
 -- - `walked`: the jobs with a key stored (jobs_ready_limited_idx), in line order, at most
@@ -425,7 +425,7 @@ WITH RECURSIVE held AS (
     FOR UPDATE SKIP LOCKED
 ), unkeyed AS (
     -- The walk met jobs of a limited task waiting with no key (their producer did not
-    -- know the limit): the first `limit` + `visit` of the queue's jobs of limited tasks,
+    -- know the limit): the first `limit` + `rekey` of the queue's jobs of limited tasks,
     -- but those taken now (the claim keys them).
     SELECT v.id FROM open_queues q,
     LATERAL (
@@ -433,7 +433,7 @@ WITH RECURSIVE held AS (
         WHERE w.state = 'ready' AND w.limit_key IS NULL AND w.queue = q.name
           AND w.available_at <= now()
         ORDER BY w.priority DESC, w.available_at, w.id
-        LIMIT %(limit)s + %(visit)s
+        LIMIT %(limit)s + %(rekey)s
     ) AS v
     WHERE EXISTS (SELECT 1 FROM plain p WHERE p.queue = q.name AND p.key IS NOT NULL)
       AND v.task IN (SELECT name FROM task_limits)

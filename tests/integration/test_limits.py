@@ -533,7 +533,7 @@ def test_jobs_enqueued_before_their_producer_knew_the_limit_are_keyed_by_the_cla
     while "b" not in got:
         got += [str(a["account"]) for _, a in claim(limits, app, f"w{next(owners)}", 5)]
     assert got.count("a") == 1 and got.count("b") == 1  # one each: both keys full now
-    assert next(owners) <= 6  # 600 rows keyed 261 a claim (limit 5 + 256): three walks
+    assert next(owners) <= 6  # 600 rows keyed 261 a claim (limit 5 + REKEY 256): three walks
     unkeyed, keyed = keyed_rows(db, schema)
     assert unkeyed < 603 and keyed > 0
     assert db.execute(

@@ -200,7 +200,7 @@ def test_claims_under_limits_read_the_jobs_table_through_its_indexes(
     params = {
         "queues": ["q0", "q1", "q2"], "tasks": ["t1", "t2", "t3"], "owner": "host:1:w",
         "limit": 64, "lease": 30.0, "expired": True, "queue": "q1", "upto": 1000,
-        "shared": False, "lanes": 4, "lane_claim": 256, "visit": 256, "keys": 32,
+        "shared": False, "lanes": 4, "lane_claim": 256, "visit": 64, "keys": 32, "rekey": 256,
         "after_queues": ["q0"], "after_tasks": ["t1"], "after_keys": ["k"], "since": 0.01,
     }  # fmt: skip
     scanned = []
