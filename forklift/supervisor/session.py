@@ -147,7 +147,7 @@ class SupervisorSession:
         while not self._stopped.is_set():
             for note in conn.notifies(timeout=self.config.tick):
                 self._forward(note.channel, note.payload)
-            if not _db.looks_alive(conn):
+            if not self._only_notified(conn):
                 raise psycopg.OperationalError("the supervisor's session ended")
             now = time.monotonic()
             if now >= next_ping:
@@ -158,6 +158,24 @@ class SupervisorSession:
                 next_try = now + self.config.maintenance_every
                 if _locks.try_take(conn, self.maintenance_lock):
                     self.maintaining.set()
+
+    def _only_notified(self, conn: psycopg.Connection[Any]) -> bool:
+        """Whether the idle session's unread input, if any, was notifications (read and
+        forwarded here), not its end (EOF: reading raises). A NOTIFY that came after
+        notifies() returned is input too: taken for the session's end, it dropped the
+        liveness lock and stalled every hint for a tick (every few seconds at 200
+        jobs/s)."""
+        if _db.looks_alive(conn):
+            return True
+        pgconn = conn.pgconn
+        try:
+            pgconn.consume_input()
+        except psycopg.OperationalError:
+            return False  # the session ended
+        while (note := pgconn.notifies()) is not None:
+            encoding = conn.info.encoding
+            self._forward(note.relname.decode(encoding), note.extra.decode(encoding))
+        return not conn.broken and pgconn.status == psycopg.pq.ConnStatus.OK
 
     def _forward(self, channel: str, payload: str) -> None:
         if channel == self._control:
