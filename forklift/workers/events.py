@@ -12,7 +12,7 @@ from forklift.metrics import Tally
 from forklift.store import ClaimedJob
 from forklift.workers.context import JobContext
 from forklift.workers.holdings import Holdings
-from forklift.workers.wakeup import Wakeup
+from forklift.workers.wakeup import SLOT, Wakeup
 
 # Job events keep the logger they always had: log filters may select on its name.
 log = logging.getLogger("forklift.workers.worker")
@@ -113,13 +113,13 @@ class JobEvents:
             self.tally.job(ctx.queue, ctx.task, outcome, ctx.duration)
         if self.on_job_end is not None:
             self.on_job_end(ctx.job, outcome)
-        self.wakeup.set()
+        self.wakeup.set(SLOT)
 
     def returned(self, ctx: JobContext) -> None:
         """The job's handler returned (its outcome is on its way): free its slot, and
         wake the claim loop, which may claim in its place."""
         if self.holdings.free_slot(ctx):
-            self.wakeup.set()
+            self.wakeup.set(SLOT)
 
     def released(self, ctx: JobContext, why: str, *, recorded: bool) -> None:
         """The job was given back (`recorded`), or its release failed: forget it either way.
@@ -130,7 +130,7 @@ class JobEvents:
         if ctx.span is not None:
             _tracing.end_run(ctx, Outcome.RELEASED)
         if self.holdings.release(ctx):
-            self.wakeup.set()
+            self.wakeup.set(SLOT)
         if ctx.started and self.on_job_end is not None:
             self.on_job_end(ctx.job, Outcome.RELEASED)
         if recorded:

@@ -5,6 +5,10 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import time
+
+# What a wake-up says, when it says more than "look": a job's slot freed.
+SLOT = b"s"
 
 
 class Wakeup:
@@ -13,10 +17,10 @@ class Wakeup:
         os.set_blocking(self._r, False)
         os.set_blocking(self._w, False)
 
-    def set(self) -> None:
+    def set(self, what: bytes = b"\0") -> None:
         """Wake the waiter. Async-signal-safe: one non-blocking write."""
         try:
-            os.write(self._w, b"\0")
+            os.write(self._w, what)
         except (BlockingIOError, OSError):
             pass  # the pipe is full or closed: the waiter is awake already
 
@@ -27,12 +31,31 @@ class Wakeup:
             self.clear()
         return bool(ready)
 
+    def wait_for_news(self, timeout: float) -> bool:
+        """Like wait(), but wake-ups that only say slots freed (`set(SLOT)`) do not end
+        it: to a loop whose last claim found the queue drained, a freed slot is no
+        reason to claim (a new job notifies); claiming anyway, it was mid-claim, blind
+        to the job whose notification came then, as often as not."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            ready, _, _ = select.select([self._r], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                return False
+            if self._drain().replace(SLOT, b""):
+                return True
+
     def clear(self) -> None:
+        self._drain()
+
+    def _drain(self) -> bytes:
+        """Consume the wake-ups; what they said."""
+        said = b""
         try:
-            while os.read(self._r, 4096):
-                pass
+            while chunk := os.read(self._r, 4096):
+                said += chunk
         except (BlockingIOError, OSError):
             pass
+        return said
 
     def close(self) -> None:
         for fd in (self._r, self._w):

@@ -34,6 +34,7 @@ from forklift.errors import DatabaseError, SchemaMissing
 from forklift.metrics import Tally
 from forklift.store import Claim, ClaimedJob
 from forklift.store.batches import BatchStore
+from forklift.store.limits import Applying
 from forklift.workers.batch_ends import BatchEnds
 from forklift.workers.claimer import Claimer
 from forklift.workers.config import WorkerConfig
@@ -281,7 +282,10 @@ class Worker:
                 wait = self._idle_wait()
                 if not jobs:
                     self.idle.emit(None)
-                self._wakeup.wait(wait)
+                if self._slots_are_news():
+                    self._wakeup.wait(wait)
+                else:
+                    self._wakeup.wait_for_news(wait)
 
     def _claim(self, free: int, expired: bool) -> Claim:
         """Claim up to `free` jobs; the successes queued for group commit complete in
@@ -311,6 +315,12 @@ class Worker:
             return
         if self.prefetch.overdue(self.holdings.longest_running(time.monotonic())):
             self.recorder.give_back_waiting("waited too long for a slot", self.runs.hand_over)
+
+    def _slots_are_news(self) -> bool:
+        """Whether a slot freeing is reason to claim again after a claim that drained the
+        queue: under limits (a job ending may free its key for a held-back one) or
+        counting jobs toward max_jobs (the loop notices it is done)."""
+        return self.claimer.applying is not Applying.NONE or self.config.max_jobs is not None
 
     def _idle_wait(self) -> float:
         """Sleep until the next delayed job is due, or the poll interval, whichever first."""

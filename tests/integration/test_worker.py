@@ -9,6 +9,7 @@ import psycopg
 import pytest
 
 import forklift
+from forklift.store import Claim
 from forklift.testing import wait_for
 from forklift.workers.maintenance import Maintained
 from tests.integration.conftest import RunWorker
@@ -225,6 +226,42 @@ def test_notify_wakes_an_idle_worker(
     wait_for(lambda: state_is(db, schema, job_id, "succeeded"), timeout=3, what="woken by NOTIFY")
     row = job(db, schema, job_id)
     assert (row["started_at"] - row["created_at"]).total_seconds() < 1.0
+
+
+def test_a_worker_whose_claim_drained_the_queue_does_not_claim_again_as_jobs_end(
+    app: forklift.App,
+    db: psycopg.Connection[Any],
+    schema: str,
+    run_worker: RunWorker,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its last claim took fewer jobs than it had slots for: a slot freeing is no news
+    (a new job notifies). Claiming anyway after every job found nothing, and the next
+    job's notification, coming mid-claim, found it blind until that claim returned."""
+    worker = run_worker(poll_interval=60.0, concurrency=2)
+    listening = (
+        "SELECT count(*) >= 1 FROM pg_stat_activity"
+        " WHERE application_name = 'forklift-listener' AND query LIKE 'LISTEN%%'"
+    )
+    wait_for(lambda: (db.execute(listening).fetchone() or (False,))[0], what="listener connected")
+
+    def run_one() -> None:
+        job_id = app.enqueue("noop")  # claimed alone: fewer than its 2 slots
+        wait_for(lambda: state_is(db, schema, job_id, "succeeded"), timeout=5, what="the job")
+
+    run_one()  # (whatever woke it while it connected has been looked at by now)
+    claims = 0
+    claim = worker.claimer.claim
+
+    def counted(free: int, **kwargs: Any) -> Claim:
+        nonlocal claims
+        claims += 1
+        return claim(free, **kwargs)
+
+    monkeypatch.setattr(worker.claimer, "claim", counted)
+    for _ in range(4):
+        run_one()
+    assert claims == 4  # one a job: none when a job ended
 
 
 def test_polling_fallback_without_listen(
