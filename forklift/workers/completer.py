@@ -83,6 +83,7 @@ class Completer:
         self._since = 0.0  # when the oldest pending success was submitted (monotonic)
         self._stopped = False
         self._riding = False  # a claim that takes successes with it is on its way
+        self._no_claim = False  # the claim loop waits for news: no claim will take them
         self._changed = threading.Condition()
         self._retry = Streak(self.config.retry)
 
@@ -106,6 +107,14 @@ class Completer:
         """Successes taken that were not written: flushed here after all."""
         with self._changed:
             self._pending[:0] = batch
+            self._changed.notify()
+
+    def no_claim_coming(self, on: bool) -> None:
+        """The claim loop waits for news (its last claim drained the queue): successes
+        are written at once, not after `linger`, since no claim is on its way to take
+        them; and written so, they are not in the way of the claim that news brings."""
+        with self._changed:
+            self._no_claim = on
             self._changed.notify()
 
     def stop(self) -> None:
@@ -132,7 +141,8 @@ class Completer:
                     batch, self._pending = self._pending, []
                     return batch, True
                 if self._pending and not self._riding:
-                    left = self._since + self.config.linger - time.monotonic()
+                    linger = 0.0 if self._no_claim else self.config.linger
+                    left = self._since + linger - time.monotonic()
                     if left <= 0:
                         batch = self._pending[: self.config.batch]
                         del self._pending[: self.config.batch]

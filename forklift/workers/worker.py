@@ -285,7 +285,7 @@ class Worker:
                 if self._slots_are_news():
                     self._wakeup.wait(wait)
                 else:
-                    self._wakeup.wait_for_news(wait)
+                    self._wait_for_news(wait)
 
     def _claim(self, free: int, expired: bool) -> Claim:
         """Claim up to `free` jobs; the successes queued for group commit complete in
@@ -315,6 +315,15 @@ class Worker:
             return
         if self.prefetch.overdue(self.holdings.longest_running(time.monotonic())):
             self.recorder.give_back_waiting("waited too long for a slot", self.runs.hand_over)
+
+    def _wait_for_news(self, timeout: float) -> None:
+        assert self._wakeup is not None
+        completer = self.services.completer
+        completer.no_claim_coming(True)
+        try:
+            self._wakeup.wait_for_news(timeout)
+        finally:
+            completer.no_claim_coming(False)
 
     def _slots_are_news(self) -> bool:
         """Whether a slot freeing is reason to claim again after a claim that drained the

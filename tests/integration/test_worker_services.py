@@ -24,7 +24,7 @@ from forklift.errors import DatabaseError
 from forklift.metrics import Tally
 from forklift.store import Claim, Completion, JobState, JobStore
 from forklift.testing import wait_for
-from forklift.workers.completer import Completer, Flushed
+from forklift.workers.completer import Completer, CompleterConfig, Flushed
 from forklift.workers.context import JobContext
 from forklift.workers.events import JobEvents, Outcome
 from forklift.workers.holdings import Holdings
@@ -155,6 +155,25 @@ def test_completer_thread_flushes_what_it_is_handed(
             completed |= completer.flushed.wait().completed
         completer.stop()
     assert all(state(db, schema, c.job_id) == JobState.SUCCEEDED for c in held)
+
+
+def test_with_no_claim_coming_a_success_is_written_at_once_not_after_its_linger(
+    rig: Rig, app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    """The claim loop waits for news (its last claim drained the queue): no claim will
+    take the success, so lingering for one only puts its write in the way of the claim
+    the next job's notification brings."""
+    (held,) = rig.claim(app, 1)
+    config = CompleterConfig(linger=60.0)  # a claim would have a minute to take it
+    completer = Completer(rig.store, OWNER, rig.holdings, rig.events, rig.closing, config)
+    completer.flushed.enable()
+    completer.no_claim_coming(True)
+    with rig.running(completer.run):
+        rig.events.returned(held)
+        completer.submit(held)
+        assert completer.flushed.wait(timeout=10).completed == {held.job_id}
+        completer.stop()
+    assert state(db, schema, held.job_id) == JobState.SUCCEEDED
 
 
 def test_successes_ride_with_the_next_claim_and_come_back_if_it_fails(
