@@ -12,7 +12,7 @@ from forklift.metrics import Tally
 from forklift.store import ClaimedJob
 from forklift.workers.context import JobContext
 from forklift.workers.holdings import Holdings
-from forklift.workers.wakeup import SLOT, Wakeup
+from forklift.workers.wakeup import NEWS, SLOT, Wakeup
 
 # Job events keep the logger they always had: log filters may select on its name.
 log = logging.getLogger("forklift.workers.worker")
@@ -113,7 +113,9 @@ class JobEvents:
             self.tally.job(ctx.queue, ctx.task, outcome, ctx.duration)
         if self.on_job_end is not None:
             self.on_job_end(ctx.job, outcome)
-        self.wakeup.set(SLOT)
+        # A success only frees its slot; any other end may have put a retry in line,
+        # whose due time the claim loop must look up again.
+        self.wakeup.set(SLOT if outcome is Outcome.SUCCEEDED else NEWS)
 
     def returned(self, ctx: JobContext) -> None:
         """The job's handler returned (its outcome is on its way): free its slot, and

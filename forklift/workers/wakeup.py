@@ -7,7 +7,8 @@ import os
 import select
 import time
 
-# What a wake-up says, when it says more than "look": a job's slot freed.
+# What a wake-up says: look (news), or only that a job's slot freed.
+NEWS = b"\0"
 SLOT = b"s"
 
 
@@ -17,7 +18,7 @@ class Wakeup:
         os.set_blocking(self._r, False)
         os.set_blocking(self._w, False)
 
-    def set(self, what: bytes = b"\0") -> None:
+    def set(self, what: bytes = NEWS) -> None:
         """Wake the waiter. Async-signal-safe: one non-blocking write."""
         try:
             os.write(self._w, what)

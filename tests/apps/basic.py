@@ -99,6 +99,14 @@ def retry_later(ctx: forklift.JobContext, *, delay: float) -> None:
     raise forklift.Retry("try again", delay=delay)
 
 
+@app.task(name="retry_after", max_attempts=2)
+def retry_after(ctx: forklift.JobContext, *, run: float, delay: float) -> None:
+    """Run `run` seconds (the worker's claim loop is asleep by then), then ask for a
+    retry in `delay` seconds."""
+    time.sleep(run)
+    raise forklift.Retry("try again", delay=delay)
+
+
 @app.task(name="exit", max_attempts=3)
 def exit_process(ctx: forklift.JobContext, *, code: int = 3) -> None:
     os._exit(code)

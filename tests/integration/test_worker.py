@@ -94,6 +94,21 @@ def test_retry_waits_its_backoff(
     assert second["last_error"] == "Retry: try again"
 
 
+def test_a_retry_starts_when_due_after_the_claims_drained_the_queue(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    """The worker's claims left slots free (the queue drained), and it hears no NOTIFY
+    (as behind a transaction pooler); a job that fails puts its retry in line, and the
+    loop looks up its due time again rather than sleeping its poll interval (a minute)."""
+    job_id = app.enqueue("retry_after", {"run": 0.3, "delay": 0.5})
+    run_worker(poll_interval=60.0, concurrency=2, listen=False)  # its first claim takes it
+    wait_for(lambda: state_is(db, schema, job_id, "dead"), timeout=10, what="second attempt")
+    row = job(db, schema, job_id)
+    assert row["attempts"] == 2
+    # (the first attempt's available_at is gone: the second started soon after its due)
+    assert (row["started_at"] - row["created_at"]).total_seconds() < 2.0
+
+
 def test_fail_goes_dead_at_once(
     app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
 ) -> None:
