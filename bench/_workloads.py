@@ -21,7 +21,7 @@ from bench._results import Metric
 from bench.cpu import calibrate
 from bench.cpu_app import spin
 
-WORKLOADS = ("enqueue", "drain", "limit", "latency", "cpu", "recovery", "backlog")
+WORKLOADS = ("enqueue", "drain", "effect", "limit", "latency", "cpu", "recovery", "backlog")
 EXTRA = ("sweep",)  # run only when asked for with --only
 # forklift's 2 workers each claim on one connection and complete on another.
 LIMIT_CONNECTIONS = 2 * WORKERS
@@ -54,6 +54,10 @@ class Plan:
     backlog_large: int = 1_000_000
     backlog_measure: int = 10_000
     backlog_peers: bool = False
+    effect_jobs: int = 10_000
+    # forklift's --concurrency for jobs with an effect: its default, then where the
+    # commits of a worker's threads start sharing WAL flushes
+    effect_concurrency: tuple[int, ...] = (1, 8, 32)
 
 
 class Comparison:
@@ -90,7 +94,9 @@ class Comparison:
 
     def turns(self, workload: str, round_: int) -> list[Contender]:
         """Who measures `workload` in this round, in which order (rotated each round)."""
-        if workload == "limit" or (workload == "backlog" and not self.plan.backlog_peers):
+        if workload in ("limit", "effect") or (
+            workload == "backlog" and not self.plan.backlog_peers
+        ):
             return [self.forklift]
         shift = round_ % len(self.contenders)
         order = self.contenders[shift:] + self.contenders[:shift]
@@ -145,6 +151,29 @@ class Comparison:
             True,
             "PG limit" if kind == "steady" else None,
         )
+
+    def effect(self, c: Contender) -> None:
+        """Jobs with an effect: one INSERT in `ctx.transaction()` each, committed with the
+        job's completion (forklift's turn only: the peers have no transaction that commits
+        a handler's writes with its completion). At concurrency 1 each worker waits for
+        one WAL flush per job; more threads per worker share flushes."""
+        f = self.forklift
+        n = self.plan.effect_jobs
+        for concurrency in self.plan.effect_concurrency:
+            label = "defaults" if concurrency == 1 else f"--concurrency {concurrency}"
+            extra = () if concurrency == 1 else ("--concurrency", str(concurrency))
+            f.setting = f.run_setting(label, WORKERS, *extra)
+            self.note(f.name, f"effect, {label}", f.setting.command)
+            f.fill_with("latency", n, self.plan.batch)
+            result = f.process(n, WORKERS, concurrency)
+            self.metric(
+                f"effect.{concurrency}",
+                f"drain {n:,} jobs with an effect (one INSERT each), {label}: 10-90%",
+                "jobs/s",
+                True,
+            ).add(f.name, result.steady_rate)
+            say(f"  {f.name} {label}: {result.steady_rate or 0:,.0f}/s at 10-90%")
+        f.reset()
 
     def limit(self, c: Contender) -> None:
         """PostgreSQL's limit for forklift's claim + complete (forklift's turn only)."""

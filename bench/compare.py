@@ -35,6 +35,11 @@ Workloads (--only takes a comma-separated list of them):
             connections (2 workers x a claim and a completion connection), in 4
             processes, no Python work; 1 job per round trip and batches of 128 (what a
             prefetching worker claims of no-ops is tens of jobs at a time, at most 256).
+  effect    10,000 jobs that each INSERT one row in ctx.transaction() (committed with the
+            job's completion), forklift only (no peer commits a handler's writes with its
+            completion): the 10-90% drain rate at its defaults (each worker waits for one
+            WAL flush per job) and at --concurrency 8 and 32 (a worker's threads share
+            flushes).
   latency   500 jobs at 200/s to 1 idle worker process; latency = the handler's first
             act (time.time()) minus the producer's time.time() just before its enqueue
             call, one clock. Reference: the bare floor (bench/floor.py), INSERT + NOTIFY
@@ -202,6 +207,7 @@ def plan_of(args: argparse.Namespace) -> Plan:
             backlog_large=100_000,
             backlog_measure=2_000,
             backlog_peers=args.backlog_peers,
+            effect_jobs=min(args.jobs, 2_000),
         )
     return Plan(
         jobs=args.jobs,

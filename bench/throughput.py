@@ -127,8 +127,12 @@ class ThroughputBench(Bench):
 
     def fill(self, n: int, batch: int, *, progress: bool = False) -> None:
         """Empty the tables, enqueue n no-op jobs, ANALYZE (as autovacuum would, in time)."""
+        self.fill_with("noop", n, batch, progress=progress)
+
+    def fill_with(self, task: str, n: int, batch: int, *, progress: bool = False) -> None:
+        """fill() with n jobs of forklift's `task` (no arguments)."""
         self.reset()
-        self.enqueue_bulk(n, batch, progress=progress)
+        self.enqueue_bulk_of(task, n, batch, progress=progress)
         self.db.execute(f"ANALYZE {self.schema}.jobs")
 
     def environment(self) -> str:
@@ -171,12 +175,17 @@ class ThroughputBench(Bench):
 
     def enqueue_bulk(self, n: int, batch: int, *, progress: bool = False) -> float:
         """Enqueue n no-op jobs with enqueue_many in batches; return the seconds taken."""
+        return self.enqueue_bulk_of("noop", n, batch, progress=progress)
+
+    def enqueue_bulk_of(self, task: str, n: int, batch: int, *, progress: bool = False) -> float:
+        """Enqueue n jobs of forklift's `task` (no arguments) with enqueue_many in batches;
+        return the seconds taken."""
         spent = 0.0
         done = 0
         last_report = time.perf_counter()
         while done < n:
             size = min(batch, n - done)
-            specs: list[tuple[str, dict[str, object]]] = [("noop", {})] * size
+            specs: list[tuple[str, dict[str, object]]] = [(task, {})] * size
             started = time.perf_counter()
             self.app.enqueue_many(specs)
             spent += time.perf_counter() - started
