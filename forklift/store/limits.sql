@@ -395,9 +395,11 @@ WITH RECURSIVE held AS (
     LEFT JOIN held q ON q.id = a.queue_limit
     LEFT JOIN used u ON u.id = a.queue_limit AND u.key = ''
 ), admitted AS (
-    SELECT a.*, count(*) FILTER (WHERE a.task_limit IS NOT NULL OR a.queue_limit IS NOT NULL)
+    -- `limited`: under a limit this claim holds; `nth_limited`: its place among those
+    SELECT a.*, count(*) FILTER (WHERE a.limited)
                 OVER (ORDER BY a.priority DESC, a.available_at, a.id) AS nth_limited
-    FROM by_queue a WHERE a.queue_limit IS NULL OR a.place <= a.room
+    FROM (SELECT b.*, b.task_limit IS NOT NULL OR b.queue_limit IS NOT NULL AS limited
+          FROM by_queue b WHERE b.queue_limit IS NULL OR b.place <= b.room) AS a
 ), share AS (
     -- A claim takes at most its worker's share of the slots its limits have: what they
     -- admit now plus what runs under them, over the live workers of these queues (the
@@ -406,14 +408,14 @@ WITH RECURSIVE held AS (
     -- tiny jobs the whole limit would run on one worker. What it leaves, `told` wakes
     -- the others for.
     SELECT greatest(1, ceil(
-        ((SELECT count(*) FROM admitted WHERE task_limit IS NOT NULL OR queue_limit IS NOT NULL)
+        ((SELECT count(*) FROM admitted WHERE limited)
          + (SELECT coalesce(sum(running), 0) FROM used))::numeric
         / greatest(1, (SELECT count(*) FROM {schema}.processes p
                        WHERE p.kind = 'worker' AND p.queues && %(queues)s::text[]
                          AND p.heartbeat_at > now() - interval '20 seconds'))))::bigint AS n
 ), picked AS (
     SELECT * FROM admitted
-    WHERE (task_limit IS NULL AND queue_limit IS NULL) OR nth_limited <= (SELECT n FROM share)
+    WHERE NOT limited OR nth_limited <= (SELECT n FROM share)
     ORDER BY priority DESC, available_at, id
     LIMIT %(limit)s
 ), taken AS (
@@ -480,8 +482,7 @@ WITH RECURSIVE held AS (
     ) AS b
     WHERE current_setting('forklift.claiming', true) = 'on'
 ), took_share AS (
-    SELECT count(*) >= (SELECT n FROM share) AS took FROM picked
-    WHERE task_limit IS NOT NULL OR queue_limit IS NOT NULL
+    SELECT count(*) >= (SELECT n FROM share) AS took FROM picked WHERE limited
 ), cut_short AS (
     -- Fewer taken than asked while a walk stopped at its length, past which there may be
     -- jobs free to run (their keys' slots are filled now, or they were keyed just now):
@@ -515,7 +516,7 @@ WITH RECURSIVE held AS (
         lease_owner = %(owner)s::text,
         lease_until = now() + make_interval(secs => %(lease)s::float8),
         started_at = (SELECT at FROM clock),
-        limited = p.task_limit IS NOT NULL OR p.queue_limit IS NOT NULL,
+        limited = p.limited,
         limit_key = coalesce(j.limit_key, p.key),
         last_error = CASE WHEN j.state = 'running'
             THEN 'LeaseExpired: lease of ' || j.lease_owner || ' expired' ELSE j.last_error END,

@@ -172,8 +172,8 @@ class SupervisorSession:
             pgconn.consume_input()
         except psycopg.OperationalError:
             return False  # the session ended
+        encoding = conn.info.encoding
         while (note := pgconn.notifies()) is not None:
-            encoding = conn.info.encoding
             self._forward(note.relname.decode(encoding), note.extra.decode(encoding))
         return not conn.broken and pgconn.status == psycopg.pq.ConnStatus.OK
 

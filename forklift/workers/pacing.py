@@ -34,9 +34,9 @@ class Pacing:
         slots and left the rest to other workers, not until all it took has started:
         claims under a limit take turns at its lock, and one that finds the slots its
         peers hold still full takes nothing."""
-        if self.shared and self.holdings.waiting():
-            return False
-        return 2 * free >= self.config.concurrency + self.ahead or not self.holdings.waiting()
+        if not self.holdings.waiting():
+            return True
+        return not self.shared and 2 * free >= self.config.concurrency + self.ahead
 
     def busy_wait(self, longest: float | None = None) -> float:
         """Until a wake-up, or the poll interval (or `longest`); but no longer than until
