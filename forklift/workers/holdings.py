@@ -39,8 +39,10 @@ class Holdings:
     def __len__(self) -> int:
         return len(self._jobs)
 
-    def free(self, ahead: int = 0) -> tuple[int, int]:
-        """(jobs to claim now, jobs held): the free slots, plus `ahead` claimed ahead."""
+    def free(self, ahead: int = 0, leaving: int = 0) -> tuple[int, int]:
+        """(jobs to claim now, jobs held): the free slots, plus `ahead` claimed ahead;
+        `leaving` held jobs have their completions written in the claim's own
+        transaction, so they are not held once it has claimed."""
         with self._lock:
             # A slot frees when its handler returns; its completion may still be on its
             # way to the database (group commit), which must not hold up the next claim.
@@ -48,7 +50,10 @@ class Holdings:
             # than twice the slots (and the jobs ahead), or leases pile up faster than
             # they can be renewed.
             held = len(self._jobs)
-            room = min(self.concurrency + ahead - self._busy, 2 * self.concurrency + ahead - held)
+            room = min(
+                self.concurrency + ahead - self._busy,
+                2 * self.concurrency + ahead - (held - leaving),
+            )
             return room, held
 
     def adopt(self, ctx: JobContext) -> None:

@@ -18,13 +18,14 @@ class Pacing:
         self.ahead = 0  # jobs claimed ahead of the slots, as the last look decided
         self.shared = False  # the last claim took its share under a limit (Claim.shared)
 
-    def free(self) -> tuple[int, int]:
+    def free(self, leaving: int = 0) -> tuple[int, int]:
         """(jobs to claim now, jobs held): the free slots, plus as many ahead as the
-        measured job times say will start within the prefetch budget."""
+        measured job times say will start within the prefetch budget; `leaving` held
+        jobs complete in the claim's transaction (Holdings.free)."""
         self.ahead = 0
         if self.config.prefetch:
             self.ahead = self.prefetch.ahead(self.holdings.longest_running(time.monotonic()))
-        return self.holdings.free(self.ahead)
+        return self.holdings.free(self.ahead, leaving)
 
     def worth_claiming(self, free: int) -> bool:
         """Claim now: a slot is idle (no claimed job waits for one), or half of what the

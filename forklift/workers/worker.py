@@ -21,7 +21,7 @@ import functools
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from forklift import _db, _waiting
 from forklift._events import emit
@@ -32,7 +32,7 @@ from forklift.backoff import Backoff, Streak
 from forklift.batch import Batch
 from forklift.errors import DatabaseError, SchemaMissing
 from forklift.metrics import Tally
-from forklift.store import Claim, ClaimedJob
+from forklift.store import Claim, ClaimedJob, Completion
 from forklift.store.batches import BatchStore
 from forklift.store.limits import Applying
 from forklift.workers.batch_ends import BatchEnds
@@ -249,7 +249,7 @@ class Worker:
             expired = time.monotonic() >= next_expiry_check
             try:
                 began = self._claimed_at = time.monotonic()
-                claim = self._claim(free, expired)
+                claim, free = self._claim(free, expired)
                 jobs = claim.jobs
                 self.prefetch.observe_claim(time.monotonic() - began)
                 self._waiting(None)
@@ -287,17 +287,26 @@ class Worker:
                 else:
                     self._wait_for_news(wait)
 
-    def _claim(self, free: int, expired: bool) -> Claim:
-        """Claim up to `free` jobs; the successes queued for group commit complete in
-        the same round trip and transaction (the claim sees the slots they free)."""
-        return self.services.completer.riding(
-            lambda rows: self.claimer.claim(free, expired=expired, complete=rows)
-        )
+    def _claim(self, free: int, expired: bool) -> tuple[Claim, int]:
+        """Claim up to `free` jobs, or more: the successes queued for group commit
+        complete in the same round trip and transaction (the claim sees the slots they
+        free), so they do not count against the jobs held. (The claim, how many it
+        asked for.) Without that a worker whose completions lag by a claim's worth
+        alternates a full claim with one of a few jobs, each costing the same."""
+        asked = free
 
-    def _free_slots(self) -> int:
+        def claim(rows: Sequence[Completion]) -> Claim:
+            nonlocal asked
+            if rows:
+                asked = max(free, self._free_slots(leaving=len(rows)))
+            return self.claimer.claim(asked, expired=expired, complete=rows)
+
+        return self.services.completer.riding(claim), asked
+
+    def _free_slots(self, leaving: int = 0) -> int:
         """Jobs to claim now (Pacing.free); past max_jobs, none, and once all are done,
         stop."""
-        free, held = self.pacing.free()
+        free, held = self.pacing.free(leaving)
         max_jobs = self.config.max_jobs
         if max_jobs is not None:
             ended = self.holdings.ended

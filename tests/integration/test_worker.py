@@ -279,6 +279,34 @@ def test_a_worker_whose_claim_drained_the_queue_does_not_claim_again_as_jobs_end
     assert claims == 4  # one a job: none when a job ended
 
 
+def test_a_claim_that_carries_completions_claims_the_room_they_leave(
+    app: forklift.App,
+    db: psycopg.Connection[Any],
+    schema: str,
+    run_worker: RunWorker,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Successes waiting for group commit ride the next claim and are written in its
+    transaction, so they must not shrink it: counted as held, a worker draining tiny
+    jobs alternated a full claim with one of a few jobs that carried the last one's
+    completions, paying a claim statement for next to nothing."""
+    calls: list[tuple[int, int]] = []  # (jobs asked for, completions carried)
+    worker = run_worker(poll_interval=60.0)
+    claim = worker.claimer.claim
+
+    def recorded(free: int, **kwargs: Any) -> Claim:
+        calls.append((free, len(kwargs.get("complete") or ())))
+        return claim(free, **kwargs)
+
+    monkeypatch.setattr(worker.claimer, "claim", recorded)
+    app.enqueue_many([("noop", {})] * 3000)  # its NOTIFY wakes the idle worker
+    done = f"SELECT count(*) FROM {schema}.jobs WHERE state = 'succeeded'"
+    wait_for(lambda: (db.execute(done).fetchone() or (0,))[0] == 3000, timeout=60, what="drain")
+    carrying = [(asked, carried) for asked, carried in calls if carried >= 32]
+    assert carrying, calls  # the drain did group its completions into claims
+    assert [c for c in carrying if c[0] < c[1] // 2] == [], calls
+
+
 def test_polling_fallback_without_listen(
     app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
 ) -> None:

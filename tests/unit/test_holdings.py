@@ -37,6 +37,20 @@ def test_held_jobs_awaiting_completion_cap_new_claims_at_twice_the_slots() -> No
     assert h.free() == (0, 4)  # every slot idle, but four completions outstanding
 
 
+def test_completions_written_with_the_claim_do_not_cap_it() -> None:
+    """The claim's own transaction writes these completions: once it has claimed they
+    are no longer held, so they leave room for it."""
+    h = Holdings(concurrency=2)
+    for i in range(4):
+        ctx = held(i)
+        h.adopt(ctx)
+        h.free_slot(ctx)
+    assert h.free() == (0, 4)
+    assert h.free(leaving=1) == (1, 4)  # three still outstanding, of four allowed
+    assert h.free(leaving=4) == (2, 4)  # the slots themselves cap it
+    assert h.free(ahead=10, leaving=4) == (12, 4)
+
+
 def test_a_release_forgets_the_job_without_counting_it() -> None:
     h = Holdings(concurrency=1)
     ctx = held(7)
