@@ -218,7 +218,7 @@ class JobStore:
 
     def job_progress_many(self, held: Sequence[tuple[int, int, str]], owner: str) -> None:
         """Record (id, attempt, progress JSON) of running jobs this worker holds."""
-        params = {**_leases(held), "progress": [h[2] for h in held], "owner": owner}
+        params = {**_leases(held, progress=2), "owner": owner}
         with translated("progress record failed", self.where), self.pool.connection() as conn:
             conn.execute(self.q["job_progress_many"], params)
 
@@ -384,16 +384,20 @@ def _claim_params(
 def completion(
     q: dict[str, str], done: Sequence[Completion], owner: str
 ) -> tuple[str, dict[str, Any]]:
-    params = {**_leases(done), "owner": owner}
     if not any(d[2] is not None or d[3] is not None for d in done):
-        return q["job_complete_many"], params
-    params["results"], params["progress"] = [d[2] for d in done], [d[3] for d in done]
-    return q["job_complete_many_values"], params
+        return q["job_complete_many"], {**_leases(done), "owner": owner}
+    return q["job_complete_many_values"], {**_leases(done, results=2, progress=3), "owner": owner}
 
 
-def _leases(held: Sequence[tuple[Any, ...]]) -> dict[str, list[Any]]:
-    """The (id, attempt, ...) leases as the fenced queries take them."""
-    return {"ids": [h[0] for h in held], "attempts": [h[1] for h in held]}
+def _leases(held: Sequence[tuple[Any, ...]], **columns: int) -> dict[str, list[Any]]:
+    """The (id, attempt, ...) leases as the fenced queries take them: in id order, the
+    order those that write lock them in; `columns` names more arrays, by their place in
+    each lease (results=2: the third of each)."""
+    ordered = sorted(held, key=lambda h: h[0])
+    params = {"ids": [h[0] for h in ordered], "attempts": [h[1] for h in ordered]}
+    for name, place in columns.items():
+        params[name] = [h[place] for h in ordered]
+    return params
 
 
 def _ms(seconds: float | None) -> str | None:

@@ -3,11 +3,14 @@ sequential scan: checked by EXPLAIN on a table holding a day of retained finishe
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
 
 import psycopg
+import psycopg.sql
 import pytest
 
 from forklift import _sql
@@ -217,3 +220,83 @@ def test_claims_under_limits_read_the_jobs_table_through_its_indexes(
             if "jobs" in set(seq_scans(explain(db, queries[name], params))):
                 scanned.append(name)
     assert scanned == []
+
+
+# The writes over a worker's leases, with what each takes besides ids, attempts, owner.
+FENCED: dict[str, dict[str, Any]] = {
+    "lease_renew_many": {"lease": 30.0},
+    "job_complete_many": {},
+    "job_complete_many_values": {"results": "result", "progress": "progress"},
+    "job_progress_many": {"progress": "progress"},
+    "job_release_many": {},
+    "job_cancelled_among": {},  # reads (which of them an operator cancelled)
+}
+LEASES = 500
+
+
+def rows_walked(plan: dict[str, Any]) -> int:
+    """Rows every node of an EXPLAIN ANALYZE plan produced, over all its loops."""
+    own = int(plan.get("Actual Rows", 0)) * int(plan.get("Actual Loops", 1))
+    return own + sum(rows_walked(child) for child in plan.get("Plans", []))
+
+
+def as_prepared(sql: str) -> tuple[str, list[str]]:
+    """`sql` with its %(name)s parameters numbered $1, $2, ... (first use order), for
+    PREPARE; and the names in that order."""
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match[1] not in names:
+            names.append(match[1])
+        return f"${names.index(match[1]) + 1}"
+
+    return re.sub(r"%\((\w+)\)s", number, sql), names
+
+
+@pytest.mark.parametrize("name", sorted(FENCED))
+def test_a_write_over_many_leases_looks_each_up_once_in_a_generic_plan(
+    db: psycopg.Connection[Any], schema: str, name: str
+) -> None:
+    """Planned generically, as a statement psycopg prepares after five runs is, a join
+    of 128 completions with the worker's running jobs put the unnested leases inside a
+    nested loop: 16,384 rows walked, 128 x 128. Each lease must be looked up once:
+    the rows walked (by every node of the plan) grow with the leases, not with their
+    square."""
+    # Analyzed while they were ready, as a table mostly is: the statistics know of no
+    # running job and no owner, which is what made the join's plan go quadratic.
+    db.execute(
+        f"INSERT INTO {schema}.jobs (queue, task) SELECT 'q', 't' FROM generate_series(1, %s)",
+        (2 * LEASES,),
+    )
+    db.execute(f"ANALYZE {schema}.jobs")
+    db.execute(
+        f"""UPDATE {schema}.jobs SET state = 'running', attempts = 1,
+            lease_owner = CASE WHEN id % 2 = 0 THEN 'me' ELSE 'other' END,
+            lease_until = now() + interval '30 seconds', started_at = now()"""
+    )
+    ids = [r[0] for r in db.execute(f"SELECT id FROM {schema}.jobs WHERE lease_owner = 'me'")]
+    assert len(ids) == LEASES
+    sql, names = as_prepared(_sql.load("forklift.store", "queries.sql", schema)[name])
+    values: dict[str, Any] = {"ids": sorted(ids), "attempts": [1] * LEASES, "owner": "me"}
+    for param, kind in FENCED[name].items():
+        values[param] = [f'{{"{kind}": 1}}'] * LEASES if kind in ("result", "progress") else kind
+    with db.transaction(force_rollback=True):
+        db.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        db.execute(f"PREPARE fenced AS {sql}")
+        try:
+            types = db.execute(
+                "SELECT parameter_types::text[] FROM pg_prepared_statements WHERE name = 'fenced'"
+            ).fetchone()
+            assert types is not None
+            # EXECUTE's arguments are not bound parameters: literals, cast to the types.
+            args = psycopg.sql.SQL(", ").join(
+                psycopg.sql.SQL("{}::{}").format(psycopg.sql.Literal(values[n]), psycopg.sql.SQL(t))
+                for n, t in zip(names, types[0], strict=True)
+            )
+            explain = psycopg.sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE fenced({})")
+            row = db.execute(explain.format(args)).fetchone()
+        finally:
+            db.execute("DEALLOCATE fenced")
+    assert row is not None
+    plan = row[0][0]["Plan"]
+    assert rows_walked(plan) <= 40 * LEASES, json.dumps(plan, indent=1)  # not LEASES²
