@@ -21,6 +21,10 @@ error, Ctrl-C or SIGTERM); the jobs table is truncated between phases:
    both on the database clock.
 4. scale: the processing rate (10-90%) of the first 10k jobs with 10k vs 1M ready jobs
    in the table (10k, since the small table holds no more).
+5. retained (only with --retained N): the processing rate (10-90%) of 10k jobs with no
+   finished jobs in the table vs with N succeeded ones kept (inserted by SQL, as a day's
+   retention keeps them, then VACUUM ANALYZE), progress polled on the ready and running
+   indexes in both.
 
 Every run checks that no job failed or ran twice. The machine and the server may be
 shared: the header line gives the load average and autovacuum setting at the start.
@@ -240,11 +244,53 @@ class ThroughputBench(Bench):
         for proc in self.procs:
             proc.check_alive()
 
+    def unfinished(self) -> int:
+        """Jobs ready or running, counted on their partial indexes: the progress poll of a
+        table that retains many finished jobs, which a count of the succeeded would walk."""
+        return int(
+            self.scalar(
+                "SELECT (SELECT count(*) FROM {s}.jobs WHERE state = 'ready')"
+                " + (SELECT count(*) FROM {s}.jobs WHERE state = 'running')"
+            )
+        )
+
+    def retain(self, n: int, chunk: int = 1_000_000) -> float:
+        """Add `n` succeeded jobs, as a day's retention keeps them (one SQL INSERT per
+        `chunk`, no notifications), then VACUUM ANALYZE; return the seconds taken."""
+        started = time.perf_counter()
+        done = 0
+        while done < n:
+            size = min(chunk, n - done)
+            with self.db.transaction():
+                self.db.execute("SET LOCAL forklift.quiet = 'on'")  # no NOTIFY per row
+                self.db.execute(
+                    f"INSERT INTO {self.schema}.jobs (queue, task, args, state, attempts,"
+                    " created_at, started_at, completed_at)"
+                    " SELECT 'default', 'noop', '{}'::jsonb, 'succeeded', 1,"
+                    " now() - make_interval(secs => 86000.0 * g / %s),"
+                    " now() - make_interval(secs => 86000.0 * g / %s),"
+                    " now() - make_interval(secs => 86000.0 * g / %s)"
+                    " FROM generate_series(%s, %s) AS g",
+                    (n, n, n, done + 1, done + size),
+                )
+            done += size
+            say(f"  retained {done:,}/{n:,} ({time.perf_counter() - started:.0f}s)")
+        self.db.execute(f"VACUUM ANALYZE {self.schema}.jobs")
+        return time.perf_counter() - started
+
     def process(
-        self, target: int, workers: int, concurrency: int, timeout: float = 600.0
+        self,
+        target: int,
+        workers: int,
+        concurrency: int,
+        timeout: float = 600.0,
+        *,
+        by_unfinished: bool = False,
     ) -> Processing:
-        """Start workers, wait until `target` jobs succeeded, stop them; time it."""
-        already = self.succeeded()
+        """Start workers, wait until `target` jobs succeeded, stop them; time it. With
+        `by_unfinished`, progress is `target` less the jobs still ready or running (the
+        table holds only these `target` unfinished ones)."""
+        already = 0 if by_unfinished else self.succeeded()
         started = time.perf_counter()
         self.start_workers(workers, concurrency)
         samples: list[tuple[float, int]] = []
@@ -253,7 +299,7 @@ class ThroughputBench(Bench):
             # Not wait_for: every poll is a progress sample, timed along with the query.
             while True:
                 asked = time.perf_counter()
-                done = self.succeeded() - already
+                done = target - self.unfinished() if by_unfinished else self.succeeded() - already
                 now = time.perf_counter()
                 polling += now - asked
                 samples.append((now - started, done))
@@ -456,6 +502,54 @@ def phase_scale(
     )
 
 
+def phase_retained(
+    bench: ThroughputBench, args: argparse.Namespace, concurrency: int, rows: list[Row]
+) -> None:
+    """Rate of --scale-measure no-ops with no finished jobs in the table vs with
+    --retained succeeded ones kept (median of --scale-rounds each; progress polled on the
+    ready and running indexes in both, as a count of the succeeded would walk them all)."""
+    measure = args.scale_measure
+    rates: dict[int, list[float]] = {0: [], args.retained: []}
+    for retained in (0, args.retained):
+        bench.reset()
+        if retained:
+            say(f"retained: adding {retained:,} succeeded jobs ...")
+            bench.retain(retained)
+        for _ in range(args.scale_rounds):
+            if retained:  # the last round's dead rows go, as a fresh table has none
+                bench.db.execute(f"VACUUM {bench.schema}.jobs")
+            else:
+                bench.reset()
+            bench.enqueue_bulk(measure, args.batch)
+            bench.db.execute(f"ANALYZE {bench.schema}.jobs")
+            say(f"retained: {retained:,} finished, processing {measure:,} ...")
+            result = bench.process(measure, args.workers, concurrency, by_unfinished=True)
+            rate = result.steady_rate or result.rate
+            say(f"  {fmt_rate(result.rate)} overall, {fmt_rate(result.steady_rate)} at 10-90%")
+            rates[retained].append(rate)
+    bad = bench.scalar(
+        "SELECT count(*) FROM {s}.jobs WHERE state <> 'succeeded' OR attempts <> 1"
+        " OR last_error IS NOT NULL"
+    )
+    if bad:
+        raise RuntimeError(f"{bad} jobs failed or ran more than once")
+    bench.reset()
+    none, kept = statistics.median(rates[0]), statistics.median(rates[args.retained])
+    rows.append(Row(f"processing {measure:,}, no finished jobs kept, 10-90%", fmt_rate(none)))
+    rows.append(
+        Row(f"processing {measure:,}, {args.retained:,} finished kept, 10-90%", fmt_rate(kept))
+    )
+    ratio = kept / none
+    rows.append(
+        Row(
+            f"rate with {args.retained:,} finished kept / with none",
+            f"{ratio:.2f}",
+            ">= 0.90",
+            ratio >= 0.9,
+        )
+    )
+
+
 # -- command line ------------------------------------------------------------------------
 
 
@@ -578,6 +672,14 @@ def add_scale_args(p: argparse.ArgumentParser) -> None:
         help="measurements per table size in the scale phase, median taken (%(default)s)",
     )
     p.add_argument(
+        "--retained",
+        type=positive,
+        default=None,
+        metavar="N",
+        help="also measure the rate with N succeeded jobs kept in the table (a day's "
+        "retention) against none, e.g. 10000000 (~5 minutes more; off by default)",
+    )
+    p.add_argument(
         "--scale-batch",
         type=positive,
         default=50_000,
@@ -599,6 +701,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         phase_latency(bench, args, rows)
         if not args.skip_scale:
             phase_scale(bench, args, concurrency, rows)
+        if args.retained:
+            phase_retained(bench, args, concurrency, rows)
     rows.append(Row("peer job queues", "not installed", "-"))
     note = (
         f"forklift bench: {args.workers} workers x concurrency {concurrency}, "
