@@ -65,7 +65,9 @@ def test_a_long_job_hoards_nothing_and_the_short_ones_finish_while_it_runs(
     hoarded: list[int] = []
 
     def shorts_done() -> bool:
-        if time.monotonic() - began > 0.5:  # past the release budget: it holds one job
+        # Past the release budget (20 claim round trips: 0.5 s where a loaded machine's
+        # claim of 200 jobs takes 25 ms) it holds the long job alone.
+        if time.monotonic() - began > 1.0:
             hoarded.append(
                 scalar(db, f"SELECT count(*) FROM {schema}.jobs WHERE lease_owner = %s", owner)
             )
@@ -77,8 +79,11 @@ def test_a_long_job_hoards_nothing_and_the_short_ones_finish_while_it_runs(
         return bool(done == len(short))
 
     wait_for(shorts_done, timeout=7, interval=0.05, what="the 200 short jobs done")
+    if not hoarded:  # all done within the budget: look once past it, the long job runs on
+        time.sleep(max(0.0, began + 1.05 - time.monotonic()))
+        shorts_done()
     assert scalar(db, f"SELECT state FROM {schema}.jobs WHERE id = %s", long_job) == "running"
-    assert set(hoarded) <= {1}, hoarded  # the long job's worker held nothing else
+    assert hoarded and set(hoarded) == {1}, hoarded  # the long job's worker held nothing else
     failures = f"SELECT count(*) FROM {schema}.jobs WHERE id = ANY(%s) AND errors <> '[]'"
     assert scalar(db, failures, short) == 0  # no short job failed or was charged on the way
     assert scalar(db, f"SELECT attempts FROM {schema}.jobs WHERE id = %s", long_job) == 1
