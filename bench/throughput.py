@@ -22,9 +22,9 @@ error, Ctrl-C or SIGTERM); the jobs table is truncated between phases:
 4. scale: the processing rate (10-90%) of the first 10k jobs with 10k vs 1M ready jobs
    in the table (10k, since the small table holds no more).
 5. retained (only with --retained N): the processing rate (10-90%) of 10k jobs with no
-   finished jobs in the table vs with N succeeded ones kept (inserted by SQL, as a day's
-   retention keeps them, then VACUUM ANALYZE), progress polled on the ready and running
-   indexes in both.
+   finished jobs in the table vs with N succeeded ones kept (inserted by SQL into a
+   second schema, as a day's retention keeps them, then VACUUM ANALYZE), rounds
+   alternating between the two, progress polled on the ready and running indexes.
 
 Every run checks that no job failed or ran twice. The machine and the server may be
 shared: the header line gives the load average and autovacuum setting at the start.
@@ -506,40 +506,42 @@ def phase_retained(
     bench: ThroughputBench, args: argparse.Namespace, concurrency: int, rows: list[Row]
 ) -> None:
     """Rate of --scale-measure no-ops with no finished jobs in the table vs with
-    --retained succeeded ones kept (median of --scale-rounds each; progress polled on the
-    ready and running indexes in both, as a count of the succeeded would walk them all)."""
+    --retained succeeded ones kept: a second schema holds those, and the rounds alternate
+    between the two (median of --scale-rounds each), so that both see the same machine.
+    Progress is polled on the ready and running indexes in both, as a count of the
+    succeeded would walk them all."""
     measure = args.scale_measure
     rates: dict[int, list[float]] = {0: [], args.retained: []}
-    for retained in (0, args.retained):
-        bench.reset()
-        if retained:
-            say(f"retained: adding {retained:,} succeeded jobs ...")
-            bench.retain(retained)
+    with ThroughputBench(bench.dsn, poll_interval=bench.poll_interval).session() as kept:
+        say(f"retained: adding {args.retained:,} succeeded jobs to {kept.schema} ...")
+        kept.retain(args.retained)
         for _ in range(args.scale_rounds):
-            if retained:  # the last round's dead rows go, as a fresh table has none
-                bench.db.execute(f"VACUUM {bench.schema}.jobs")
-            else:
-                bench.reset()
-            bench.enqueue_bulk(measure, args.batch)
-            bench.db.execute(f"ANALYZE {bench.schema}.jobs")
-            say(f"retained: {retained:,} finished, processing {measure:,} ...")
-            result = bench.process(measure, args.workers, concurrency, by_unfinished=True)
-            rate = result.steady_rate or result.rate
-            say(f"  {fmt_rate(result.rate)} overall, {fmt_rate(result.steady_rate)} at 10-90%")
-            rates[retained].append(rate)
-    bad = bench.scalar(
-        "SELECT count(*) FROM {s}.jobs WHERE state <> 'succeeded' OR attempts <> 1"
-        " OR last_error IS NOT NULL"
-    )
-    if bad:
-        raise RuntimeError(f"{bad} jobs failed or ran more than once")
+            for table, retained in ((bench, 0), (kept, args.retained)):
+                if retained:  # the last round's dead rows go, as a fresh table has none
+                    table.db.execute(f"VACUUM {table.schema}.jobs")
+                else:
+                    table.reset()
+                table.enqueue_bulk(measure, args.batch)
+                table.db.execute(f"ANALYZE {table.schema}.jobs")
+                say(f"retained: {retained:,} finished, processing {measure:,} ...")
+                result = table.process(measure, args.workers, concurrency, by_unfinished=True)
+                rate = result.steady_rate or result.rate
+                say(f"  {fmt_rate(result.rate)} overall, {fmt_rate(result.steady_rate)} at 10-90%")
+                rates[retained].append(rate)
+        for table in (bench, kept):
+            bad = table.scalar(
+                "SELECT count(*) FROM {s}.jobs WHERE state <> 'succeeded' OR attempts <> 1"
+                " OR last_error IS NOT NULL"
+            )
+            if bad:
+                raise RuntimeError(f"{bad} jobs failed or ran more than once")
     bench.reset()
-    none, kept = statistics.median(rates[0]), statistics.median(rates[args.retained])
+    none, full = statistics.median(rates[0]), statistics.median(rates[args.retained])
     rows.append(Row(f"processing {measure:,}, no finished jobs kept, 10-90%", fmt_rate(none)))
     rows.append(
-        Row(f"processing {measure:,}, {args.retained:,} finished kept, 10-90%", fmt_rate(kept))
+        Row(f"processing {measure:,}, {args.retained:,} finished kept, 10-90%", fmt_rate(full))
     )
-    ratio = kept / none
+    ratio = full / none
     rows.append(
         Row(
             f"rate with {args.retained:,} finished kept / with none",
