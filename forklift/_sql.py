@@ -12,6 +12,7 @@ from forklift.errors import ConfigError
 # "<schema>_done", must fit the 63 bytes of a PostgreSQL identifier.
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,57}$")
 _HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+_FRAGMENT = re.compile(r"\{_\w+\}")
 
 
 def check_schema_name(schema: str) -> str:
@@ -61,14 +62,28 @@ def render(text: str, schema: str) -> str:
 
 
 def parse(text: str) -> dict[str, str]:
-    """Split a file of `-- name: x` sections into {name: sql}."""
+    """Split a file of `-- name: x` sections into {name: sql}.
+
+    A section named with a leading underscore (`-- name: _part`) is a fragment, not a
+    query: every `{_part}` in the file's queries becomes its text, and it is not returned.
+    """
     parts = _HEADER.split(text)
-    queries: dict[str, str] = {}
+    sections: dict[str, str] = {}
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        if name in queries:
+        if name in sections:
             raise ValueError(f"query {name!r} is defined twice")
         lines = [line for line in body.strip().splitlines() if not line.lstrip().startswith("--")]
-        queries[name] = "\n".join(lines).strip().rstrip(";")
+        sections[name] = "\n".join(lines).strip().rstrip(";")
+    fragments = {name: sql for name, sql in sections.items() if name.startswith("_")}
+    queries: dict[str, str] = {}
+    for name, sql in sections.items():
+        if name in fragments:
+            continue
+        for part, text_of in fragments.items():
+            sql = sql.replace("{" + part + "}", text_of)
+        if unknown := _FRAGMENT.search(sql):
+            raise ValueError(f"query {name!r} uses {unknown[0]}, which the file does not define")
+        queries[name] = sql
     return queries
 
 

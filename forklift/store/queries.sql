@@ -5,13 +5,22 @@
 -- The writes over a worker's leases (renewal, completion, release, progress) share one
 -- shape: `mine` takes the (id, attempt) leases one at a time, as the caller sends them
 -- (sorted by id: every write over many jobs locks them in id order, or two could
--- deadlock), and locks each job by its primary key if this owner still holds it at
--- that attempt. Per lease, whatever the plan: a join of the leases with the jobs,
--- planned generically for a prepared statement, put the unnested leases inside a
--- nested loop, 128 completions walking 16,384 rows. (A lease owner means the job is
--- running: jobs_lease_when_running. Said again as `state = 'running'`, it would let
--- the planner look each lease up in the running index, walking every job of this
--- owner each time, instead of by the primary key.)
+-- deadlock), and locks each job that this owner still holds at that attempt
+-- (`{_held_lease}`, below).
+
+-- name: _held_lease
+-- A fragment, not a query (`_sql.parse`): the job of lease `h` (id, attempt), locked if
+-- `%(owner)s` still holds it at that attempt; by its primary key, once per lease,
+-- whatever the plan. A join of the leases with the jobs, planned generically for a
+-- prepared statement, put the unnested leases inside a nested loop: 128 completions
+-- walked 16,384 rows. A lease owner means the job is running (jobs_lease_when_running);
+-- said again as `state = 'running'`, it would let the planner look each lease up in the
+-- running index, walking every job of this owner each time.
+LATERAL (
+        SELECT j.id FROM {schema}.jobs AS j
+        WHERE j.id = h.id AND j.attempts = h.attempt AND j.lease_owner = %(owner)s::text
+        FOR UPDATE
+    ) AS j
 
 -- name: job_insert
 -- Insert one job; with an idempotency key already taken, insert nothing.
@@ -161,11 +170,7 @@ LIMIT 1;
 WITH mine AS (
     SELECT j.id
     FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS h(id, attempt),
-    LATERAL (
-        SELECT j.id FROM {schema}.jobs AS j
-        WHERE j.id = h.id AND j.attempts = h.attempt AND j.lease_owner = %(owner)s::text
-        FOR UPDATE
-    ) AS j
+    {_held_lease}
 )
 UPDATE {schema}.jobs AS j SET lease_until = now() + make_interval(secs => %(lease)s::float8)
 WHERE j.id = ANY(ARRAY(SELECT id FROM mine))
@@ -178,11 +183,7 @@ RETURNING j.id;
 WITH mine AS (
     SELECT j.id
     FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS h(id, attempt),
-    LATERAL (
-        SELECT j.id FROM {schema}.jobs AS j
-        WHERE j.id = h.id AND j.attempts = h.attempt AND j.lease_owner = %(owner)s::text
-        FOR UPDATE
-    ) AS j
+    {_held_lease}
 )
 UPDATE {schema}.jobs AS j SET
     state = 'succeeded', completed_at = now(), lease_owner = NULL, lease_until = NULL
@@ -197,11 +198,7 @@ WITH mine AS (
     FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(results)s::jsonb[],
                 %(progress)s::jsonb[])
       AS h(id, attempt, result, progress),
-    LATERAL (
-        SELECT j.id FROM {schema}.jobs AS j
-        WHERE j.id = h.id AND j.attempts = h.attempt AND j.lease_owner = %(owner)s::text
-        FOR UPDATE
-    ) AS j
+    {_held_lease}
 )
 UPDATE {schema}.jobs AS j SET
     state = 'succeeded', completed_at = now(), lease_owner = NULL, lease_until = NULL,
@@ -259,11 +256,7 @@ FROM failed;
 WITH mine AS (
     SELECT j.id
     FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS h(id, attempt),
-    LATERAL (
-        SELECT j.id FROM {schema}.jobs AS j
-        WHERE j.id = h.id AND j.attempts = h.attempt AND j.lease_owner = %(owner)s::text
-        FOR UPDATE
-    ) AS j
+    {_held_lease}
 ), released AS (
     UPDATE {schema}.jobs AS j SET
         state = 'ready', attempts = j.attempts - 1, lease_owner = NULL, lease_until = NULL
@@ -298,11 +291,7 @@ WITH mine AS (
     SELECT j.id, h.progress
     FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(progress)s::jsonb[])
       AS h(id, attempt, progress),
-    LATERAL (
-        SELECT j.id FROM {schema}.jobs AS j
-        WHERE j.id = h.id AND j.attempts = h.attempt AND j.lease_owner = %(owner)s::text
-        FOR UPDATE
-    ) AS j
+    {_held_lease}
 )
 UPDATE {schema}.jobs AS j
 SET progress = mine.progress || jsonb_build_object('at', now())

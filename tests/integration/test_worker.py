@@ -11,6 +11,7 @@ import pytest
 import forklift
 from forklift.store import Claim
 from forklift.testing import wait_for
+from forklift.workers import Worker
 from forklift.workers.maintenance import Maintained
 from tests.integration.conftest import RunWorker
 
@@ -243,6 +244,19 @@ def test_notify_wakes_an_idle_worker(
     assert (row["started_at"] - row["created_at"]).total_seconds() < 1.0
 
 
+def recorded_claims(worker: Worker, monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """Every claim the worker makes from now on: (jobs asked for, completions carried)."""
+    calls: list[tuple[int, int]] = []
+    claim = worker.claimer.claim
+
+    def recorded(free: int, **kwargs: Any) -> Claim:
+        calls.append((free, len(kwargs.get("complete") or ())))
+        return claim(free, **kwargs)
+
+    monkeypatch.setattr(worker.claimer, "claim", recorded)
+    return calls
+
+
 def test_a_worker_whose_claim_drained_the_queue_does_not_claim_again_as_jobs_end(
     app: forklift.App,
     db: psycopg.Connection[Any],
@@ -265,18 +279,10 @@ def test_a_worker_whose_claim_drained_the_queue_does_not_claim_again_as_jobs_end
         wait_for(lambda: state_is(db, schema, job_id, "succeeded"), timeout=5, what="the job")
 
     run_one()  # (whatever woke it while it connected has been looked at by now)
-    claims = 0
-    claim = worker.claimer.claim
-
-    def counted(free: int, **kwargs: Any) -> Claim:
-        nonlocal claims
-        claims += 1
-        return claim(free, **kwargs)
-
-    monkeypatch.setattr(worker.claimer, "claim", counted)
+    claims = recorded_claims(worker, monkeypatch)
     for _ in range(4):
         run_one()
-    assert claims == 4  # one a job: none when a job ended
+    assert len(claims) == 4, claims  # one a job: none when a job ended
 
 
 def test_a_claim_that_carries_completions_claims_the_room_they_leave(
@@ -290,15 +296,8 @@ def test_a_claim_that_carries_completions_claims_the_room_they_leave(
     transaction, so they must not shrink it: counted as held, a worker draining tiny
     jobs alternated a full claim with one of a few jobs that carried the last one's
     completions, paying a claim statement for next to nothing."""
-    calls: list[tuple[int, int]] = []  # (jobs asked for, completions carried)
     worker = run_worker(poll_interval=60.0)
-    claim = worker.claimer.claim
-
-    def recorded(free: int, **kwargs: Any) -> Claim:
-        calls.append((free, len(kwargs.get("complete") or ())))
-        return claim(free, **kwargs)
-
-    monkeypatch.setattr(worker.claimer, "claim", recorded)
+    calls = recorded_claims(worker, monkeypatch)
     app.enqueue_many([("noop", {})] * 3000)  # its NOTIFY wakes the idle worker
     done = f"SELECT count(*) FROM {schema}.jobs WHERE state = 'succeeded'"
     wait_for(lambda: (db.execute(done).fetchone() or (0,))[0] == 3000, timeout=60, what="drain")
