@@ -31,7 +31,7 @@ Workloads (--only takes a comma-separated list of them):
             contender's defaults, 2 processes) and "best" (its best documented setting
             for tiny jobs on 2 cores, below).
   limit     PostgreSQL's own limit for forklift's statements (bench/pg_limit.py): its
-            job_claim + job_complete_many from forklift/store/queries.sql looped on 4
+            job_claim_one + job_complete_many from forklift/store/queries.sql looped on 4
             connections (2 workers x a claim and a completion connection), in 4
             processes, no Python work; 1 job per round trip and batches of 128 (what a
             prefetching worker claims of no-ops is tens of jobs at a time, at most 256).

@@ -1,7 +1,7 @@
 """PostgreSQL's own limit for forklift's statements: its claim and completion, no Python work.
 
 `drain(dsn, schema, batch, connections)` empties the ready jobs of a forklift schema with
-forklift's own `job_claim` and `job_complete_many` (loaded from forklift/store/queries.sql
+forklift's own `job_claim_one` and `job_complete_many` (loaded from forklift/store/queries.sql
 through forklift._sql.load, exactly as the worker runs them). Each of `connections`
 processes (spawned, so no GIL is shared) opens one autocommit connection, waits until all
 are connected, then loops "claim up to `batch`, complete those" until a claim comes back
@@ -9,7 +9,9 @@ empty. batch 1 is one job per round trip (a worker at --concurrency 1); a larger
 what a worker with that many free slots claims at once, completed in one group commit.
 bench.compare uses 4 connections: a forklift worker claims on one and completes on
 another, and it runs 2 workers. What is left is the server's cost of the statements (and
-psycopg's): no handler, no hand-off between threads, no lease renewal.
+psycopg's): no handler, no hand-off between threads, no lease renewal. Each claim waits
+for its WAL flush, as a worker's claims in a drain do (they carry completions); only a
+claim on its own skips the wait.
 """
 
 from __future__ import annotations
@@ -28,15 +30,14 @@ from forklift import _sql
 def _loop(dsn: str, schema: str, batch: int, owner: str, go: Barrier, out: Queue[Any]) -> None:
     """One connection's claim/complete loop; puts (started, ended, jobs, error) on `out`."""
     queries = _sql.load("forklift.store", "queries.sql", schema)
-    claim = {"queues": ["default"], "owner": owner, "limit": batch, "lease": 30.0}
-    claim["expired"] = False
+    claim = {"queue": "default", "owner": owner, "limit": batch, "lease": 30.0, "alone": False}
     started = ended = 0.0
     done, error = 0, ""
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
             go.wait(60)
             started = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process
-            while rows := conn.execute(queries["job_claim"], claim).fetchall():
+            while rows := conn.execute(queries["job_claim_one"], claim).fetchall():
                 ids = {"ids": [r[0] for r in rows], "attempts": [r[6] for r in rows]}
                 done += len(
                     conn.execute(queries["job_complete_many"], ids | {"owner": owner}).fetchall()

@@ -222,6 +222,27 @@ def test_claims_under_limits_read_the_jobs_table_through_its_indexes(
     assert scanned == []
 
 
+def test_plain_claims_read_the_jobs_table_through_its_indexes(
+    db: psycopg.Connection[Any], filled: str
+) -> None:
+    """A worker's claims without limits (the usual one-queue claim and the general one,
+    with and without the expiry scan): no sequential scan of the jobs table, with a day of
+    finished jobs in it."""
+    queries = _sql.load("forklift.store", "queries.sql", filled)
+    params = {"queue": "q1", "queues": ["q1"], "owner": "host:1:w", "lease": 30.0, "alone": True}
+    scanned = []
+    for name, queues, expired in [
+        ("job_claim_one", ["q1"], False),
+        ("job_claim", ["q1"], True),
+        ("job_claim", ["q0", "q1", "q2"], False),
+    ]:
+        for limit in (1, 128):
+            params.update(queues=queues, expired=expired, limit=limit)
+            if "jobs" in set(seq_scans(explain(db, queries[name], params))):
+                scanned.append((name, queues, expired, limit))
+    assert scanned == []
+
+
 # The writes over a worker's leases, with what each takes besides ids, attempts, owner.
 FENCED: dict[str, dict[str, Any]] = {
     "lease_renew_many": {"lease": 30.0},

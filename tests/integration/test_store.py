@@ -10,9 +10,9 @@ import pytest
 from psycopg_pool import ConnectionPool
 
 import forklift
-from forklift import _db
+from forklift import _db, _sql
 from forklift.errors import DatabaseError
-from forklift.store import ClaimedJob, JobStore
+from forklift.store import ClaimedJob, Completion, JobStore
 
 OWNER = "test-host:1:store"
 
@@ -161,3 +161,64 @@ def test_forklifts_own_connections_have_jit_off_and_effect_connections_the_serve
                 assert conn.execute("SHOW jit").fetchone() == (expected,)
         finally:
             pool.close()
+
+
+def test_the_one_queue_claim_takes_what_the_general_claim_would(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    # job_claim_one (one queue, no expiry scan: a worker's usual claim) and job_claim must
+    # agree on every rule: priority, then due time, then id; delayed, limited, other
+    # queues' and paused queues' jobs left alone.
+    queries = _sql.load("forklift.store", "queries.sql", schema)
+    plain = app.enqueue_many([("noop", {}) for _ in range(3)])
+    urgent = app.enqueue("noop", priority=5)
+    least = app.enqueue("noop", priority=-1)
+    app.enqueue("noop", delay=600)
+    app.enqueue("noop", queue="other")
+    limited = app.enqueue("noop")
+    db.execute(f"UPDATE {schema}.jobs SET limit_key = 'k' WHERE id = %s", (limited,))
+    early = app.enqueue("noop")
+    db.execute(
+        f"UPDATE {schema}.jobs SET available_at = now() - interval '1 hour' WHERE id = %s",
+        (early,),
+    )
+
+    def claim(name: str, limit: int, queue: str = "default") -> list[int]:
+        params = {"queue": queue, "queues": [queue], "owner": OWNER, "limit": limit,
+                  "lease": 30.0, "expired": False, "alone": True}  # fmt: skip
+        with db.transaction(force_rollback=True):
+            rows = db.execute(queries[name], params).fetchall()
+            assert all(state == "running" for (state,) in db.execute(
+                f"SELECT state FROM {schema}.jobs WHERE id = ANY(%s)", ([r[0] for r in rows],)
+            ))  # fmt: skip
+        return sorted(r[0] for r in rows)
+
+    for limit in range(1, 9):
+        assert claim("job_claim_one", limit) == claim("job_claim", limit), limit
+    order = [urgent, early, *plain, least]
+    for limit in range(1, 9):
+        assert claim("job_claim_one", limit) == sorted(order[:limit]), limit
+    db.execute(f"INSERT INTO {schema}.paused_queues (queue, paused_by) VALUES ('default', 't')")
+    assert claim("job_claim_one", 10) == claim("job_claim", 10) == []
+    assert claim("job_claim_one", 10, "other") == claim("job_claim", 10, "other") != []
+
+
+@pytest.mark.parametrize(("queues", "expired"), [(["default"], False), (["default", "x"], True)])
+def test_a_claim_alone_commits_without_waiting_for_its_flush_and_one_with_completions_waits(
+    app: forklift.App, store: JobStore, schema: str, queues: list[str], expired: bool
+) -> None:
+    # What the claim leaves set for its own transaction is what that transaction commits
+    # with: synchronous_commit off for a claim alone; as configured (on) for one that
+    # carries completions, which must survive a crash.
+    app.enqueue_many([("noop", {}) for _ in range(3)])
+    (job,) = store.job_claim(queues, OWNER, 1, 30.0, expired=expired)
+    done: Completion = (job.id, job.attempt, None, None)
+    for alone in (True, False):
+        statement, params = store._claim_statement(queues, OWNER, 1, 30.0, expired, alone=alone)
+        with store.pool.connection() as conn, conn.transaction(force_rollback=True):
+            assert len(conn.execute(statement, params).fetchall()) == 1
+            assert scalar(conn, "SELECT current_setting('synchronous_commit')") == (
+                "off" if alone else "on"
+            )
+    completed, got = store.job_claim_completing([done], queues, OWNER, 1, 30.0, expired=expired)
+    assert completed == {job.id} and len(got) == 1
