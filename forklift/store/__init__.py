@@ -161,7 +161,7 @@ class JobStore:
     ) -> list[ClaimedJob]:
         """Claim up to `limit` jobs; with `expired`, also jobs whose lease ran out."""
         with translated("claim failed", self.where), self.pool.connection() as conn:
-            statement = self._claim_statement(queues, owner, limit, lease, expired, alone=True)
+            statement = claim_statement(self.q, queues, owner, limit, lease, expired, alone=True)
             rows = conn.execute(*statement).fetchall()
         return claimed(rows)
 
@@ -178,29 +178,10 @@ class JobStore:
         """Complete `done` (as job_complete_many), then claim (as job_claim), in one
         transaction and one round trip: the claim sees the slots they free. The ids
         completed, and the jobs claimed."""
-        claim_statement = self._claim_statement(queues, owner, limit, lease, expired, alone=False)
+        claiming = claim_statement(self.q, queues, owner, limit, lease, expired, alone=False)
         with translated("claim failed", self.where), self.pool.connection() as conn:
-            completed, claim = pipelined(conn, [self.completion(done, owner), claim_statement])
+            completed, claim = pipelined(conn, [self.completion(done, owner), claiming])
             return {r[0] for r in completed}, claimed(claim.fetchall())
-
-    def _claim_statement(
-        self,
-        queues: Sequence[str],
-        owner: str,
-        limit: int,
-        lease: float,
-        expired: bool,
-        *,
-        alone: bool,
-    ) -> tuple[str, dict[str, Any]]:
-        """The claim to run: job_claim_one for one queue without the expiry scan (the
-        usual claim, planned in half the time), job_claim otherwise. `alone`: in a
-        transaction of its own, which then commits without waiting for its WAL flush
-        (queries.sql, `_claim_commit`); not when it carries completions."""
-        if len(queues) == 1 and not expired:
-            params = {"queue": queues[0], "owner": owner, "limit": limit, "lease": lease}
-            return self.q["job_claim_one"], {**params, "alone": alone}
-        return self.q["job_claim"], _claim_params(queues, owner, limit, lease, expired, alone)
 
     def job_trace_contexts(self, ids: Sequence[int]) -> list[tuple[int, Any]]:
         """(id, trace context) of the jobs among `ids` enqueued with one (_tracing.py)."""
@@ -391,11 +372,24 @@ class JobStore:
                 conn.execute("RESET statement_timeout")
 
 
-def _claim_params(
-    queues: Sequence[str], owner: str, limit: int, lease: float, expired: bool, alone: bool
-) -> dict[str, Any]:
-    return {"queues": list(queues), "owner": owner, "limit": limit, "lease": lease,
-            "expired": expired, "alone": alone}  # fmt: skip
+def claim_statement(
+    q: dict[str, str],
+    queues: Sequence[str],
+    owner: str,
+    limit: int,
+    lease: float,
+    expired: bool,
+    *,
+    alone: bool,
+) -> tuple[str, dict[str, Any]]:
+    """The claim to run: job_claim_one for one queue without the expiry scan (the usual
+    claim, planned in half the time), job_claim otherwise. `alone`: in a transaction of
+    its own, which then commits without waiting for its WAL flush (queries.sql,
+    `_claim_commit`); not when it carries completions."""
+    common = {"owner": owner, "limit": limit, "lease": lease, "alone": alone}
+    if len(queues) == 1 and not expired:
+        return q["job_claim_one"], {"queue": queues[0], **common}
+    return q["job_claim"], {"queues": list(queues), "expired": expired, **common}
 
 
 def completion(

@@ -12,7 +12,7 @@ from psycopg_pool import ConnectionPool
 import forklift
 from forklift import _db, _sql
 from forklift.errors import DatabaseError
-from forklift.store import ClaimedJob, Completion, JobStore
+from forklift.store import ClaimedJob, Completion, JobStore, claim_statement
 
 OWNER = "test-host:1:store"
 
@@ -214,7 +214,7 @@ def test_a_claim_alone_commits_without_waiting_for_its_flush_and_one_with_comple
     (job,) = store.job_claim(queues, OWNER, 1, 30.0, expired=expired)
     done: Completion = (job.id, job.attempt, None, None)
     for alone in (True, False):
-        statement, params = store._claim_statement(queues, OWNER, 1, 30.0, expired, alone=alone)
+        statement, params = claim_statement(store.q, queues, OWNER, 1, 30.0, expired, alone=alone)
         with store.pool.connection() as conn, conn.transaction(force_rollback=True):
             assert len(conn.execute(statement, params).fetchall()) == 1
             assert scalar(conn, "SELECT current_setting('synchronous_commit')") == (
