@@ -35,6 +35,11 @@ class Holdings:
         self._lock = threading.Lock()
         self._jobs: dict[int, JobContext] = {}
         self._busy = 0  # held jobs whose handler has not returned yet
+        # Kept as they change, not counted from `_jobs` (hundreds of jobs claimed ahead,
+        # looked at several times a claim): jobs claimed whose handler has not started,
+        # and those whose handler runs now, by id.
+        self._waiting = 0
+        self._running: dict[int, JobContext] = {}
 
     def __len__(self) -> int:
         return len(self._jobs)
@@ -59,8 +64,11 @@ class Holdings:
     def adopt(self, ctx: JobContext) -> None:
         """Hold a job just claimed; it takes a slot."""
         with self._lock:
+            if (displaced := self._jobs.get(ctx.job_id)) is not None:
+                self._uncount(displaced)  # its lease was lost, and the job claimed again
             self._jobs[ctx.job_id] = ctx
             self._busy += 1
+            self._waiting += 1
 
     def free_slot(self, ctx: JobContext) -> bool:
         """Give back the job's slot (its handler returned); False if it was given already."""
@@ -79,19 +87,25 @@ class Holdings:
         """Forget a job given back; True if this freed its slot."""
         with self._lock:
             freed = self._free_slot(ctx)
-            self._jobs.pop(ctx.job_id, None)
+            if self._jobs.get(ctx.job_id) is ctx:
+                del self._jobs[ctx.job_id]
             return freed
 
     def start(self, ctx: JobContext, now: float) -> bool:
         """Mark a claimed job started (its handler is about to run); False if it was
-        taken to be given back while it waited (`take_waiting`)."""
+        taken to be given back while it waited (`take_waiting`), or is no longer to run
+        (started already, ended, released)."""
         with self._lock:
             if ctx.giving_back:
                 ctx.passed_over = True  # `keep_waiting` hands it back to an executor
                 return False
-            if ctx.finished or ctx.job_id not in self._jobs:
+            if ctx.started or ctx.finished or ctx.slot_freed:
+                return False
+            if self._jobs.get(ctx.job_id) is not ctx:
                 return False
             ctx.started, ctx.started_at = True, now
+            self._waiting -= 1
+            self._running[ctx.job_id] = ctx
             return True
 
     def take_waiting(self) -> list[JobContext]:
@@ -130,15 +144,12 @@ class Holdings:
     def longest_running(self, now: float) -> float:
         """Seconds the longest-running handler has run (0 when none runs)."""
         with self._lock:
-            ages = [
-                now - c.started_at for c in self._jobs.values() if c.started and not c.slot_freed
-            ]
+            ages = [now - c.started_at for c in self._running.values()]
         return max(ages, default=0.0)
 
     def waiting(self) -> int:
         """How many claimed jobs wait for a slot."""
-        with self._lock:
-            return sum(1 for c in self._jobs.values() if not c.started and not c.slot_freed)
+        return self._waiting
 
     def snapshot(self) -> list[JobContext]:
         with self._lock:
@@ -151,6 +162,18 @@ class Holdings:
     def _free_slot(self, ctx: JobContext) -> bool:
         if ctx.slot_freed:
             return False
+        if self._jobs.get(ctx.job_id) is ctx:
+            self._uncount(ctx)
         ctx.slot_freed = True
         self._busy -= 1
         return True
+
+    def _uncount(self, ctx: JobContext) -> None:
+        """Take a held job out of the waiting count or the running ones (its slot is
+        freed, or another claim of the same job took its place)."""
+        if ctx.slot_freed:
+            return
+        if not ctx.started:
+            self._waiting -= 1
+        elif self._running.get(ctx.job_id) is ctx:
+            del self._running[ctx.job_id]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import cast
 
 from forklift.store import ClaimedJob, JobStore
@@ -81,3 +82,47 @@ def test_a_failed_give_back_hands_back_the_jobs_an_executor_passed_over() -> Non
     assert not h.start(a, 1.0)  # dequeued while taken: passed over
     assert h.keep_waiting([a, b]) == [a]  # b is still in the queue: not again
     assert h.start(a, 2.0) and h.start(b, 2.0)
+
+
+def test_the_waiting_and_running_counts_agree_with_the_jobs_held() -> None:
+    # Holdings keeps how many jobs wait for a slot and which run as they change; here
+    # every step of a random mix of claims, starts, returns, ends, releases and
+    # give-backs is checked against a count from the jobs themselves.
+    rng = random.Random(7)
+    for _ in range(50):
+        h = Holdings(concurrency=3)
+        contexts: list[JobContext] = []
+        for step in range(200):
+            op = rng.choice(["adopt", "start", "return", "end", "release", "take", "keep"])
+            live = [c for c in contexts if not c.finished]
+            pick = rng.choice(live) if live else None
+            if op == "adopt" or pick is None:
+                # Now and then a job given back is claimed again: same id, new context.
+                job_id = (
+                    rng.choice([c.job_id for c in contexts])
+                    if contexts and rng.random() < 0.1
+                    else step
+                )
+                ctx = held(job_id)
+                contexts.append(ctx)
+                h.adopt(ctx)
+            elif op == "start":
+                h.start(pick, float(step))
+            elif op == "return":
+                h.free_slot(pick)
+            elif op == "end":
+                h.end(pick)
+                pick.finished = True
+            elif op == "release":
+                h.release(pick)
+                pick.finished = True
+            elif op == "take":
+                h.keep_waiting(h.take_waiting()) if rng.random() < 0.5 else h.take_waiting()
+            else:
+                h.keep_waiting([c for c in contexts if c.giving_back])
+            jobs = h.snapshot()
+            assert h.waiting() == sum(1 for c in jobs if not c.started and not c.slot_freed)
+            running = [c for c in jobs if c.started and not c.slot_freed]
+            assert h.longest_running(1000.0) == max(
+                (1000.0 - c.started_at for c in running), default=0.0
+            )
