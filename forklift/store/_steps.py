@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg import pq
 
 from forklift.store._boundary import Conn
 
@@ -62,7 +63,7 @@ def run(steps: Steps[T], conn: Conn, own: OwnConnection) -> T:
             match step:
                 case Query(sql, params):
                     cur = conn.execute(sql, params)
-                    rows = cur.fetchall() if cur.description is not None else []
+                    rows = cur.fetchall() if _returned_rows(cur) else []
                 case Copy(sql, copied):
                     with conn.cursor().copy(sql) as copy:
                         for row in copied:
@@ -85,7 +86,7 @@ async def run_async(steps: Steps[T], conn: psycopg.AsyncConnection[Any], own: Ow
             match step:
                 case Query(sql, params):
                     cur = await conn.execute(sql, params)
-                    rows = await cur.fetchall() if cur.description is not None else []
+                    rows = await cur.fetchall() if _returned_rows(cur) else []
                 case Copy(sql, copied):
                     async with conn.cursor().copy(sql) as copy:
                         for row in copied:
@@ -101,3 +102,11 @@ async def run_async(steps: Steps[T], conn: psycopg.AsyncConnection[Any], own: Ow
 def _aside(own: OwnConnection, sql: str, params: Mapping[str, Any] | None) -> None:
     with own() as conn:
         conn.execute(sql, params)
+
+
+def _returned_rows(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
+    """Whether the statement just run returned rows (a result set, perhaps empty). Asked
+    of the result's status: `cur.description` builds a Column, type lookup and all, for
+    each of them: a sixth of a one-by-one enqueue's CPU."""
+    result = cur.pgresult
+    return result is not None and result.status == pq.ExecStatus.TUPLES_OK
