@@ -158,8 +158,8 @@ RETURNING {_claimed};
 -- job_claim for the usual case, one queue and no expiry scan: the same jobs in the same
 -- order, from a statement PostgreSQL plans in half the time. It plans a claim afresh on
 -- every run (a generic plan knows no limit and scans a whole backlog: 22 ms a claim of
--- one among 1,000,000 ready jobs, against 0.5 ms), and job_claim's planning was most of
--- the time an idle worker took to claim a new job (0.7 of 1.0 ms, fsync included).
+-- one among 1,000,000 ready jobs, against 0.5 ms), and job_claim's planning was half
+-- the time an idle worker took to claim a new job (0.5 of 1.0 ms, fsync included).
 WITH picked AS (
     SELECT j.id
     FROM {schema}.jobs j
@@ -188,7 +188,7 @@ RETURNING {_claimed};
 -- any effect rolls back with it), and the job runs again: at-least-once, each effect
 -- once. A WAL flush is sequential, so any later commit that waits (a completion)
 -- makes the claim durable too. A claim that carries completions waits as they must.
--- It took a third of an idle worker's claim here (0.1 of 0.3 ms), far more on disks
+-- It took a sixth of an idle worker's claim here (0.1 of 0.6 ms), far more on disks
 -- slower to flush.
 (SELECT set_config('synchronous_commit',
     CASE WHEN %(alone)s::boolean THEN 'off' ELSE current_setting('synchronous_commit') END,
