@@ -19,9 +19,12 @@ For each:
    the database (`max(completed_at)`: no polling interval in the clock, and the
    supervisor's shutdown outside it; the bench looks every 0.2 s only, a query each time
    the workers need both cores); the database runs on this machine, so its clock is
-   this one's. Also read there: spawn -> the first claim (`min(started_at)`), and the
+   this one's. Also read there: spawn -> the first claim (`min(started_at)`); the
    tail: how many jobs each worker ran (each job returns its pid) and how far apart the
-   two workers' last completions are (one idles meanwhile).
+   two workers' last completions are (one idles meanwhile); and from the times each job
+   returns (its spin's start and end), a handler's time in the workers against d, and
+   the gaps between a worker's jobs (one handler's end -> the next one's start: the
+   worker's own cost per job).
 3. The reference: multiprocessing.Pool(2).map of the same calls, with no queue, no
    database and no boot in the clock (started and warmed first). forklift / Pool is
    forklift's own cost; targets: <= 1.05 for 200 x 50 ms, <= 1.02 for 40 x 500 ms, on
@@ -169,7 +172,9 @@ class Run:
 
     seconds: float
     first_success: float | None = None  # seconds from spawn to the first completion
-    mean_job: float | None = None  # mean started_at -> completed_at in the workers
+    handler: float | None = None  # mean seconds of a spin in the workers (the handler)
+    gap: float | None = None  # median seconds from a worker's handler end to its next start
+    gaps: float = 0.0  # those seconds, summed over all the workers
     own_cpu: float = 0.0  # CPU seconds of the processes measured (supervisor + children)
     other_cpu: float = 0.0  # CPU seconds every other process on the machine used meanwhile
     # d: one call's median wall seconds in this process, measured just before and just
@@ -251,22 +256,44 @@ class CpuBench(Bench):
         row = self.db.execute(
             f"""SELECT extract(epoch FROM max(completed_at))::float8,
                        extract(epoch FROM min(started_at))::float8,
-                       extract(epoch FROM min(completed_at))::float8,
-                       avg(extract(epoch FROM completed_at - started_at))::float8
+                       extract(epoch FROM min(completed_at))::float8
                 FROM {self.schema}.jobs"""
         ).fetchone()
         assert row is not None
-        last, first_claim, first, mean_job = row
-        ends = self.db.execute(
-            f"""SELECT count(*), extract(epoch FROM max(completed_at))::float8
-                FROM {self.schema}.jobs GROUP BY result ORDER BY count(*) DESC"""
-        ).fetchall()
-        run = Run(last - spawned, first - spawned, mean_job, own_cpu, other_cpu)
+        last, first_claim, first = row
+        run = Run(last - spawned, first - spawned, own_cpu=own_cpu, other_cpu=other_cpu)
         run.first_claim = first_claim - spawned
         run.polled = now
+        self.read_workers(run)
+        return run
+
+    def read_workers(self, run: Run) -> None:
+        """Into `run`, from the jobs' results: the jobs each worker ran, how far apart
+        the workers' last completions are, a handler's mean time, and the gaps between
+        a worker's jobs."""
+        # The pid, and when the handler's spin began and ended (a --baseline tree's own
+        # bench/cpu_app.py may return the pid alone: then no gaps).
+        spins = self.db.execute(
+            f"""SELECT coalesce(result->'pid', result)::bigint,
+                       extract(epoch FROM completed_at)::float8,
+                       (result->>'began')::float8, (result->>'ended')::float8
+                FROM {self.schema}.jobs"""
+        ).fetchall()
+        by_pid: dict[int, list[tuple[float, float | None, float | None]]] = {}
+        for pid, completed, began, ended in spins:
+            by_pid.setdefault(pid, []).append((completed, began, ended))
+        ends = sorted(((len(j), max(c for c, _, _ in j)) for j in by_pid.values()), reverse=True)
         run.per_worker = [n for n, _ in ends]
         run.spread = max(t for _, t in ends) - min(t for _, t in ends)
-        return run
+        timed = [
+            sorted((b, e) for _, b, e in jobs if b is not None and e is not None)
+            for jobs in by_pid.values()
+        ]
+        if all(timed):
+            gaps = [t[i + 1][0] - t[i][1] for t in timed for i in range(len(t) - 1)]
+            run.handler = statistics.mean(e - b for t in timed for b, e in t)
+            run.gap = statistics.median(gaps) if gaps else None
+            run.gaps = sum(gaps)
 
     def boot(self, tree: Tree, workers: int) -> dict[str, float]:
         """Spawn -> first claim of `forklift run --workers N`, split (bench/_boot_probe.py):
@@ -570,9 +597,18 @@ def forklift_rows(case: Case, w: int, main: list[Run], pool: list[Run], who: str
             f"{med(r.spread or 0.0 for r in main) * 1e3:.0f} ms",
         ),
         Row(
-            f"    wall / ({n} x mean job time in the workers / {w})",
-            f"{med(r.seconds / (n * (r.mean_job or 1.0) / w) for r in main):.3f} "
-            f"(mean {med(r.mean_job or 0.0 for r in main) * 1e3:.1f} ms)",
+            "    a handler's time in the workers / d",
+            "-"
+            if any(r.handler is None for r in main)
+            else f"{med((r.handler or 0.0) / r.d for r in main):.3f} "
+            f"(mean {med(r.handler or 0.0 for r in main) * 1e3:.1f} ms)",
+        ),
+        Row(
+            "    between a worker's jobs (a handler's end -> the next's start)",
+            "-"
+            if any(r.gap is None for r in main)
+            else f"median {med(r.gap or 0.0 for r in main) * 1e3:.2f} ms; "
+            f"{med(r.gaps / w / r.seconds for r in main) * 100:.1f} % of the wall",
         ),
         Row("    cores used by forklift / by other processes", cores(main)),
     ]

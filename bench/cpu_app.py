@@ -27,12 +27,14 @@ def register(app: forklift.App) -> forklift.App:
     """Register the benchmark tasks on `app`; return it."""
 
     @app.task(name="burn")
-    def burn(ctx: forklift.JobContext, iterations: int) -> int:
+    def burn(ctx: forklift.JobContext, iterations: int) -> dict[str, float]:
         """CPU-bound job: `spin(iterations)` (the benchmark calibrates it to ~50 ms).
 
-        Its result is the worker's pid: bench.cpu counts the jobs each worker ran."""
+        Its result is the worker's pid and when the spin began and ended (time.time()):
+        bench.cpu counts the jobs each worker ran and times the gaps between them."""
+        began = time.time()
         spin(iterations)
-        return os.getpid()
+        return {"pid": os.getpid(), "began": began, "ended": time.time()}
 
     @app.task(name="nap")
     def nap(ctx: forklift.JobContext, seconds: float = 5.0) -> None:
