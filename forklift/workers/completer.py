@@ -84,6 +84,8 @@ class Completer:
         self._stopped = False
         self._riding = False  # a claim that takes successes with it is on its way
         self._no_claim = False  # the claim loop waits for news: no claim will take them
+        self._held = False  # a claim goes ahead of what is queued (ahead_of)
+        self._now = False  # then write what is queued at once (let_go)
         self._changed = threading.Condition()
         self._retry = Streak(self.config.retry)
 
@@ -140,13 +142,14 @@ class Completer:
                 if self._stopped:
                     batch, self._pending = self._pending, []
                     return batch, True
-                if self._pending and not self._riding:
-                    linger = 0.0 if self._no_claim else self.config.linger
+                if self._pending and not self._riding and not self._held:
+                    linger = 0.0 if self._no_claim or self._now else self.config.linger
                     left = self._since + linger - time.monotonic()
                     if left <= 0:
                         batch = self._pending[: self.config.batch]
                         del self._pending[: self.config.batch]
                         self._since = time.monotonic()
+                        self._now = False
                         return batch, False
                     self._changed.wait(left)
                 else:  # nothing, or a claim on its way that the loop follows up
@@ -164,6 +167,29 @@ class Completer:
             with self._changed:
                 self._riding = False
                 self._since = time.monotonic()
+                self._changed.notify()
+
+    def ahead_of(self, claim: Callable[[], Claim]) -> Claim:
+        """Make `claim` without the successes queued: they wait until `let_go()` (the
+        claim's jobs handed to their runners first), then are written on this thread.
+        For a claim that every slot waits on (nothing runs, nothing claimed waits): its
+        jobs start before the successes' commit, not after it. Riding, the two
+        statements run one after the other in one transaction: 1-2 ms more between two
+        50 ms jobs of a CPU-bound worker (bench.cpu)."""
+        with self._changed:
+            self._held = True
+        try:
+            return claim()
+        except BaseException:
+            self.let_go()
+            raise
+
+    def let_go(self) -> None:
+        """Write the successes `ahead_of` held back, now."""
+        with self._changed:
+            if self._held:
+                self._held = False
+                self._now = bool(self._pending)
                 self._changed.notify()
 
     def _ride(self, claim: Callable[[Sequence[Completion]], Claim]) -> Claim:

@@ -151,6 +151,11 @@ class Holdings:
         """How many claimed jobs wait for a slot."""
         return self._waiting
 
+    def idle(self) -> bool:
+        """Whether no slot is taken: no handler runs and no claimed job waits (successes
+        may still wait for their completion to be written)."""
+        return self._busy == 0
+
     def snapshot(self) -> list[JobContext]:
         with self._lock:
             return list(self._jobs.values())

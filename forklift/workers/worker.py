@@ -278,6 +278,7 @@ class Worker:
                 break
             self.pacing.shared = claim.shared
             self.runs.dispatch([self._adopt(job) for job in jobs])
+            self.services.completer.let_go()  # what the claim went ahead of, if it did
             if len(jobs) < free and not claim.again and not claim.shared:
                 wait = self._idle_wait()
                 if not jobs:
@@ -292,8 +293,13 @@ class Worker:
         complete in the same round trip and transaction (the claim sees the slots they
         free), so they do not count against the jobs held. (The claim, how many it
         asked for.) Without that a worker whose completions lag by a claim's worth
-        alternates a full claim with one of a few jobs, each costing the same."""
+        alternates a full claim with one of a few jobs, each costing the same. A claim
+        that every slot waits on goes ahead of the successes instead (_claim_waited_on)."""
         asked = free
+        if self._claim_waited_on():
+            return self.services.completer.ahead_of(
+                lambda: self.claimer.claim(free, expired=expired)
+            ), free
 
         def claim(rows: Sequence[Completion]) -> Claim:
             nonlocal asked
@@ -302,6 +308,18 @@ class Worker:
             return self.claimer.claim(asked, expired=expired, complete=rows)
 
         return self.services.completer.riding(claim), asked
+
+    def _claim_waited_on(self) -> bool:
+        """Whether the claim goes ahead of the successes queued (Completer.ahead_of):
+        nothing runs or waits for a slot, so every slot waits on it, and jobs are not
+        claimed ahead (they take longer than a few claims: a round trip more per job
+        is nothing to them). Under limits the claim takes the successes with it, to see
+        the slots and keys they free."""
+        return (
+            self.pacing.ahead == 0
+            and self.holdings.idle()
+            and self.claimer.applying is Applying.NONE
+        )
 
     def _free_slots(self, leaving: int = 0) -> int:
         """Jobs to claim now (Pacing.free); past max_jobs, none, and once all are done,

@@ -306,6 +306,28 @@ def test_a_claim_that_carries_completions_claims_the_room_they_leave(
     assert [c for c in carrying if c[0] < c[1] // 2] == [], calls
 
 
+def test_a_claim_with_no_slot_busy_goes_ahead_of_the_successes_it_would_carry(
+    app: forklift.App,
+    db: psycopg.Connection[Any],
+    schema: str,
+    run_worker: RunWorker,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Jobs too long to be claimed ahead, one slot: every claim is made with nothing
+    running, and the next job waits on it. It does not carry the last job's success
+    (its completion would run first in its transaction): the completer writes that
+    right after it."""
+    worker = run_worker(poll_interval=60.0, concurrency=1)
+    worker.idle.wait()
+    calls = recorded_claims(worker, monkeypatch)
+    ids = [app.enqueue("sleep", {"seconds": 0.05}) for _ in range(4)]
+    done = f"SELECT count(*) FROM {schema}.jobs WHERE state = 'succeeded'"
+    wait_for(lambda: (db.execute(done).fetchone() or (0,))[0] == 4, timeout=30, what="jobs")
+    assert len(calls) >= 4, calls  # one claim per job at least
+    assert [carried for _, carried in calls] == [0] * len(calls), calls
+    assert all(job(db, schema, i)["attempts"] == 1 for i in ids)
+
+
 def test_polling_fallback_without_listen(
     app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
 ) -> None:

@@ -215,6 +215,44 @@ def test_successes_ride_with_the_next_claim_and_come_back_if_it_fails(
     assert sorted(o for _, o in rig.ended) == [Outcome.SUCCEEDED] * 3
 
 
+def test_a_claim_that_goes_ahead_leaves_the_successes_to_be_written_right_after_it(
+    rig: Rig, app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    """A claim every slot waits on goes ahead of the successes queued
+    (Completer.ahead_of): they are not written in its transaction nor while it is on
+    the worker's one connection, but at once after `let_go()`, not after a linger; a
+    claim that fails lets them go too."""
+    a, b = rig.claim(app, 2)
+    app.enqueue("noop", {})  # for the claim to take
+    config = CompleterConfig(linger=60.0)  # only let_go() writes them within the test
+    completer = Completer(rig.store, OWNER, rig.holdings, rig.events, rig.closing, config)
+    completer.flushed.enable()
+    with rig.running(completer.run):
+        completer.submit(a)
+        rig.events.returned(a)
+
+        def claim() -> Claim:
+            assert state(db, schema, a.job_id) == JobState.RUNNING  # not written before
+            return Claim(rig.store.job_claim(["default"], OWNER, 1, 30.0, expired=False))
+
+        made = completer.ahead_of(claim)
+        assert len(made.jobs) == 1 and made.completed == set()
+        assert state(db, schema, a.job_id) == JobState.RUNNING  # held back until let go
+        completer.let_go()
+        assert completer.flushed.wait(timeout=10).completed == {a.job_id}
+
+        def failing() -> Claim:
+            raise DatabaseError("claim failed: the database went away")
+
+        completer.submit(b)
+        rig.events.returned(b)
+        with pytest.raises(DatabaseError):
+            completer.ahead_of(failing)
+        assert completer.flushed.wait(timeout=10).completed == {b.job_id}
+        completer.stop()
+    assert [state(db, schema, x.job_id) for x in (a, b)] == [JobState.SUCCEEDED] * 2
+
+
 # -- the lease renewer ----------------------------------------------------------------
 
 
