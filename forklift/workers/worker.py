@@ -390,6 +390,9 @@ class Worker:
     def _drain(self) -> None:
         """Wait up to the grace period for held jobs to finish; release the rest."""
         assert self._wakeup is not None
+        # The loop's last claim may have gone ahead of the successes (Completer.ahead_of):
+        # written now, or the wait below would wait out the grace for them.
+        self.services.completer.let_go()
         # A graceful stop starts nothing new: what waits for a slot goes back now.
         self.recorder.release(self.holdings.take_waiting(), "not started before the stop")
         deadline = time.monotonic() + (0.0 if self._fast_stop else self.config.grace)

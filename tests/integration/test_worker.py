@@ -328,6 +328,37 @@ def test_a_claim_with_no_slot_busy_goes_ahead_of_the_successes_it_would_carry(
     assert all(job(db, schema, i)["attempts"] == 1 for i in ids)
 
 
+def test_a_stop_during_a_claim_gone_ahead_still_writes_the_success_it_held_back(
+    app: forklift.App,
+    db: psycopg.Connection[Any],
+    schema: str,
+    run_worker: RunWorker,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The stop comes while a claim that went ahead of the last job's success is on its
+    way: the claimed job goes back, and the success is written at once, not left held
+    back while the drain waits out its grace for it."""
+    worker = run_worker(poll_interval=60.0, concurrency=1, grace=60.0)
+    worker.idle.wait()
+    claim = worker.claimer.claim
+    stopped: list[int] = []
+
+    def stopping_while_a_success_is_held_back(free: int, **kwargs: Any) -> Claim:
+        # One job held and no slot busy: its handler returned, its success not written.
+        if not stopped and len(worker.holdings) == 1 and worker.holdings.idle():
+            stopped.append(len(kwargs.get("complete") or ()))
+            worker.request_stop()
+        return claim(free, **kwargs)
+
+    monkeypatch.setattr(worker.claimer, "claim", stopping_while_a_success_is_held_back)
+    first = app.enqueue("sleep", {"seconds": 0.05})
+    second = app.enqueue("sleep", {"seconds": 0.05})
+    wait_for(lambda: state_is(db, schema, first, "succeeded"), timeout=10, what="first written")
+    wait_for(lambda: state_is(db, schema, second, "ready"), timeout=10, what="second released")
+    assert job(db, schema, second)["attempts"] == 0
+    assert stopped == [0]  # the claim went ahead: it carried no completion
+
+
 def test_polling_fallback_without_listen(
     app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
 ) -> None:
