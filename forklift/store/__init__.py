@@ -19,7 +19,7 @@ from forklift.store._boundary import AsyncConn, Conn, pipelined, short_connectio
 from forklift.store._effect import AsyncEffect, Effect, EffectBudget
 from forklift.store._inserts import Inserts
 from forklift.store._listen import Notifications
-from forklift.store._rows import Claim, ClaimedJob, JobState, NewJob, claimed
+from forklift.store._rows import Claim, ClaimedJob, JobState, NewJob, claimed, next_due
 from forklift.store._waker import Waker
 from forklift.store.producing import ProducerLimits
 
@@ -160,12 +160,9 @@ class JobStore:
         self, queues: Sequence[str], owner: str, limit: int, lease: float, *, expired: bool
     ) -> list[ClaimedJob]:
         """Claim up to `limit` jobs; with `expired`, also jobs whose lease ran out."""
-        with translated("claim failed", self.where), self.pool.connection() as conn:
-            statement = claim_statement(self.q, queues, owner, limit, lease, expired, alone=True)
-            rows = conn.execute(*statement).fetchall()
-        return claimed(rows)
+        return self.job_claim_next((), queues, owner, limit, lease, expired=expired).jobs
 
-    def job_claim_completing(
+    def job_claim_next(
         self,
         done: Sequence[Completion],
         queues: Sequence[str],
@@ -174,14 +171,19 @@ class JobStore:
         lease: float,
         *,
         expired: bool,
-    ) -> tuple[set[int], list[ClaimedJob]]:
-        """Complete `done` (as job_complete_many), then claim (as job_claim), in one
-        transaction and one round trip: the claim sees the slots they free. The ids
-        completed, and the jobs claimed."""
-        claiming = claim_statement(self.q, queues, owner, limit, lease, expired, alone=False)
+    ) -> Claim:
+        """Complete `done` (as job_complete_many) if any, then claim as job_claim, in one
+        transaction and one round trip (the claim sees the slots they free): the jobs
+        claimed, the ids completed, and when the next ready job is due if the claim
+        looked (Claim.next_due). A claim alone commits without waiting for its flush."""
+        claiming = claim_statement(self.q, queues, owner, limit, lease, expired, alone=not done)
         with translated("claim failed", self.where), self.pool.connection() as conn:
-            completed, claim = pipelined(conn, [self.completion(done, owner), claiming])
-            return {r[0] for r in completed}, claimed(claim.fetchall())
+            if not done:
+                rows, completed = conn.execute(*claiming).fetchall(), set()
+            else:
+                completing, claim = pipelined(conn, [self.completion(done, owner), claiming])
+                rows, completed = claim.fetchall(), {r[0] for r in completing}
+        return Claim(claimed(rows), completed=completed, next_due=next_due(rows, limit))
 
     def job_trace_contexts(self, ids: Sequence[int]) -> list[tuple[int, Any]]:
         """(id, trace context) of the jobs among `ids` enqueued with one (_tracing.py)."""

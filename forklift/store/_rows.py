@@ -47,6 +47,9 @@ class Claim(NamedTuple):
     # It took its worker's share of the slots under its limits (the rest is for other
     # workers): claim again once what it took has started, not at once.
     shared: bool = False
+    # Seconds until the next ready job is due as the claim left the queue, if it looked
+    # (job_claim_one, when it did not fill): (None,) if none is ready; None: not looked.
+    next_due: tuple[float | None] | None = None
 
 
 @dataclass(slots=True)
@@ -64,6 +67,9 @@ class ClaimedJob:
     timeout: float | None
     wait: float = 0.0  # seconds from available to claimed (database clock)
     batch_id: int | None = None  # the batch it belongs to
+
+
+_CLAIMED_COLUMNS = 11  # the `_claimed` fragment's
 
 
 def claimed(rows: Sequence[Sequence[Any]]) -> list[ClaimedJob]:
@@ -84,6 +90,14 @@ def claimed(rows: Sequence[Sequence[Any]]) -> list[ClaimedJob]:
         )
         for r in rows
     ]
+
+
+def next_due(rows: Sequence[Sequence[Any]], limit: int) -> tuple[float | None] | None:
+    """What job_claim_one's last column says of the next ready job (Claim.next_due): only
+    a claim that took some jobs but fewer than `limit` carries it."""
+    if not rows or len(rows) >= limit or len(rows[0]) < _CLAIMED_COLUMNS + 1:
+        return None
+    return (rows[0][_CLAIMED_COLUMNS],)
 
 
 class JobState(enum.StrEnum):

@@ -160,6 +160,11 @@ RETURNING {_claimed};
 -- every run (a generic plan knows no limit and scans a whole backlog: 22 ms a claim of
 -- one among 1,000,000 ready jobs, against 0.5 ms), and job_claim's planning was half
 -- the time an idle worker took to claim a new job (0.5 of 1.0 ms, fsync included).
+-- A claim that did not fill also says, in a last column of each row, when the next ready
+-- job of the queue is due (as job_next_available, the jobs it took left out: the
+-- statement's snapshot still sees them ready). The worker then sleeps until then without
+-- a lookup of its own, which kept the GIL from the thread starting the job it had just
+-- claimed (0.1 ms of a job's start). A claim that filled does not look.
 WITH picked AS (
     SELECT j.id
     FROM {schema}.jobs j
@@ -177,7 +182,15 @@ UPDATE {schema}.jobs AS j SET
     lease_until = now() + make_interval(secs => %(lease)s::float8),
     started_at = now()
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND {_claim_commit}
-RETURNING {_claimed};
+RETURNING {_claimed},
+    CASE WHEN (SELECT count(*) FROM picked) < %(limit)s THEN (
+        SELECT greatest(0, extract(epoch FROM n.available_at - now()))::float8
+        FROM {schema}.jobs AS n
+        WHERE n.state = 'ready' AND n.queue = %(queue)s::text
+          AND n.id <> ALL(ARRAY(SELECT id FROM picked))
+        ORDER BY n.available_at
+        LIMIT 1
+    ) END;
 
 -- name: _claim_commit
 -- A fragment: how a claim's commit waits. A claim on its own (`%(alone)s`) commits

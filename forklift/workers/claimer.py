@@ -44,6 +44,9 @@ class Claimer:
         self.applying = Applying.NONE  # what the last lookup found to hold
         # Per queue, the key the last claim's look at keys ended at (store/limits.sql)
         self._looked: dict[str, tuple[str, str]] = {}
+        # The next ready job's due time as the last claim saw it, and when (monotonic):
+        # due_in's answer right after that claim, without a lookup of its own.
+        self._due: tuple[float | None, float] | None = None
 
     @classmethod
     def of_worker(
@@ -65,16 +68,15 @@ class Claimer:
         if now >= self._look_at:
             self.applying = self.limits.apply(self.queues, self.tasks)
             self._look_at = now + LOOK_EVERY
-        completing = self.store.completion(complete, self.owner) if complete else None
+        self._due = None
         if self.applying is Applying.NONE:
-            if completing is None:
-                return Claim(
-                    self.store.job_claim(self.queues, self.owner, free, self.lease, expired=expired)
-                )
-            completed, jobs = self.store.job_claim_completing(
+            made = self.store.job_claim_next(
                 complete, self.queues, self.owner, free, self.lease, expired=expired
             )
-            return Claim(jobs, False, completed)
+            if made.next_due is not None:
+                self._due = (made.next_due[0], now)  # (about when the database's clock read)
+            return made
+        completing = self.store.completion(complete, self.owner) if complete else None
         args = (self.queues, self.tasks, self.owner, free, self.lease)
         if self.applying is Applying.SHARED:
             claim = self.limits.claim_shared(*args, expired=expired, complete=completing)
@@ -98,4 +100,7 @@ class Claimer:
         waiting on a clock (a freed slot or a new job notifies)."""
         if self.applying is not Applying.NONE:
             return self.limits.wake_in(self.queues, self.tasks, since)
+        if self._due is not None:  # the last claim looked, in its own round trip
+            (due, at), self._due = self._due, None
+            return None if due is None else max(0.0, due - (time.monotonic() - at))
         return self.store.job_next_available(self.queues)

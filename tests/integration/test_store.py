@@ -202,6 +202,29 @@ def test_the_one_queue_claim_takes_what_the_general_claim_would(
     assert claim("job_claim_one", 10, "other") == claim("job_claim", 10, "other") != []
 
 
+def test_a_claim_that_did_not_fill_says_when_the_next_ready_job_is_due(
+    app: forklift.App, store: JobStore
+) -> None:
+    # A worker sleeps until then without a lookup of its own: the jobs the claim took are
+    # left out (its snapshot still sees them ready), other queues' too; a claim that
+    # filled, one that took nothing, and the general claim do not look.
+    def claim(limit: int, queues: tuple[str, ...] = ("default",)) -> tuple[int, Any]:
+        made = store.job_claim_next((), queues, OWNER, limit, 30.0, expired=False)
+        return len(made.jobs), made.next_due
+
+    app.enqueue_many([("noop", {}) for _ in range(3)])
+    app.enqueue("noop", queue="other")
+    app.enqueue("noop", delay=600)
+    assert claim(2) == (2, None)  # filled: it did not look
+    taken, due = claim(5)  # the last ready one: the delayed job is next
+    assert taken == 1 and due is not None and due[0] == pytest.approx(600, abs=60)
+    app.enqueue("noop")
+    assert claim(5, ("default", "x")) == (1, None)  # the general claim does not look
+    assert claim(5) == (0, None)  # took nothing: the caller looks itself
+    app.enqueue("noop", queue="other")
+    assert claim(5, ("other",)) == (2, (None,))  # nothing more ready there
+
+
 @pytest.mark.parametrize(("queues", "expired"), [(["default"], False), (["default", "x"], True)])
 def test_a_claim_alone_commits_without_waiting_for_its_flush_and_one_with_completions_waits(
     app: forklift.App, store: JobStore, schema: str, queues: list[str], expired: bool
@@ -219,5 +242,5 @@ def test_a_claim_alone_commits_without_waiting_for_its_flush_and_one_with_comple
             assert scalar(conn, "SELECT current_setting('synchronous_commit')") == (
                 "off" if alone else "on"
             )
-    completed, got = store.job_claim_completing([done], queues, OWNER, 1, 30.0, expired=expired)
-    assert completed == {job.id} and len(got) == 1
+    made = store.job_claim_next([done], queues, OWNER, 1, 30.0, expired=expired)
+    assert made.completed == {job.id} and len(made.jobs) == 1

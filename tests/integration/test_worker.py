@@ -359,6 +359,20 @@ def test_a_stop_during_a_claim_gone_ahead_still_writes_the_success_it_held_back(
     assert stopped == [0]  # the claim went ahead: it carried no completion
 
 
+def test_after_a_claim_that_did_not_fill_the_worker_wakes_when_the_next_job_is_due(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    """The claim that took the ready job, with a slot to spare, said when the delayed one
+    is due (job_claim_one's last column): the worker, polling only every minute, sleeps
+    until then (a job ending is no news to it: its last claim drained the queue)."""
+    worker = run_worker(poll_interval=60.0, concurrency=2)
+    worker.idle.wait()
+    # One transaction, one notification: the claim it brings takes the ready one.
+    ready, delayed = app.enqueue_many([("noop", {}), forklift.JobSpec("noop", {}, delay=1.0)])
+    wait_for(lambda: state_is(db, schema, ready, "succeeded"), timeout=10, what="ready one")
+    wait_for(lambda: state_is(db, schema, delayed, "succeeded"), timeout=10, what="delayed one")
+
+
 def test_polling_fallback_without_listen(
     app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
 ) -> None:

@@ -192,10 +192,7 @@ def test_successes_ride_with_the_next_claim_and_come_back_if_it_fails(
             rig.events.returned(ctx)
 
         def claim(rows: Sequence[Completion]) -> Claim:
-            completed, jobs = rig.store.job_claim_completing(
-                rows, ["default"], OWNER, 5, 30.0, expired=False
-            )
-            return Claim(jobs, False, completed)
+            return rig.store.job_claim_next(rows, ["default"], OWNER, 5, 30.0, expired=False)
 
         made = completer.riding(claim)
         assert made.completed == {a.job_id, b.job_id} and len(made.jobs) == 1
