@@ -85,7 +85,6 @@ class Completer:
         self._riding = False  # a claim that takes successes with it is on its way
         self._no_claim = False  # the claim loop waits for news: no claim will take them
         self._held = False  # a claim goes ahead of what is queued (ahead_of)
-        self._now = False  # then write what is queued at once (let_go)
         self._changed = threading.Condition()
         self._retry = Streak(self.config.retry)
 
@@ -143,13 +142,12 @@ class Completer:
                     batch, self._pending = self._pending, []
                     return batch, True
                 if self._pending and not self._riding and not self._held:
-                    linger = 0.0 if self._no_claim or self._now else self.config.linger
+                    linger = 0.0 if self._no_claim else self.config.linger
                     left = self._since + linger - time.monotonic()
                     if left <= 0:
                         batch = self._pending[: self.config.batch]
                         del self._pending[: self.config.batch]
                         self._since = time.monotonic()
-                        self._now = False
                         return batch, False
                     self._changed.wait(left)
                 else:  # nothing, or a claim on its way that the loop follows up
@@ -190,7 +188,7 @@ class Completer:
         with self._changed:
             if self._held:
                 self._held = False
-                self._now = bool(self._pending)
+                self._since = 0.0  # their linger is over: the claim went instead
                 self._changed.notify()
 
     def _ride(self, claim: Callable[[Sequence[Completion]], Claim]) -> Claim:

@@ -27,6 +27,11 @@ def state_is(db: psycopg.Connection[Any], schema: str, job_id: int, state: str) 
     return bool(job(db, schema, job_id)["state"] == state)
 
 
+def succeeded(db: psycopg.Connection[Any], schema: str) -> int:
+    row = db.execute(f"SELECT count(*) FROM {schema}.jobs WHERE state = 'succeeded'").fetchone()
+    return 0 if row is None else int(row[0])
+
+
 def effects(db: psycopg.Connection[Any], schema: str) -> list[tuple[Any, ...]]:
     return db.execute(f"SELECT job_id, key, n FROM {schema}.effects ORDER BY job_id").fetchall()
 
@@ -49,15 +54,7 @@ def test_noop_jobs_are_group_committed(
 ) -> None:
     ids = app.enqueue_many([("noop", {}) for _ in range(500)])
     run_worker(concurrency=16)
-    wait_for(
-        lambda: (
-            db.execute(f"SELECT count(*) FROM {schema}.jobs WHERE state = 'succeeded'").fetchone()[
-                0
-            ]  # type: ignore[index]
-            == len(ids)
-        ),
-        what="all noop jobs succeeded",
-    )
+    wait_for(lambda: succeeded(db, schema) == len(ids), what="all noop jobs succeeded")
 
 
 def test_failure_retries_with_backoff_then_dead(
@@ -299,8 +296,7 @@ def test_a_claim_that_carries_completions_claims_the_room_they_leave(
     worker = run_worker(poll_interval=60.0)
     calls = recorded_claims(worker, monkeypatch)
     app.enqueue_many([("noop", {})] * 3000)  # its NOTIFY wakes the idle worker
-    done = f"SELECT count(*) FROM {schema}.jobs WHERE state = 'succeeded'"
-    wait_for(lambda: (db.execute(done).fetchone() or (0,))[0] == 3000, timeout=60, what="drain")
+    wait_for(lambda: succeeded(db, schema) == 3000, timeout=60, what="drain")
     carrying = [(asked, carried) for asked, carried in calls if carried >= 32]
     assert carrying, calls  # the drain did group its completions into claims
     assert [c for c in carrying if c[0] < c[1] // 2] == [], calls
@@ -321,8 +317,7 @@ def test_a_claim_with_no_slot_busy_goes_ahead_of_the_successes_it_would_carry(
     worker.idle.wait()
     calls = recorded_claims(worker, monkeypatch)
     ids = [app.enqueue("sleep", {"seconds": 0.05}) for _ in range(4)]
-    done = f"SELECT count(*) FROM {schema}.jobs WHERE state = 'succeeded'"
-    wait_for(lambda: (db.execute(done).fetchone() or (0,))[0] == 4, timeout=30, what="jobs")
+    wait_for(lambda: succeeded(db, schema) == 4, timeout=30, what="jobs")
     assert len(calls) >= 4, calls  # one claim per job at least
     assert [carried for _, carried in calls] == [0] * len(calls), calls
     assert all(job(db, schema, i)["attempts"] == 1 for i in ids)
