@@ -97,9 +97,9 @@ class JobStore:
         self.q = _sql.load("forklift.store", "queries.sql", schema)
         self.producing = ProducerLimits(schema)
         self.inserts = Inserts(self.q, self.producing, insert_chunk)
-        self.waker = Waker(pool.connection, self.q["wake"])
         conninfo = pool.conninfo  # a str, or a callable that makes one per connection
         self.where = _db.describe(conninfo if isinstance(conninfo, str) else conninfo())
+        self.waker = Waker(pool.connection, self.q["wake"], conninfo)
 
     # -- producing ---------------------------------------------------------------------
 

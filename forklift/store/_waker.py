@@ -3,13 +3,18 @@
 A transaction that notifies holds PostgreSQL's notify lock from its commit until its
 commit record is flushed, so producers that notify commit one at a time, one WAL flush
 each. An enqueue on the producer's own connection therefore commits quietly whenever
-another enqueue of the same process is in flight (and a bulk one always does), and the
-Waker notifies its queues after the commit, from a thread of its own, in a transaction
-that does not wait for its flush (the `wake` query): the lock is held for microseconds,
-and what the process's threads enqueue while one wake is on the wire goes out together in
-the next. An enqueue alone in its process notifies in its own transaction as before: one
-round trip and one transaction, the cheapest way to wake the workers when nothing waits
-behind it.
+another enqueue of the same process is in flight (and a bulk one always does), and its
+queues are notified after the commit, from a thread, in a transaction that does not wait
+for its flush (the `wake` query): the lock is held for microseconds, and what the
+process's threads enqueue while one wake is on the wire goes out together in the next.
+An enqueue alone in its process notifies in its own transaction as before: one round
+trip and one transaction, the cheapest way to wake the workers when nothing waits behind
+it.
+
+The wakes of every App of the process that reach the same database and schema go out
+from one thread (a `_Sender`), whichever App's connection is at hand: a threaded web
+server often has an App per thread, and with one wake thread each, 8 producers sent
+about one wake per enqueue (0.55x the rate of 8 bare INSERTs; sharing, 0.75x).
 
 A wake is a hint, as every notification here: if it fails (the database went away), the
 jobs are committed all the same and an idle worker finds them at its next poll. At exit
@@ -20,9 +25,9 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import threading
-import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 
 from forklift.store._boundary import Conn
@@ -31,20 +36,103 @@ log = logging.getLogger(__name__)
 
 FLUSH_TIMEOUT = 2.0  # seconds close() waits for the last wake
 
-# Enqueues on forklift's own connections in flight in this process, every App's together
-# (a threaded web server often has an App per thread or per request).
+Connect = Callable[[], AbstractContextManager[Conn]]
+
+
+class _Sender:
+    """Sends the wakes of one database and schema from a thread of its own: the queues
+    pending, on the connection of the App that asked last (it is open: it has just
+    enqueued, and an App's close waits here until what is pending has gone out)."""
+
+    def __init__(self, sql: str) -> None:
+        self._sql = sql
+        self._changed = threading.Condition()  # guards every field below
+        self._pending: set[str] = set()
+        self._connection: Connect | None = None
+        self._sending = False
+        self._thread: threading.Thread | None = None
+
+    def add(self, queues: Iterable[str], connection: Connect) -> None:
+        with self._changed:
+            self._pending.update(queues)
+            self._connection = connection
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="forklift-waker", daemon=True
+                )
+                self._thread.start()
+            self._changed.notify_all()
+
+    def flush(self, timeout: float) -> None:
+        """Wait up to `timeout` s until nothing is pending or on the wire."""
+        with self._changed:
+            self._changed.wait_for(lambda: not (self._pending or self._sending), timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                while not self._pending:
+                    self._changed.wait()
+                queues, self._pending = sorted(self._pending), set()
+                connection, self._sending = self._connection, True
+            try:
+                assert connection is not None
+                send(connection, self._sql, queues)
+            finally:
+                with self._changed:
+                    self._sending = False
+                    if not self._pending:
+                        self._connection = None  # no closed App's pool kept alive
+                    self._changed.notify_all()
+
+
+def send(connection: Connect, sql: str, queues: Sequence[str]) -> None:
+    """Notify `queues` now; a failure loses the hint, not a job."""
+    try:
+        with connection() as conn:
+            conn.execute(sql, {"queues": queues})
+    except Exception as exc:  # a hint lost: idle workers poll
+        log.debug("could not wake the workers of %s: %s", ", ".join(queues), exc)
+
+
+# Per process: enqueues on forklift's own connections in flight, every App's together,
+# and one sender per (database, wake query).
 _in_flight = 0
 _in_flight_lock = threading.Lock()
+_senders: dict[tuple[object, str], _Sender] = {}
+_senders_lock = threading.Lock()
+
+
+def _forget_after_fork() -> None:
+    # A forked child has none of the parent's threads, and a lock one of them held stays
+    # held: it starts with no enqueue in flight and no sender.
+    global _in_flight, _in_flight_lock, _senders_lock
+    _in_flight, _in_flight_lock = 0, threading.Lock()
+    _senders.clear()
+    _senders_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+def _flush_at_exit() -> None:
+    deadline_each = FLUSH_TIMEOUT / max(1, len(_senders))
+    for sender in list(_senders.values()):
+        sender.flush(deadline_each)
+
+
+atexit.register(_flush_at_exit)  # a producer that never closes its App wakes its last jobs
 
 
 class Waker:
-    def __init__(self, connection: Callable[[], AbstractContextManager[Conn]], sql: str) -> None:
+    """An App's (a JobStore's) side of the wakes: whether an enqueue commits quietly, and
+    its queues handed to the process's sender for `database` once it has."""
+
+    def __init__(self, connection: Connect, sql: str, database: object) -> None:
         self._connection = connection
         self._sql = sql
-        self._changed = threading.Condition()  # guards _pending, _closed, _thread
-        self._pending: set[str] = set()
+        self._key = (database, sql)
         self._closed = False
-        self._thread: threading.Thread | None = None
 
     @contextmanager
     def enqueuing(self, queues: Iterable[str], *, bulk: bool = False) -> Iterator[bool]:
@@ -65,51 +153,23 @@ class Waker:
 
     def wake(self, queues: Iterable[str]) -> None:
         """Notify the workers of `queues` soon (their jobs are committed)."""
-        with self._changed:
-            self._pending.update(queues)
-            if self._closed:  # closed in the meantime: send it from here
-                pending, self._pending = sorted(self._pending), set()
-            else:
-                if self._thread is None:
-                    self._start()
-                self._changed.notify_all()
-                return
-        self._send(pending)
+        if self._closed:  # the App closed in the meantime: send it from here
+            send(self._connection, self._sql, sorted(set(queues)))
+            return
+        self._sender().add(queues, self._connection)
 
     def close(self, timeout: float = FLUSH_TIMEOUT) -> None:
-        """Send what is pending (waiting up to `timeout` s), then stop the thread."""
-        with self._changed:
-            self._closed = True
-            self._changed.notify_all()
-            thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
+        """Wait up to `timeout` s for the pending wakes to go out (they may be on this
+        App's connection, about to close)."""
+        self._closed = True
+        with _senders_lock:
+            sender = _senders.get(self._key)
+        if sender is not None:
+            sender.flush(timeout)
 
-    def _start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="forklift-waker", daemon=True)
-        self._thread.start()
-        # A producer that never closes its App still wakes the workers for its last jobs.
-        atexit.register(_close_at_exit, weakref.ref(self))
-
-    def _run(self) -> None:
-        while True:
-            with self._changed:
-                while not self._pending and not self._closed:
-                    self._changed.wait()
-                if not self._pending:
-                    return
-                queues, self._pending = sorted(self._pending), set()
-            self._send(queues)
-
-    def _send(self, queues: list[str]) -> None:
-        try:
-            with self._connection() as conn:
-                conn.execute(self._sql, {"queues": queues})
-        except Exception as exc:  # a hint lost: idle workers poll
-            log.debug("could not wake the workers of %s: %s", ", ".join(queues), exc)
-
-
-def _close_at_exit(ref: weakref.ref[Waker]) -> None:
-    waker = ref()
-    if waker is not None:
-        waker.close()
+    def _sender(self) -> _Sender:
+        with _senders_lock:
+            sender = _senders.get(self._key)
+            if sender is None:
+                sender = _senders[self._key] = _Sender(self._sql)
+            return sender

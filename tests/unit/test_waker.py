@@ -1,9 +1,11 @@
-"""The waker's choice between notifying in the enqueue's transaction and after it
-(store/_waker.py), over a recorded stand-in for the pool's connections; that a quiet
-enqueue really wakes a LISTENer is tests/integration/test_enqueue.py."""
+"""The waker's choice between notifying in the enqueue's transaction and after it, and
+the process's one sender per database (store/_waker.py), over a recorded stand-in for the
+pool's connections; that a quiet enqueue really wakes a LISTENer is
+tests/integration/test_enqueue.py."""
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,7 +34,7 @@ class Recorded:
 
 def test_an_enqueue_alone_notifies_in_its_own_transaction() -> None:
     db = Recorded()
-    waker = Waker(db.connection, "wake")
+    waker = Waker(db.connection, "wake", db)
     with waker.enqueuing(["a"]) as quiet:
         assert quiet is False
     waker.close()
@@ -41,7 +43,7 @@ def test_an_enqueue_alone_notifies_in_its_own_transaction() -> None:
 
 def test_a_bulk_or_concurrent_enqueue_is_quiet_and_woken_after_its_commit() -> None:
     db = Recorded()
-    waker = Waker(db.connection, "wake")
+    waker = Waker(db.connection, "wake", db)
     with waker.enqueuing(["a"]) as alone:
         with waker.enqueuing(["b"]) as beside:  # another thread's, in the meantime
             assert (alone, beside) == (False, True)
@@ -55,7 +57,7 @@ def test_a_bulk_or_concurrent_enqueue_is_quiet_and_woken_after_its_commit() -> N
 
 def test_a_failed_enqueue_wakes_nobody() -> None:
     db = Recorded()
-    waker = Waker(db.connection, "wake")
+    waker = Waker(db.connection, "wake", db)
     with pytest.raises(RuntimeError), waker.enqueuing(["a"], bulk=True):
         raise RuntimeError("the insert failed")
     waker.close()
@@ -64,12 +66,60 @@ def test_a_failed_enqueue_wakes_nobody() -> None:
 
 def test_wakes_that_come_while_one_is_on_the_wire_go_out_together_and_close_sends_them() -> None:
     db = Recorded()
-    waker = Waker(db.connection, "wake")
+    waker = Waker(db.connection, "wake", db)
     db.gate.clear()  # the first wake hangs on the wire
     waker.wake(["a"])
-    wait_for(lambda: waker._pending == set(), timeout=5, what="the first wake taken")
+    wait_for(lambda: waker._sender()._sending, timeout=5, what="the first wake on the wire")
     for queue in ("b", "c", "b"):
         waker.wake([queue])
     db.gate.set()
     waker.close()
     assert db.sent == [["a"], ["b", "c"]]
+
+
+def test_the_apps_of_one_database_wake_together_on_the_connection_at_hand() -> None:
+    """Two Apps (two pools) on one database: what both ask for while a wake is on the
+    wire goes out once, on the connection of the App that asked last."""
+    first, second = Recorded(), Recorded()
+    database = object()
+    a = Waker(first.connection, "wake", database)
+    b = Waker(second.connection, "wake", database)
+    first.gate.clear()
+    a.wake(["a"])
+    wait_for(lambda: a._sender()._sending, timeout=5, what="the first wake on the wire")
+    a.wake(["b"])
+    b.wake(["c"])
+    first.gate.set()
+    b.close()  # waits for what is pending, though `a` asked for part of it
+    assert (first.sent, second.sent) == ([["a"]], [["b", "c"]])
+    a.close()
+
+
+def test_apps_of_different_databases_wake_apart() -> None:
+    first, second = Recorded(), Recorded()
+    a = Waker(first.connection, "wake", "dbname=one")
+    b = Waker(second.connection, "wake", "dbname=two")
+    a.wake(["a"])
+    b.wake(["b"])
+    a.close()
+    b.close()
+    assert (first.sent, second.sent) == ([["a"]], [["b"]])
+
+
+def test_a_forked_child_wakes_from_a_thread_of_its_own() -> None:
+    """The parent's sender thread does not exist in a child: the child starts its own."""
+    db = Recorded()
+    waker = Waker(db.connection, "wake", db)
+    waker.wake(["parent"])
+    wait_for(lambda: db.sent == [["parent"]], timeout=5, what="the parent's wake")
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 if its wake went out within 5 s
+        try:
+            waker.wake(["child"])
+            waker.close(timeout=5)
+            os._exit(0 if db.sent == [["parent"], ["child"]] else 1)
+        finally:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    waker.close()
