@@ -21,6 +21,7 @@ from forklift.supervisor.reports import Reporter
 from forklift.supervisor.rss import rss_of
 from forklift.supervisor.title import ChildTitle
 from forklift.workers.config import WorkerConfig
+from forklift.workers.wakeup import Wakeup
 from forklift.workers.worker import Worker, task_timeout
 
 log = logging.getLogger(__name__)
@@ -42,8 +43,11 @@ class ChildSpec:
     owner: str
     report_fd: int
     parent_pid: int
-    hint_fd: int | None = None  # the parent's session thread's hints (LISTEN, forwarded)
+    hint_fd: int | None = None  # the parent's session thread's orders (LISTEN, forwarded)
     counts: SharedCounts | None = None  # its job outcome counters, shared with the parent
+    # Its claim loop's self-pipe (read, write), whose write end the parent's session
+    # thread has too: a new job's NEWS (session.HintFanout).
+    wake_fds: tuple[int, int] | None = None
 
 
 def child_main(app: App, config: SupervisorConfig, spec: ChildSpec) -> NoReturn:
@@ -78,6 +82,7 @@ def _run(app: App, config: SupervisorConfig, spec: ChildSpec) -> int:
         tally=tally,
         on_job_cancel=hooks.cancelled,
         hints_fd=spec.hint_fd,
+        wakeup=Wakeup(spec.wake_fds) if spec.wake_fds is not None else None,
         on_waiting=title.waiting,
     )
     _handle_signals(worker)

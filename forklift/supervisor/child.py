@@ -87,7 +87,7 @@ class Child:
     malformed: int = 0  # reports from it that could not be read, dropped
     booted: bool = False  # it said its worker loop runs
     reported: bool = False  # it has said anything at all since its fork
-    on_close: Callable[[], None] | None = None  # forgets its hint pipe (the spawner's)
+    on_close: Callable[[], None] | None = None  # forgets its hint pipes (the spawner's)
     counts: SharedCounts | None = None  # its job outcome counters (shared_counts.py)
     # Read from its counters after its exit: a group commit it sent and never heard back
     # from, (id, attempt, key) each, for the database to settle (Reaper).
@@ -199,7 +199,7 @@ class Child:
 
     def close_in_child(self) -> None:
         """In a sibling forked after it: drop the copy of its report pipe and counters
-        (its hint pipe goes with the fanout's)."""
+        (its hint pipes go with the fanout's)."""
         self._reports.close()
         if self.counts is not None:
             self.counts.close()

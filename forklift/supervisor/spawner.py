@@ -50,6 +50,7 @@ class Spawner:
         nonce = secrets.token_hex(3)
         read_fd, write_fd = os.pipe()
         hint_read, hint_write = os.pipe()
+        wake_fds = os.pipe()  # the child's claim-loop self-pipe; the parent writes news too
         parent_pid = os.getpid()
         # Signals are held back across the fork: one that reached the child before it
         # dropped the parent's handlers would be swallowed by them (a SIGTERM lost, a
@@ -71,12 +72,13 @@ class Spawner:
             os.close(read_fd)
             os.close(hint_write)
             owner = child_owner(self.supervisor_id, os.getpid(), nonce)
-            spec = ChildSpec(index, total, owner, write_fd, parent_pid, hint_read, counts)
+            spec = ChildSpec(index, total, owner, write_fd, parent_pid, hint_read, counts, wake_fds)
             self._become_child(app, spec)
         os.close(write_fd)
         os.close(hint_read)
+        os.close(wake_fds[0])
         os.set_blocking(read_fd, False)
-        self.fanout.add(hint_write)
+        self.fanout.add(hint_write, wake_fds[1])
         now = time.monotonic()
         child = Child(pid, index, child_owner(self.supervisor_id, pid, nonce), read_fd, now, now)
         child.on_close = lambda: self.fanout.remove(hint_write)

@@ -2,9 +2,10 @@
 operator's order on the control channel goes to `on_control` (a cancel, which checks the
 database before it stops anything).
 
-Under a supervisor the notifications come from its session thread, over a pipe
-(`PipeSource`): one LISTEN connection per supervisor, not one per child. A `forklift
-worker` LISTENs itself (`JobStore.channel_listen`).
+Under a supervisor the orders come from its session thread, over a pipe (`PipeSource`),
+and the session thread wakes the claim loop for a new job itself: one LISTEN connection
+per supervisor, not one per child. A `forklift worker` LISTENs itself
+(`JobStore.channel_listen`).
 """
 
 from __future__ import annotations
@@ -50,12 +51,12 @@ class Hints(Protocol):
 
 
 class PipeSource:
-    """The notifications a supervisor's session thread forwards to this child: lines of
-    one kind letter (`q` a queue, `c` an order; session.py) and the payload."""
+    """The orders a supervisor's session thread forwards to this child: lines of one kind
+    letter (`c`, session.py) and the payload. (A queue's new job does not come this way:
+    the session thread wakes the child's claim loop itself, session.HintFanout.)"""
 
     def __init__(self, fd: int, schema: str) -> None:
         self.fd = fd
-        self.channel = _sql.channel_name(schema)
         self.control = _sql.control_channel_name(schema)
         self._buffer = b""
         self._eof = False
@@ -83,8 +84,6 @@ class PipeSource:
             text = line.decode("utf-8", "replace")
             if text[:1] == "c":
                 yield self.control, text[1:]
-            elif text[:1] == "q":
-                yield self.channel, text[1:]
 
 
 class Listener:

@@ -13,8 +13,12 @@ SLOT = b"s"
 
 
 class Wakeup:
-    def __init__(self) -> None:
-        self._r, self._w = os.pipe()
+    """`fds`: the (read, write) ends of a pipe made before a fork, whose write end the
+    parent keeps too (a supervisor wakes its child's claim loop with NEWS directly);
+    else a pipe of its own."""
+
+    def __init__(self, fds: tuple[int, int] | None = None) -> None:
+        self._r, self._w = fds if fds is not None else os.pipe()
         os.set_blocking(self._r, False)
         os.set_blocking(self._w, False)
 

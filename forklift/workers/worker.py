@@ -126,6 +126,7 @@ class Worker:
         on_job_cancel: Callable[[ClaimedJob], None] | None = None,
         hints_fd: int | None = None,
         on_waiting: Callable[[str | None], None] | None = None,
+        wakeup: Wakeup | None = None,
     ) -> None:
         self.app = app
         self._waiting = Waiting(on_waiting)
@@ -141,7 +142,8 @@ class Worker:
         self.idle: TestSignal[None] = TestSignal()  # it found nothing to claim; sleeps
         self._stopping = False
         self._fast_stop = False
-        self._wakeup: Wakeup | None = None
+        # A supervisor's child: the self-pipe its supervisor writes new jobs' news to.
+        self._wakeup: Wakeup | None = wakeup
         self._claimed_at = 0.0  # when the last claim began (monotonic)
 
     # -- control (safe from signal handlers) --------------------------------------------
@@ -172,7 +174,8 @@ class Worker:
         cfg = self.config
         self.owner = self.owner or make_owner()
         random.seed()  # a forked child must not share its parent's jitter sequence
-        self._wakeup = Wakeup()
+        if self._wakeup is None:
+            self._wakeup = Wakeup()
         if self._stopping:
             self._wakeup.set()
         self._timeouts = _db.Timeouts.for_lease(cfg.lease)

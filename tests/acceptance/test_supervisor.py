@@ -20,6 +20,24 @@ def owner_pid(db: psycopg.Connection[Any], schema: str, job_id: int) -> int:
     return int(owner.split(":")[1])
 
 
+def settle(db: psycopg.Connection[Any], sup: Any) -> None:
+    """Until the one child's connection has been idle for a second: no claim under way,
+    nor one about to start (the session's first "look now" included)."""
+    (child,) = sup.children()
+
+    def settled() -> bool:
+        idle_for = scalar(
+            db,
+            "SELECT CASE WHEN bool_and(state = 'idle') "
+            "THEN extract(epoch FROM now() - max(state_change)) END "
+            "FROM pg_stat_activity WHERE application_name LIKE %s",
+            f"forklift-worker:{child}:%",
+        )
+        return idle_for is not None and idle_for > 1.0
+
+    wait_for(settled, what=f"child {child}'s connection idle")
+
+
 def test_sigkilled_child_is_replaced_and_its_job_retried_at_once(
     dsn: str, schema: str, db: psycopg.Connection[Any], forklift_cli: Any
 ) -> None:
@@ -245,6 +263,33 @@ def test_one_external_kill_a_second_never_leaves_the_supervisor_without_workers(
     assert sup.output().count("child.exited") >= 12
     app = forklift.App(dsn, schema=schema)
     still_serves(app, db, schema, sup)
+    sup.stop_cleanly(timeout=15)
+    app.close()
+
+
+def test_a_new_job_wakes_an_idle_child_through_its_supervisor_and_a_replacement_too(
+    dsn: str, schema: str, db: psycopg.Connection[Any], forklift_cli: Any
+) -> None:
+    """The supervisor's LISTEN wakes a child's claim loop itself (its self-pipe): with a
+    poll every 60 s, a job enqueued while the child is idle starts within seconds, and
+    so it does in the child that replaces a killed one (its pipe is the fanout's too)."""
+    app = forklift.App(dsn, schema=schema)
+
+    def runs_soon(job_id: int) -> None:
+        wait_state(db, schema, job_id, "succeeded", timeout=5)
+
+    first = app.enqueue("noop")  # taken by the first claim after boot
+    sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "1", "--poll-interval", "60")
+    wait_state(db, schema, first, "succeeded")
+    settle(db, sup)
+    runs_soon(app.enqueue("noop"))  # the child is past its first claim: only news wakes it
+    (victim,) = sup.children()
+    os.kill(victim, signal.SIGKILL)
+    wait_for(lambda: len(sup.children()) == 1 and victim not in sup.children(),
+             what="a replacement child")  # fmt: skip
+    wait_state(db, schema, app.enqueue("noop"), "succeeded")  # its first claim, or news
+    settle(db, sup)
+    runs_soon(app.enqueue("noop"))  # past it: news only
     sup.stop_cleanly(timeout=15)
     app.close()
 

@@ -14,6 +14,7 @@ import pytest
 from forklift import _db, _locks, _sql
 from forklift.supervisor.session import HintFanout, SessionConfig, SupervisorSession
 from forklift.testing import wait_for
+from forklift.workers.wakeup import NEWS
 
 
 def test_a_stream_of_notifications_is_never_taken_for_the_session_ending(
@@ -26,9 +27,10 @@ def test_a_stream_of_notifications_is_never_taken_for_the_session_ending(
     that landing near certain."""
     caplog.set_level(logging.WARNING, logger="forklift.supervisor.session")
     fanout = HintFanout()
-    read, write = os.pipe()
+    hint_read, hint_write = os.pipe()
+    read, write = os.pipe()  # a child's claim-loop self-pipe
     os.set_blocking(read, False)
-    fanout.add(write)
+    fanout.add(hint_write, write)
     session = SupervisorSession(
         dsn, _db.Timeouts(), schema, ("default",), fanout, SessionConfig(tick=0.001)
     )
@@ -51,11 +53,12 @@ def test_a_stream_of_notifications_is_never_taken_for_the_session_ending(
     finally:
         session.stop()
         thread.join(timeout=5)
-        fanout.remove(write)
+        fanout.remove(hint_write)
         os.close(read)
+        os.close(hint_read)
     lost = [r.getMessage() for r in caplog.records if "session_lost" in r.getMessage()]
     assert lost == []
-    assert hints.count(b"qdefault\n") > 100  # forwarded, each as it came
+    assert hints.count(NEWS) > 100  # forwarded, each as it came
 
 
 def test_a_terminated_session_is_taken_for_ended_and_comes_back(

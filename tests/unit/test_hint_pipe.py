@@ -1,5 +1,7 @@
-"""The hints a supervisor's session thread hands its children over a pipe: written by
-HintFanout, read back by the child's PipeSource (no database, no fork)."""
+"""What a supervisor's session thread hands its children (HintFanout): a queue's new job
+as NEWS on the child's claim-loop self-pipe (its Wakeup), an operator's order as a line
+on its hint pipe, read back by the child's PipeSource (no database, no fork: the
+parent's copy of a child's self-pipe write end is a dup here)."""
 
 from __future__ import annotations
 
@@ -7,38 +9,47 @@ import os
 
 from forklift.supervisor.session import ORDER, QUEUE, HintFanout
 from forklift.workers.listener import PipeSource
+from forklift.workers.wakeup import Wakeup
 
 
-def test_hints_reach_each_child_pipe_as_channel_and_payload() -> None:
+def test_news_wakes_each_claim_loop_and_orders_reach_each_listener() -> None:
     fanout = HintFanout()
-    ends = [os.pipe() for _ in range(2)]
-    for _, write in ends:
-        fanout.add(write)
+    children = []
+    for _ in range(2):
+        hint_read, hint_write = os.pipe()
+        wake_read, wake_write = os.pipe()
+        fanout.add(hint_write, os.dup(wake_write))
+        children.append((hint_read, hint_write, Wakeup((wake_read, wake_write))))
     fanout.send(QUEUE, "default")
     fanout.send(ORDER, "cancel 7 1")
     fanout.send(QUEUE, "")  # after a reconnect: look now
-    for read, _ in ends:
-        source = PipeSource(read, "forklift")
-        got = list(source.wait(1.0))
-        assert got == [
-            (source.channel, "default"),
-            (source.control, "cancel 7 1"),
-            (source.channel, ""),
-        ]
-    read, write = ends[0]
-    fanout.remove(write)  # closed by the fanout: the child sees the end of its pipe
-    assert list(PipeSource(read, "forklift").wait(0.1)) == []
-    for read, _ in ends:
-        os.close(read)
-    fanout.remove(ends[1][1])
+    for hint_read, _, wakeup in children:
+        assert wakeup.wait_for_news(1.0)  # the news, as a Wakeup reads it
+        assert not wakeup.wait(0.0)  # and nothing else: the order went to the listener
+        source = PipeSource(hint_read, "forklift")
+        assert list(source.wait(1.0)) == [(source.control, "cancel 7 1")]
+    hint_read, hint_write, wakeup = children[0]
+    fanout.remove(hint_write)  # closed by the fanout: the child sees the end of its pipe
+    assert list(PipeSource(hint_read, "forklift").wait(0.1)) == []
+    fanout.send(QUEUE, "default")  # the news goes to the child still there only
+    assert not wakeup.wait(0.1)
+    assert children[1][2].wait_for_news(1.0)
+    fanout.remove(children[1][1])
+    for hint_read, _, wakeup in children:
+        os.close(hint_read)
+        wakeup.close()
 
 
 def test_a_full_pipe_drops_the_hint_rather_than_block() -> None:
     fanout = HintFanout()
-    read, write = os.pipe()
-    fanout.add(write)
-    for _ in range(20_000):  # far past the pipe's buffer: never blocks
+    hint_read, hint_write = os.pipe()
+    wake_read, wake_write = os.pipe()
+    fanout.add(hint_write, wake_write)
+    for _ in range(70_000):  # far past either pipe's buffer: never blocks
         fanout.send(QUEUE, "default")
-    os.close(read)
+        fanout.send(ORDER, "cancel 7 1")
+    os.close(hint_read)
+    os.close(wake_read)
     fanout.send(QUEUE, "default")  # a child gone: no error either
-    fanout.remove(write)
+    fanout.send(ORDER, "cancel 7 1")
+    fanout.remove(hint_write)
