@@ -95,9 +95,10 @@ class Supervisor:
         self.store = SupervisorStore(app.dsn, app.schema, timeouts, held)
         self.attribution = Attribution(self.store, self.totals)
         self.fanout = HintFanout()
-        self.session = SupervisorSession(
-            session_dsn, timeouts, app.schema, cfg.worker.queues, self.fanout
-        )
+        # --no-listen: the session still LISTENs (for operators' orders) but forwards no
+        # queue's news; the children poll.
+        news_of = cfg.worker.queues if cfg.worker.listen else ()
+        self.session = SupervisorSession(session_dsn, timeouts, app.schema, news_of, self.fanout)
         self.board = SnapshotBoard(Snapshot(last_tick=time.monotonic()))
         self.db = DbThread(self._db_services(cfg, held, timeouts))
         deaths = OnDbThread(self.attribution, self.db.submit)

@@ -294,6 +294,25 @@ def test_a_new_job_wakes_an_idle_child_through_its_supervisor_and_a_replacement_
     app.close()
 
 
+def test_no_listen_children_are_not_woken_by_news(
+    dsn: str, schema: str, db: psycopg.Connection[Any], forklift_cli: Any
+) -> None:
+    """`run --no-listen`: the supervisor's session forwards no queue's news (it LISTENs
+    for orders all the same); a job waits for the next poll, 60 s away here."""
+    app = forklift.App(dsn, schema=schema)
+    first = app.enqueue("noop")
+    sup = forklift_cli(
+        "run", "tests.apps.basic:app", "--workers", "1", "--poll-interval", "60", "--no-listen"
+    )
+    wait_state(db, schema, first, "succeeded")
+    settle(db, sup)
+    second = app.enqueue("noop")
+    time.sleep(2.0)  # what is checked is that nothing happens meanwhile
+    assert scalar(db, f"SELECT state FROM {schema}.jobs WHERE id = %s", second) == "ready"
+    sup.stop_cleanly(timeout=15)
+    app.close()
+
+
 def test_ttin_and_ttou_add_and_remove_a_child(forklift_cli: Any) -> None:
     sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "1")
     wait_for(lambda: len(sup.children()) == 1, what="one child")
