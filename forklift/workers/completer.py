@@ -116,7 +116,8 @@ class Completer:
         them; and written so, they are not in the way of the claim that news brings."""
         with self._changed:
             self._no_claim = on
-            self._changed.notify()
+            if on:  # off (the news came), nothing is to be written sooner
+                self._nudge()
 
     def stop(self) -> None:
         """Make run() flush everything queued so far, then return."""
@@ -165,7 +166,7 @@ class Completer:
             with self._changed:
                 self._riding = False
                 self._since = time.monotonic()
-                self._changed.notify()
+                self._nudge()
 
     def ahead_of(self, claim: Callable[[], Claim]) -> Claim:
         """Make `claim` without the successes queued: they wait until `let_go()` (the
@@ -189,7 +190,15 @@ class Completer:
             if self._held:
                 self._held = False
                 self._since = 0.0  # their linger is over: the claim went instead
-                self._changed.notify()
+                self._nudge()
+
+    def _nudge(self) -> None:
+        """Wake run() to look again (under `_changed`), if anything is queued: with
+        nothing, it has nothing to do (a success queued wakes it then), and woken for
+        nothing after every claim, and again as news came, it took the GIL from the
+        claim and the jobs it took."""
+        if self._pending:
+            self._changed.notify()
 
     def _ride(self, claim: Callable[[Sequence[Completion]], Claim]) -> Claim:
         batch = self.take()
