@@ -433,6 +433,9 @@ class App:
     @property
     def store(self) -> JobStore:
         """The producer's job store, on a small pool opened lazily in this process."""
+        store = self._store
+        if store is not None and self._pool_pid == os.getpid():
+            return store  # the common case, without the lock every enqueue contended for
         with self._lock:
             if self._store is None or self._pool_pid != os.getpid():
                 # A pool inherited across fork is never touched: its sockets are the parent's.

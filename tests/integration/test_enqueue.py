@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -26,6 +27,29 @@ def test_enqueue_returns_id_with_task_defaults(
         (job_id,),
     ).fetchone()
     assert row == ("fail", {"message": "x"}, "default", 0, 3, "ready")
+
+
+def test_a_forked_child_enqueues_on_a_pool_of_its_own(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    """An App used before a fork: in the child its enqueue opens a pool of the child's
+    own (the parent's sockets are never touched there), and the parent's pool still
+    serves the parent."""
+    app.enqueue("noop")
+    parents = app.store.pool
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 if it enqueued on a pool of its own
+        code = 2
+        try:
+            app.enqueue("noop")
+            code = 0 if app.store.pool is not parents else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    app.enqueue("noop")
+    assert app.store.pool is parents
+    assert count(db, schema) == 3
 
 
 def test_same_idempotency_key_returns_the_existing_job(
