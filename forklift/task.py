@@ -176,6 +176,8 @@ class Task(Generic[P, R]):
 
     def check_args(self, args: Mapping[str, Any]) -> None:
         """Raise ArgumentError if `args` do not fit the handler's keyword parameters."""
+        if self.fits(args):
+            return
         problem = self.misfit(args)
         if problem is not None:
             raise ArgumentError(f"task {self.name!r}: {problem}")

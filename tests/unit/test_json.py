@@ -156,3 +156,13 @@ def test_any_json_value_round_trips(value: Any) -> None:
     assert json.loads(text) == {"v": value}
     # What dumps_args returns must be sendable to PostgreSQL as UTF-8 text.
     text.encode("utf-8")
+
+
+@given(_json_values)
+def test_the_encoder_built_once_writes_what_json_dumps_writes(value: Any) -> None:
+    # _json keeps one C encoder instead of json's new one per call: the same text.
+    wanted = json.dumps({"v": value}, separators=(",", ":"), ensure_ascii=False)
+    assert _json.dumps_args({"v": value}) == wanted
+    assert _json.dumps_result(value, 10**9) == json.dumps(
+        value, separators=(",", ":"), ensure_ascii=False
+    )
