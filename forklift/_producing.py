@@ -5,7 +5,7 @@ validation."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import psycopg
@@ -29,6 +29,18 @@ def insert(
         job_id = store.job_insert(jobs[0], conn)
         _tracing.enqueued(span, job_id)
         return [job_id]
+
+
+def insert_many(
+    store: JobStore, jobs: Iterator[NewJob], count: int, conn: psycopg.Connection[Any] | None
+) -> list[int]:
+    """insert() of the `count` `jobs`, an iterator that validates each as it is taken. On
+    the producer's pool they are inserted as they come (JobStore.job_insert_many); taken
+    first in `conn`'s transaction (a refusal in the middle of a COPY would abort it) and
+    when tracing (the enqueue span's context goes into every job before the insert)."""
+    if conn is not None or _tracing.tracer() is not None:
+        return insert(store, list(jobs), conn, many=True)
+    return store.job_insert_many(jobs, count=count)
 
 
 async def insert_async(

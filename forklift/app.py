@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import os
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -150,6 +150,21 @@ def _task_for_enqueue(tasks: Mapping[str, Task[Any, Any]], name: str) -> Task[An
             "registered may enqueue any name, for workers that define it)"
         )
     return task
+
+
+def _built(
+    tasks: Mapping[str, Task[Any, Any]], specs: Iterable[JobSpec | tuple[str, Mapping[str, Any]]]
+) -> Iterator[NewJob]:
+    """Each job of `specs` validated (build_job) as it is taken."""
+    for spec in specs:
+        if isinstance(spec, tuple):
+            if len(spec) != 2:
+                raise ArgumentError(f"a job as a tuple is (task name, args), got {spec!r}")
+            task_name, args = spec
+            yield build_job(_task_for_enqueue(tasks, task_name), task_name, args)
+        else:
+            task = _task_for_enqueue(tasks, spec.task)
+            yield build_job(task, spec.task, spec.args, **spec.options())
 
 
 @dataclass(frozen=True)
@@ -361,13 +376,17 @@ class App:
         """Enqueue many jobs in one transaction (COPY where possible); ids in input order.
 
         All or nothing: any error inserts none of them. The rows go in by statements of at
-        most 5,000 (JobStore.insert_chunk), so no statement runs into the statement
-        timeout (10 s on forklift's own connection, yours with `conn`) however many jobs
-        there are; a batch is bounded by memory (every job is validated and held first) and
-        by your transaction's time, not by that timeout: 500,000 keyed jobs take about 20 s.
+        most 5,000, so no statement runs into the statement timeout (10 s on forklift's
+        own connection, yours with `conn`) however many jobs there are; a batch is bounded
+        by memory and by your transaction's time, not by that timeout: 500,000 keyed jobs
+        take about 20 s. Jobs are validated as the COPY takes them (PostgreSQL inserts
+        meanwhile); with `conn`, all before anything is sent, so a refused one leaves your
+        transaction as it was.
         """
-        new = self._new_jobs(jobs)
-        return _producing.insert(self.store, new, conn, many=True) if new else []
+        specs = jobs if isinstance(jobs, Sequence) else list(jobs)
+        if not specs:
+            return []
+        return _producing.insert_many(self.store, _built(self.tasks, specs), len(specs), conn)
 
     async def enqueue_many_async(
         self,
@@ -383,12 +402,7 @@ class App:
         return await _producing.insert_async(lambda: self.store, new, conn, many=True)
 
     def _new_jobs(self, jobs: Iterable[JobSpec | tuple[str, Mapping[str, Any]]]) -> list[NewJob]:
-        return [
-            self._new_job(*spec)
-            if isinstance(spec, tuple)
-            else self._new_job(spec.task, spec.args, **spec.options())
-            for spec in jobs
-        ]
+        return list(_built(self.tasks, jobs))
 
     # -- batches and results -------------------------------------------------------------
 

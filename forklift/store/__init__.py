@@ -6,7 +6,7 @@ is a forklift DatabaseError (`translated`), raised from the original.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
@@ -103,15 +103,6 @@ class JobStore:
 
     # -- producing ---------------------------------------------------------------------
 
-    @property
-    def insert_chunk(self) -> int:
-        """Rows per statement of a bulk enqueue."""
-        return self.inserts.chunk
-
-    @insert_chunk.setter
-    def insert_chunk(self, rows: int) -> None:
-        self.inserts.chunk = rows
-
     # Each enqueue is written once, as steps (_steps.py): `job_insert` and
     # `job_insert_many` drive them on a sync connection, their `_async` twins on a
     # caller's AsyncConnection. In a caller's transaction the insert notifies the workers
@@ -135,24 +126,33 @@ class JobStore:
         with translated("job lookup failed", self.where):
             return _steps.run(self.inserts.ids_by_key(keys), conn, self.pool.connection)
 
-    def job_insert_many(self, jobs: Sequence[NewJob], conn: Conn | None = None) -> list[int]:
-        """Insert jobs in bulk, all or nothing: COPY for plain due-now jobs, an INSERT for
-        the rest, each in statements of at most `insert_chunk` rows (so none of them runs
-        into the statement timeout, however many jobs), in one transaction."""
+    def job_insert_many(
+        self, jobs: Iterable[NewJob], conn: Conn | None = None, *, count: int | None = None
+    ) -> list[int]:
+        """Insert jobs in bulk, all or nothing, in one transaction: COPY for plain due-now
+        jobs, an INSERT for the rest, in statements of at most `inserts.chunk` rows. With
+        `count`, `jobs` is an iterator of that many, which may validate each as it is
+        taken (what it raises rolls the transaction back): only with no `conn`."""
+        if count is None:
+            jobs = listed = list(jobs)
+            count = len(listed)
         with translated("bulk enqueue failed", self.where):
             if conn is not None:
-                return _steps.run(self.inserts.many(jobs), conn, self.pool.connection)
+                return _steps.run(self.inserts.many(jobs, count), conn, self.pool.connection)
+            queues: set[str] = set()  # what to wake once committed, noted as they go in
             with (
-                self.waker.enqueuing({j.queue for j in jobs}, bulk=True) as quiet,
+                self.waker.enqueuing(queues, bulk=True) as quiet,
                 self.pool.connection() as own,
                 own.transaction(),
             ):
-                return _steps.run(self.inserts.many(jobs, quiet=quiet), own, self.pool.connection)
+                steps = self.inserts.many(jobs, count, quiet=quiet, queues=queues)
+                return _steps.run(steps, own, self.pool.connection)
 
     async def job_insert_many_async(self, jobs: Sequence[NewJob], conn: AsyncConn) -> list[int]:
         """job_insert_many on the caller's AsyncConnection (in its transaction)."""
         with translated("bulk enqueue failed", self.where):
-            return await _steps.run_async(self.inserts.many(jobs), conn, self.pool.connection)
+            steps = self.inserts.many(jobs, len(jobs))
+            return await _steps.run_async(steps, conn, self.pool.connection)
 
     # -- working -----------------------------------------------------------------------
 

@@ -3,7 +3,8 @@ on a sync connection or a caller's AsyncConnection."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import chain, islice
 from typing import Any, TypeVar
 
 from forklift.store._rows import NewJob
@@ -44,44 +45,89 @@ class Inserts:
         rows = yield Query(self.q["job_ids_by_key"], {"keys": list(keys)})
         return {key: int(id_) for id_, key in rows}
 
-    def many(self, jobs: Sequence[NewJob], *, quiet: bool = False) -> Steps[list[int]]:
-        """Insert `jobs` in the caller's transaction; `quiet`: without notifying in it
-        (forklift's own transaction, whose caller wakes the queues after the commit)."""
+    def many(
+        self,
+        jobs: Iterable[NewJob],
+        count: int,
+        *,
+        quiet: bool = False,
+        queues: set[str] | None = None,
+    ) -> Steps[list[int]]:
+        """Insert the `count` `jobs` in the caller's transaction; their ids, in order.
+        `quiet`: without notifying in it (forklift's own transaction, whose caller wakes
+        the queues after the commit, noted in `queues` as the jobs go in).
+
+        `jobs` may validate each job as it is taken (App.enqueue_many): the plain ones (no
+        idempotency key, due now) go into COPY rows as they come, so PostgreSQL inserts
+        while Python validates the next; a job refused there aborts the COPY, and the
+        caller's rollback leaves none of them. Under a queue's max_depth every job is
+        validated and counted first."""
         if quiet:
             yield Query(self.q["quiet"])
-        yield from self.producing.prepare(jobs)
-        # Unkeyed jobs get reserved ids up front, so every id is known without relying on
-        # the order of RETURNING; keyed jobs are looked up by key.
-        ids: list[int | None] = [None] * len(jobs)
-        unkeyed = [i for i, j in enumerate(jobs) if j.idempotency_key is None]
-        for part in self._chunks(unkeyed):
-            reserved = yield Query(self.q["job_ids_reserve"], {"n": len(part)})
-            for i, (new_id,) in zip(part, reserved, strict=True):
+        yield from self.producing.refresh()
+        if self.producing.depth_limited:
+            jobs = list(jobs)
+            yield from self.producing.check_depth(jobs)
+        ids: list[int | None] = [None] * count
+        other: list[tuple[int, NewJob]] = []  # keyed or delayed: INSERTed after the COPY
+        plain = self._plain(jobs, count, other, set() if queues is None else queues)
+        while (first := next(plain, None)) is not None:
+            # Ids for the rest of this statement, reserved up front so that every id is
+            # known without relying on the order of RETURNING: at most a chunk, and no
+            # more than jobs are left (some may turn out keyed: their ids go unused).
+            n = min(self.chunk, count - first[0])
+            reserved = yield Query(self.q["job_ids_reserve"], {"n": n})
+            taken = zip(chain([first], islice(plain, n - 1)), reserved, strict=False)
+            yield Copy(self.q["job_copy"], self._rows(taken, ids))
+        unkeyed = [i for i, j in other if j.idempotency_key is None]  # delayed ones
+        for places in self._chunks(unkeyed):
+            reserved = yield Query(self.q["job_ids_reserve"], {"n": len(places)})
+            for i, (new_id,) in zip(places, reserved, strict=True):
                 ids[i] = int(new_id)
-        for part in self._chunks([i for i in unkeyed if jobs[i].due_now]):
-            rows = [
-                (ids[i], j.queue, j.task, j.args, j.priority, j.max_attempts, j.max_crashes,
-                 j.timeout, j.batch_id, j.limit_key, j.trace_context)
-                for i in part
-                for j in (jobs[i],)
-            ]  # fmt: skip
-            yield Copy(self.q["job_copy"], rows)
-        other = [i for i, j in enumerate(jobs) if not (j.idempotency_key is None and j.due_now)]
         by_key: dict[str, int] = {}
         for part in self._chunks(other):
-            by_key.update(
-                (yield from self._insert_rows([jobs[i] for i in part], [ids[i] for i in part]))
-            )
+            keyed = yield from self._insert_rows([j for _, j in part], [ids[i] for i, _ in part])
+            by_key.update(keyed)
         # Keys taken already (by a committed job, an earlier chunk, or twice in one chunk).
-        missing = sorted({k for i in other if (k := jobs[i].idempotency_key) and k not in by_key})
+        missing = sorted({k for _, j in other if (k := j.idempotency_key) and k not in by_key})
         for keys in self._chunks(missing):
             by_key.update((yield from self.ids_by_key(keys)))
-        for i in other:
-            key = jobs[i].idempotency_key
-            if key is not None:
-                ids[i] = by_key[key]
-        assert all(i is not None for i in ids)
+        for i, job in other:
+            if job.idempotency_key is not None:
+                ids[i] = by_key[job.idempotency_key]
+        if None in ids:
+            raise AssertionError(f"bulk insert: fewer than the {count} jobs announced")
         return [int(i) for i in ids]  # type: ignore[arg-type]
+
+    def _plain(
+        self,
+        jobs: Iterable[NewJob],
+        count: int,
+        other: list[tuple[int, NewJob]],
+        queues: set[str],
+    ) -> Iterator[tuple[int, NewJob]]:
+        """The plain jobs of `jobs` with their places, keyed by their limits, their queues
+        noted; the others (keyed or delayed, for an INSERT) go to `other` as they pass."""
+        producing = self.producing
+        for i, job in enumerate(jobs):
+            if i >= count:
+                raise AssertionError(f"bulk insert: more than the {count} jobs announced")
+            producing.key(job)
+            queues.add(job.queue)
+            if job.idempotency_key is None and job.due_now:
+                yield i, job
+            else:
+                other.append((i, job))
+
+    @staticmethod
+    def _rows(
+        taken: Iterable[tuple[tuple[int, NewJob], Sequence[Any]]], ids: list[int | None]
+    ) -> Iterator[tuple[Any, ...]]:
+        """job_copy's rows of `taken` (a plain job and its reserved id each), noting ids."""
+        for (i, j), (new_id,) in taken:
+            ids[i] = new_id = int(new_id)
+            yield (new_id, j.queue, j.task, j.args, j.priority, j.max_attempts, j.max_crashes,
+                   j.timeout, j.batch_id, j.limit_key, j.trace_context)  # fmt: skip
 
     def _insert_rows(
         self, jobs: Sequence[NewJob], ids: Sequence[int | None]

@@ -10,7 +10,7 @@ FastAPI request's own transaction). Neither driver knows anything about jobs.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -34,10 +34,11 @@ class Query:
 
 @dataclass(frozen=True, slots=True)
 class Copy:
-    """COPY `rows` in through `sql` (COPY ... FROM STDIN) on the caller's connection."""
+    """COPY `rows` in through `sql` (COPY ... FROM STDIN) on the caller's connection; an
+    iterator of them is taken as the COPY goes, and what it raises aborts the COPY."""
 
     sql: str
-    rows: Sequence[Sequence[Any]]
+    rows: Iterable[Sequence[Any]]
 
 
 @dataclass(frozen=True, slots=True)

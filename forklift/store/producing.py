@@ -45,20 +45,38 @@ class ProducerLimits:
         """Give `jobs` their limit keys; raise QueueFull if adding them takes a queue
         past its max_depth (the refusal is counted on the store's own connection: the
         caller's transaction rolls back)."""
+        yield from self.refresh()
+        for job in jobs:
+            self.key(job)
+        yield from self.check_depth(jobs)
+
+    def refresh(self) -> Steps[None]:
+        """Read the limits table again if this process's copy is a second old."""
         now = time.monotonic()
-        if now - self._read_at >= LOOK_EVERY:
-            limits: dict[str, int] = {}
-            key_args: dict[str, str | None] = {}
-            for scope, name, max_depth, key_arg in (yield Query(self.q["producer_limits"])):
-                if scope == "queue":
-                    limits[name] = int(max_depth)
-                else:
-                    key_args[name] = None if key_arg is None else str(key_arg)
-            self._limits, self._key_args, self._read_at = limits, key_args, now
-        if self._key_args:
-            for job in jobs:
-                if job.limit_key is None and job.task in self._key_args:
-                    job.limit_key = key_from_args(job.args, self._key_args[job.task])
+        if now - self._read_at < LOOK_EVERY:
+            return
+        limits: dict[str, int] = {}
+        key_args: dict[str, str | None] = {}
+        for scope, name, max_depth, key_arg in (yield Query(self.q["producer_limits"])):
+            if scope == "queue":
+                limits[name] = int(max_depth)
+            else:
+                key_args[name] = None if key_arg is None else str(key_arg)
+        self._limits, self._key_args, self._read_at = limits, key_args, now
+
+    @property
+    def depth_limited(self) -> bool:
+        """Whether some queue has a max_depth (as last read): every job of an enqueue
+        must then be counted before any of them is inserted."""
+        return bool(self._limits)
+
+    def key(self, job: NewJob) -> None:
+        """Give `job` its task limit's key, if its task has a limit (as last read)."""
+        if job.limit_key is None and job.task in self._key_args:
+            job.limit_key = key_from_args(job.args, self._key_args[job.task])
+
+    def check_depth(self, jobs: Sequence[NewJob]) -> Steps[None]:
+        """Raise QueueFull (inserting nothing) if `jobs` take a queue past its max_depth."""
         if not self._limits:
             return
         adding = Counter(j.queue for j in jobs if j.queue in self._limits)

@@ -163,6 +163,8 @@ def test_enqueue_many_is_all_or_nothing(
 ) -> None:
     with pytest.raises(forklift.ArgumentError):
         app.enqueue_many([("noop", {}), ("noop", {"bad": float("nan")})])
+    with pytest.raises(forklift.ArgumentError, match=r"as a tuple is \(task name, args\)"):
+        app.enqueue_many([("noop", {}), ("noop", {}, 5)])  # type: ignore[list-item]
     assert count(db, schema) == 0
 
 
@@ -173,6 +175,68 @@ def test_enqueue_many_in_callers_transaction(
         app.enqueue_many([("noop", {}) for _ in range(10)], conn=conn)
         conn.rollback()
     assert count(db, schema) == 0
+
+
+def test_enqueue_many_on_its_own_connection_keeps_a_mixed_batch_in_order_across_chunks(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    # The jobs are validated as the COPY takes them: plain, keyed and delayed ones
+    # interleaved, over statements of 20 rows, each job where its spec said.
+    existing = app.enqueue("effect", {"key": "old"}, idempotency_key="k0")
+    app.store.inserts.chunk = 20
+    specs: list[forklift.JobSpec | tuple[str, dict[str, Any]]] = []
+    for n in range(300):
+        if n % 7 == 0:  # keys k0 (taken before), k7, ... and each again 70 jobs on
+            key = f"k{n % 70}"
+            specs.append(forklift.JobSpec("effect", {"key": key}, idempotency_key=key))
+        elif n % 11 == 0:
+            specs.append(forklift.JobSpec("effect", {"key": f"later{n}"}, delay=60))
+        else:
+            specs.append(("effect", {"key": f"plain{n}"}))
+    ids = app.enqueue_many(specs)
+    assert len(ids) == 300
+    assert ids[0] == ids[70] == existing
+    assert ids[7] == ids[77] != existing
+    args = dict(db.execute(f"SELECT id, args->>'key' FROM {schema}.jobs").fetchall())
+    assert len(args) == len(set(ids)) == 1 + 9 + 300 - 43  # the old key, 9 new, the rest
+    for i, spec in enumerate(specs):
+        if isinstance(spec, tuple):
+            assert args[ids[i]] == spec[1]["key"], i
+        elif i % 70:
+            assert args[ids[i]] == spec.args["key"], i
+    assert count(db, schema, "available_at > now() + interval '30 seconds'") == 24
+
+
+def test_a_job_refused_in_the_middle_of_a_streamed_enqueue_many_inserts_none(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    # Two COPY statements of 20 have gone in when the 50th job is refused.
+    app.store.inserts.chunk = 20
+    specs: list[tuple[str, dict[str, Any]]] = [("effect", {"key": str(n)}) for n in range(100)]
+    specs[49] = ("effect", {"key": float("nan")})
+    with pytest.raises(forklift.ArgumentError, match=r"\['key'\]: nan is not valid JSON"):
+        app.enqueue_many(specs)
+    specs[49] = ("nosuch", {})
+    with pytest.raises(forklift.UnknownTaskError):
+        app.enqueue_many(specs)
+    assert count(db, schema) == 0
+    specs[49] = ("effect", {"key": "49"})
+    assert len(app.enqueue_many(specs)) == 100  # its connection went back to the pool clean
+    assert count(db, schema) == 100
+
+
+def test_a_job_refused_in_the_callers_transaction_leaves_it_usable(
+    app: forklift.App, dsn: str, db: psycopg.Connection[Any], schema: str
+) -> None:
+    with psycopg.connect(dsn) as conn:
+        first = app.enqueue("effect", {"key": "kept"}, conn=conn)
+        with pytest.raises(forklift.ArgumentError):
+            app.enqueue_many(
+                [("effect", {"key": "a"}), ("effect", {"key": float("inf")})], conn=conn
+            )
+        conn.commit()  # nothing of the refused batch was sent: the transaction is intact
+    assert db.execute(f"SELECT args->>'key' FROM {schema}.jobs").fetchall() == [("kept",)]
+    assert first > 0
 
 
 def test_task_enqueue_refuses_reserved_parameter_names(app: forklift.App) -> None:
@@ -215,7 +279,7 @@ def test_a_keyed_enqueue_many_longer_than_the_statement_timeout_goes_in_whole(
     existing = [app.enqueue("noop", idempotency_key=f"k{n}") for n in range(0, 1000, 100)]
     # 1,200 rows: over 2.4 s in one statement; 20 rows a statement, well under the 1 s.
     _slow_inserts(db, schema, 0.002)
-    app.store.insert_chunk = 20
+    app.store.inserts.chunk = 20
     specs: list[forklift.JobSpec | tuple[str, dict[str, Any]]] = [
         forklift.JobSpec("effect", {"key": str(n)}, idempotency_key=f"k{n}") for n in range(1000)
     ]
@@ -242,7 +306,7 @@ def test_a_chunked_enqueue_many_that_fails_late_inserts_nothing(
     app: forklift.App, db: psycopg.Connection[Any], schema: str
 ) -> None:
     _slow_inserts(db, schema, 0.0)
-    app.store.insert_chunk = 100
+    app.store.inserts.chunk = 100
     keyed = [
         forklift.JobSpec("effect", {"key": str(n)}, idempotency_key=f"k{n}") for n in range(950)
     ]
