@@ -15,9 +15,12 @@ speed). So before it sends one, the worker writes its jobs (id, attempt) as an i
 under a fresh generation number, and marks each slot the intent counts into as not yet
 folded. When the statement returns, the worker folds the successes into those slots,
 each with one aligned 8-byte store that carries the new count and the intent's
-generation together, then clears the intent. A supervisor that finds an intent in a dead
-child's memory asks the database which attempts succeeded (`pending()`) for the slots
-not yet folded, and counts those: a kill at any instruction counts each job once.
+generation together, then clears the intent. (The words are written through a
+memoryview of 8-byte items, one memcpy each: struct's pack_into zeroes its bytes before
+it writes them, and a reader saw a count of 0 now and then.) A supervisor that finds an
+intent in a dead child's memory asks the database which attempts succeeded
+(`pending()`) for the slots not yet folded, and counts those: a kill at any instruction
+counts each job once.
 
 Layout: a header of one u64 (slots in use), then SLOTS slots of [u64 word: generation
 (high 20 bits) and count (low 44)][u16 key length][key: UTF-8 JSON of [queue, task,
@@ -44,7 +47,6 @@ _INTENT = 8 + SLOTS * _SLOT
 _ENTRIES = _INTENT + 24
 _ENTRY = struct.Struct("<QII")
 SIZE = _ENTRIES + INTENT_MAX * _ENTRY.size  # ~0.5 MiB, touched only as it is used
-_U64 = struct.Struct("<Q")
 _U16 = struct.Struct("<H")
 SENT = 1
 _COUNT_BITS = 44  # 1.7e13 outcomes of one key in one child's life
@@ -54,12 +56,18 @@ _GENERATIONS = 1 << 20  # 0 is "not folded"; wraps harmlessly (only the current 
 Key = tuple[str, str, str]
 
 
+def _word_of(slot: int) -> int:
+    """The index of a slot's count word among the region's u64 words."""
+    return (8 + slot * _SLOT) // 8
+
+
 class SharedCounts:
     """One child's counters. The child calls `add()` (under its own lock); the parent
     calls `changes()`."""
 
     def __init__(self) -> None:
         self.region = mmap.mmap(-1, SIZE)  # anonymous: shared with the children forked after
+        self._words = memoryview(self.region).cast("Q")  # the region as aligned u64 words
         self._slot: dict[Key, int] = {}  # the child's own index of its slots
         # The child's group commit in flight: its generation and the slots of its keys.
         self._intent: tuple[int, dict[Key, int]] | None = None
@@ -80,12 +88,12 @@ class SharedCounts:
 
     def _bump(self, slot: int, n: int, generation: int | None = None) -> None:
         """Add `n` to a slot's count in one store, keeping its generation unless given."""
-        offset = 8 + slot * _SLOT
-        word = _U64.unpack_from(self.region, offset)[0]
+        at = _word_of(slot)
+        word = self._words[at]
         if generation is None:
             generation = word >> _COUNT_BITS
         count = ((word & _COUNT) + n) & _COUNT
-        _U64.pack_into(self.region, offset, generation << _COUNT_BITS | count)
+        self._words[at] = generation << _COUNT_BITS | count
 
     def _new_slot(self, key: Key) -> int | None:
         used = len(self._slot)
@@ -93,10 +101,10 @@ class SharedCounts:
         if used >= SLOTS or len(encoded) > KEY_BYTES:
             return None
         offset = 8 + used * _SLOT
-        _U64.pack_into(self.region, offset, 0)
+        self._words[_word_of(used)] = 0
         _U16.pack_into(self.region, offset + 8, len(encoded))
         self.region[offset + 10 : offset + 10 + len(encoded)] = encoded
-        _U64.pack_into(self.region, 0, used + 1)  # published: its key is whole
+        self._words[0] = used + 1  # published: its key is whole
         self._slot[key] = used
         return used
 
@@ -116,9 +124,9 @@ class SharedCounts:
             self._bump(slot, 0, generation=0)  # not folded into by this intent yet
         for i, (job_id, attempt, key) in enumerate(jobs):
             _ENTRY.pack_into(self.region, _ENTRIES + i * _ENTRY.size, job_id, attempt, slots[key])
-        _U64.pack_into(self.region, _INTENT + 8, len(jobs))
-        _U64.pack_into(self.region, _INTENT + 16, self._generation)
-        _U64.pack_into(self.region, _INTENT, SENT)
+        self._words[_INTENT // 8 + 1] = len(jobs)
+        self._words[_INTENT // 8 + 2] = self._generation
+        self._words[_INTENT // 8] = SENT
         self._intent = (self._generation, slots)
         return True
 
@@ -133,7 +141,7 @@ class SharedCounts:
 
     def settled(self) -> None:
         """No group commit is in flight (answered and counted, or given up)."""
-        _U64.pack_into(self.region, _INTENT, 0)
+        self._words[_INTENT // 8] = 0
         self._intent = None
 
     @property
@@ -146,11 +154,11 @@ class SharedCounts:
         """A dead child's group commit that was sent and not counted: its jobs (id,
         attempt, key) in slots not yet folded, for the database to say which succeeded;
         [] if there is none."""
-        if _U64.unpack_from(self.region, _INTENT)[0] != SENT:
+        if self._words[_INTENT // 8] != SENT:
             return []
-        generation = _U64.unpack_from(self.region, _INTENT + 16)[0]
+        generation = self._words[_INTENT // 8 + 2]
         keys = {slot: key for slot, (key, _) in enumerate(self._read()) if key is not None}
-        n = min(_U64.unpack_from(self.region, _INTENT + 8)[0], INTENT_MAX)
+        n = min(self._words[_INTENT // 8 + 1], INTENT_MAX)
         found = []
         for i in range(n):
             job_id, attempt, slot = _ENTRY.unpack_from(self.region, _ENTRIES + i * _ENTRY.size)
@@ -159,7 +167,7 @@ class SharedCounts:
         return found
 
     def _word(self, slot: int) -> int:
-        return int(_U64.unpack_from(self.region, 8 + slot * _SLOT)[0])
+        return int(self._words[_word_of(slot)])
 
     def changes(self) -> tuple[list[list[object]], int]:
         """What grew since the last call, as Tally.take()'s "jobs" rows ([queue, task,
@@ -179,7 +187,7 @@ class SharedCounts:
         return grown, bad
 
     def _read(self) -> Iterator[tuple[Key | None, int]]:
-        used = _U64.unpack_from(self.region, 0)[0]
+        used = self._words[0]
         for slot in range(min(used, SLOTS)):
             offset = 8 + slot * _SLOT
             count = self._word(slot) & _COUNT
@@ -189,6 +197,7 @@ class SharedCounts:
             yield None, 0
 
     def close(self) -> None:
+        self._words.release()
         self.region.close()
 
 
