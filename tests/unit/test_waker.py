@@ -5,14 +5,17 @@ tests/integration/test_enqueue.py."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import pytest
 
+from forklift.store import _waker
 from forklift.store._waker import Waker
 from forklift.testing import wait_for
 
@@ -75,6 +78,30 @@ def test_wakes_that_come_while_one_is_on_the_wire_go_out_together_and_close_send
     db.gate.set()
     waker.close()
     assert db.sent == [["a"], ["b", "c"]]
+
+
+def test_wakes_asked_for_without_pause_go_out_one_wake_every_few_ms_and_none_is_lost() -> None:
+    db = Recorded()
+    at: list[float] = []
+    execute = db.execute
+
+    def timed(sql: str, params: dict[str, list[str]]) -> None:
+        at.append(time.monotonic())
+        execute(sql, params)
+
+    db.execute = timed  # type: ignore[method-assign]
+    waker = Waker(db.connection, "wake", db)
+    asked = 0
+    deadline = time.monotonic() + 0.2
+    while time.monotonic() < deadline:  # a busy producer: a wake after every enqueue
+        waker.wake([f"q{asked % 3}"])
+        asked += 1
+    waker.close()
+    gaps = [b - a for a, b in itertools.pairwise(at)]
+    assert asked > 10 * len(at)  # most asks rode along with another's wake
+    assert min(gaps) >= _waker.WAKE_EVERY * 0.99, gaps
+    assert set().union(*db.sent) == {"q0", "q1", "q2"}
+    assert not waker._sender()._pending  # the last asks went out at close
 
 
 def test_the_apps_of_one_database_wake_together_on_the_connection_at_hand() -> None:
