@@ -346,11 +346,11 @@ class App:
         With an idempotency key that a job already has, no job is added and that job's
         id is returned. With `conn`, the insert joins the caller's transaction.
         """
-        options = JobOptions(
+        job = build_job(
+            _task_for_enqueue(self.tasks, task_name), task_name, args,
             idempotency_key=idempotency_key, run_at=run_at, delay=delay, priority=priority,
             queue=queue, max_attempts=max_attempts,
-        )  # fmt: skip
-        job = self._new_job(task_name, args, **options)  # refused before any connection
+        )  # fmt: skip  # refused before any connection
         return _producing.insert(self.store, [job], conn, many=False)[0]
 
     async def enqueue_async(
