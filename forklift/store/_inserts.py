@@ -4,7 +4,6 @@ on a sync connection or a caller's AsyncConnection."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import chain, islice
 from typing import Any, TypeVar
 
 from forklift.store._rows import NewJob
@@ -77,8 +76,7 @@ class Inserts:
             # more than jobs are left (some may turn out keyed: their ids go unused).
             n = min(self.chunk, count - first[0])
             reserved = yield Query(self.q["job_ids_reserve"], {"n": n})
-            taken = zip(chain([first], islice(plain, n - 1)), reserved, strict=False)
-            yield Copy(self.q["job_copy"], self._rows(taken, ids))
+            yield Copy(self.q["job_copy"], self._rows(first, plain, reserved, ids))
         unkeyed = [i for i, j in other if j.idempotency_key is None]  # delayed ones
         for places in self._chunks(unkeyed):
             reserved = yield Query(self.q["job_ids_reserve"], {"n": len(places)})
@@ -121,10 +119,19 @@ class Inserts:
 
     @staticmethod
     def _rows(
-        taken: Iterable[tuple[tuple[int, NewJob], Sequence[Any]]], ids: list[int | None]
+        first: tuple[int, NewJob],
+        plain: Iterator[tuple[int, NewJob]],
+        reserved: Sequence[Sequence[Any]],
+        ids: list[int | None],
     ) -> Iterator[tuple[Any, ...]]:
-        """job_copy's rows of `taken` (a plain job and its reserved id each), noting ids."""
-        for (i, j), (new_id,) in taken:
+        """job_copy's rows: `first`, then the plain jobs after it, one for each reserved
+        id and no more (the rest go in the next statement); their ids noted."""
+        taken: tuple[int, NewJob] | None = first
+        for (new_id,) in reserved:
+            if taken is None and (taken := next(plain, None)) is None:
+                return
+            i, j = taken
+            taken = None
             ids[i] = new_id = int(new_id)
             yield (new_id, j.queue, j.task, j.args, j.priority, j.max_attempts, j.max_crashes,
                    j.timeout, j.batch_id, j.limit_key, j.trace_context)  # fmt: skip
