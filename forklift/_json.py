@@ -38,7 +38,8 @@ def _check(value: Any, depth: int) -> None:
     # Exact-type fast paths first: this runs for every value of every enqueued job.
     kind = type(value)
     if kind is str:
-        _check_text(value, "string")
+        if "\x00" in value or not value.isascii():
+            _check_text(value, "string")
     elif kind is int or kind is bool or value is None:
         return
     elif kind is float:
@@ -50,7 +51,13 @@ def _check(value: Any, depth: int) -> None:
         for key, item in value.items():
             if type(key) is not str and not isinstance(key, str):
                 raise _Refused(f"key {key!r} is not a string")
-            _check_text(key, f"key {key!r}")
+            if "\x00" in key or not key.isascii():  # (what the check costs, mostly)
+                _check_text(key, f"key {key!r}")
+            leaf = type(item)
+            if leaf is int or leaf is bool or item is None:
+                continue  # nothing to refuse: no call for the commonest values
+            if leaf is str and "\x00" not in item and item.isascii():
+                continue
             try:
                 _check(item, depth + 1)
             except _Refused as refused:
