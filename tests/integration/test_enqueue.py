@@ -165,6 +165,8 @@ def test_enqueue_many_is_all_or_nothing(
         app.enqueue_many([("noop", {}), ("noop", {"bad": float("nan")})])
     with pytest.raises(forklift.ArgumentError, match=r"as a tuple is \(task name, args\)"):
         app.enqueue_many([("noop", {}), ("noop", {}, 5)])  # type: ignore[list-item]
+    with pytest.raises(forklift.ArgumentError, match=r"JobSpec or a \(task name, args\) tuple"):
+        app.enqueue_many([("noop", {}), {"task": "noop"}])  # type: ignore[list-item]
     assert count(db, schema) == 0
 
 
