@@ -24,7 +24,13 @@ class _Refused(Exception):
         return f"{''.join(reversed(self.path)) or whole}: {self.reason}"
 
 
-def _check_text(text: str, what: str) -> None:
+def _check_text(text: str, *, key: bool = False) -> None:
+    """Refuse text with a NUL or that is not valid Unicode (`key`: a mapping's key, which
+    the refusal names). Plain ASCII without a NUL, nearly all text, returns at once: no
+    message is formatted for text nothing is wrong with."""
+    if "\x00" not in text and text.isascii():
+        return
+    what = f"key {text!r}" if key else "string"
     if "\x00" in text:
         raise _Refused(f"{what} contains a NUL character (\\u0000)")
     if not text.isascii():
@@ -38,8 +44,7 @@ def _check(value: Any, depth: int) -> None:
     # Exact-type fast paths first: this runs for every value of every enqueued job.
     kind = type(value)
     if kind is str:
-        if "\x00" in value or not value.isascii():
-            _check_text(value, "string")
+        _check_text(value)
     elif kind is int or kind is bool or value is None:
         return
     elif kind is float:
@@ -51,13 +56,10 @@ def _check(value: Any, depth: int) -> None:
         for key, item in value.items():
             if type(key) is not str and not isinstance(key, str):
                 raise _Refused(f"key {key!r} is not a string")
-            if "\x00" in key or not key.isascii():  # (what the check costs, mostly)
-                _check_text(key, f"key {key!r}")
+            _check_text(key, key=True)
             leaf = type(item)
             if leaf is int or leaf is bool or item is None:
                 continue  # nothing to refuse: no call for the commonest values
-            if leaf is str and "\x00" not in item and item.isascii():
-                continue
             try:
                 _check(item, depth + 1)
             except _Refused as refused:
@@ -73,7 +75,7 @@ def _check(value: Any, depth: int) -> None:
                 refused.path.append(f"[{i}]")
                 raise
     elif isinstance(value, str):
-        _check_text(value, "string")
+        _check_text(value)
     elif isinstance(value, int):  # bool and int subclasses (IntEnum)
         return
     elif isinstance(value, float):
@@ -129,10 +131,7 @@ def dumps_args(args: Mapping[str, Any]) -> str:
         raise ArgumentError(
             f"args: expected a dict of keyword arguments, got {type(args).__name__}"
         )
-    try:
-        _check(args, 0)
-    except _Refused as refused:
-        raise ArgumentError(refused.message("args")) from None
+    check(args)
     return _encode(args)
 
 
