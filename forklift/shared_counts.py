@@ -44,6 +44,8 @@ KEY_BYTES = 1014  # two names of at most 200 characters (4 bytes each) and an ou
 _SLOT = 8 + 2 + KEY_BYTES
 INTENT_MAX = 1000  # jobs per group commit at most (CompleterConfig.batch)
 _INTENT = 8 + SLOTS * _SLOT
+# The intent's three words, as indexes among the region's u64 words.
+_INTENT_STATE, _INTENT_JOBS, _INTENT_GENERATION = _INTENT // 8, _INTENT // 8 + 1, _INTENT // 8 + 2
 _ENTRIES = _INTENT + 24
 _ENTRY = struct.Struct("<QII")
 SIZE = _ENTRIES + INTENT_MAX * _ENTRY.size  # ~0.5 MiB, touched only as it is used
@@ -124,9 +126,9 @@ class SharedCounts:
             self._bump(slot, 0, generation=0)  # not folded into by this intent yet
         for i, (job_id, attempt, key) in enumerate(jobs):
             _ENTRY.pack_into(self.region, _ENTRIES + i * _ENTRY.size, job_id, attempt, slots[key])
-        self._words[_INTENT // 8 + 1] = len(jobs)
-        self._words[_INTENT // 8 + 2] = self._generation
-        self._words[_INTENT // 8] = SENT
+        self._words[_INTENT_JOBS] = len(jobs)
+        self._words[_INTENT_GENERATION] = self._generation
+        self._words[_INTENT_STATE] = SENT
         self._intent = (self._generation, slots)
         return True
 
@@ -141,7 +143,7 @@ class SharedCounts:
 
     def settled(self) -> None:
         """No group commit is in flight (answered and counted, or given up)."""
-        self._words[_INTENT // 8] = 0
+        self._words[_INTENT_STATE] = 0
         self._intent = None
 
     @property
@@ -154,11 +156,11 @@ class SharedCounts:
         """A dead child's group commit that was sent and not counted: its jobs (id,
         attempt, key) in slots not yet folded, for the database to say which succeeded;
         [] if there is none."""
-        if self._words[_INTENT // 8] != SENT:
+        if self._words[_INTENT_STATE] != SENT:
             return []
-        generation = self._words[_INTENT // 8 + 2]
+        generation = self._words[_INTENT_GENERATION]
         keys = {slot: key for slot, (key, _) in enumerate(self._read()) if key is not None}
-        n = min(self._words[_INTENT // 8 + 1], INTENT_MAX)
+        n = min(self._words[_INTENT_JOBS], INTENT_MAX)
         found = []
         for i in range(n):
             job_id, attempt, slot = _ENTRY.unpack_from(self.region, _ENTRIES + i * _ENTRY.size)
