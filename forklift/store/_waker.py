@@ -18,10 +18,10 @@ about one wake per enqueue (0.55x the rate of 8 bare INSERTs; sharing, 0.75x).
 
 And one wake at most every WAKE_EVERY (2 ms), the first after a pause at once: 8
 producers sent one wake for every 4 jobs, each a transaction and a pool checkout, as
-fast as the round trips went. Spaced, one for every 11 jobs, and the process's CPU per
-job 188-213 -> 158-183 us. A job that another enqueue of the process overlapped waits
-for its wake 2 ms more at worst; an enqueue alone notifies in its own transaction, as
-above, and is not delayed at all.
+fast as the round trips went. Spaced, one for every 10 (bench.enqueue's 8-producer
+case 0.55-0.56x -> 0.60-0.61x the bare INSERTs). A job that another enqueue of the
+process overlapped waits for its wake 2 ms more at worst; an enqueue alone notifies in
+its own transaction, as above, and is not delayed at all.
 
 A wake is a hint, as every notification here: if it fails (the database went away), the
 jobs are committed all the same and an idle worker finds them at its next poll. At exit
