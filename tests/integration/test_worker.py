@@ -312,8 +312,9 @@ def test_a_claim_with_no_slot_busy_goes_ahead_of_the_successes_it_would_carry(
     """Jobs too long to be claimed ahead, one slot: every claim is made with nothing
     running, and the next job waits on it. It does not carry the last job's success
     (its completion would run first in its transaction): the completer writes that
-    right after it."""
-    worker = run_worker(poll_interval=60.0, concurrency=1)
+    right after it. (Prefetch off: on a loaded machine a claim slower than 12.5 ms makes
+    50 ms jobs worth claiming one ahead, and a claim ahead rightly carries.)"""
+    worker = run_worker(poll_interval=60.0, concurrency=1, prefetch=False)
     worker.idle.wait()
     calls = recorded_claims(worker, monkeypatch)
     ids = [app.enqueue("sleep", {"seconds": 0.05}) for _ in range(4)]
@@ -332,8 +333,9 @@ def test_a_stop_during_a_claim_gone_ahead_still_writes_the_success_it_held_back(
 ) -> None:
     """The stop comes while a claim that went ahead of the last job's success is on its
     way: the claimed job goes back, and the success is written at once, not left held
-    back while the drain waits out its grace for it."""
-    worker = run_worker(poll_interval=60.0, concurrency=1, grace=60.0)
+    back while the drain waits out its grace for it. (Prefetch off, as above: the claim
+    must be one that nothing runs beside.)"""
+    worker = run_worker(poll_interval=60.0, concurrency=1, grace=60.0, prefetch=False)
     worker.idle.wait()
     claim = worker.claimer.claim
     stopped: list[int] = []
