@@ -18,8 +18,10 @@ vacuums run on it so far, by forklift's maintenance (manual) and by autovacuum.
 
 The targets (issue "speed"): latency in the last minute within 1.5x (p50) and 2.5x (p99)
 the second's (the first minute is the workers' warm-up and the table's first fill); the
-table bounded: its size and dead tuples in the last minute at most 1.5x the most seen at the
-end of the minute after the retention window first filled (later growth is bloat).
+table bounded: its size in the last minute at most 1.5x its size at the end of the
+minute after the retention window first filled, and the most dead tuples of the last
+three minutes at most 1.5x the most of the three from that minute (later growth is
+bloat).
 The machine's PostgreSQL may run with autovacuum = off (this one does): forklift's
 maintenance vacuums the hot table itself, so both kinds of server are worth a run.
 """
@@ -215,7 +217,13 @@ def report(minutes: Sequence[Minute], args: argparse.Namespace, server: str) -> 
     against the one after the retention window first filled (size, dead tuples)."""
     print_minutes(minutes, args, server)
     second, last = minutes[min(1, len(minutes) - 1)], minutes[-1]
-    settled = minutes[min(len(minutes) - 1, math.ceil(args.retain / 60))]
+    at = min(len(minutes) - 1, math.ceil(args.retain / 60))
+    settled = minutes[at]
+    # Dead tuples rise and fall as the hot table's vacuums catch up (a sawtooth of one
+    # vacuum every ~15 s at 5,000 jobs/s): flat means the peaks do not grow, so compare
+    # the most of the last three minutes with the most of the three from `settled`.
+    peak_then = max(m.dead for m in minutes[at : at + 3])
+    peak_now = max(m.dead for m in minutes[max(at, len(minutes) - 3) :])
     offered, started = sum(m.offered for m in minutes), sum(m.started for m in minutes)
 
     def within(metric: str, now: float, then: float, unit: str, times: float = 1.5) -> Row:
@@ -226,10 +234,10 @@ def report(minutes: Sequence[Minute], args: argparse.Namespace, server: str) -> 
         within("p99 latency, last minute / second", last.p99_ms, second.p99_ms, " ms", 2.5),
         within("jobs table, last minute / settled", last.table_mb, settled.table_mb, " MB"),
         Row(
-            "dead tuples, last minute / settled",
-            f"{last.dead:,} / {settled.dead:,}",
+            "dead tuples, most of the last 3 minutes / of 3 settled",
+            f"{peak_now:,} / {peak_then:,}",
             "<= 1.5x (or < 10,000)",
-            last.dead <= max(1.5 * settled.dead, 10_000),
+            peak_now <= max(1.5 * peak_then, 10_000),
         ),
         Row("started / offered", f"{started:,} / {offered:,}", "all", started >= offered),
     ]
