@@ -162,14 +162,14 @@ def _built(
                 raise ArgumentError(f"a job as a tuple is (task name, args), got {spec!r}")
             task_name, args = spec
             yield build_job(_task_for_enqueue(tasks, task_name), task_name, args)
-        elif not isinstance(spec, JobSpec):
+        elif isinstance(spec, JobSpec):
+            task = _task_for_enqueue(tasks, spec.task)
+            yield build_job(task, spec.task, spec.args, **spec.options())
+        else:
             raise ArgumentError(
                 "each job is a forklift.JobSpec or a (task name, args) tuple, got "
                 f"{type(spec).__name__} {spec!r:.60}"
             )
-        else:
-            task = _task_for_enqueue(tasks, spec.task)
-            yield build_job(task, spec.task, spec.args, **spec.options())
 
 
 @dataclass(frozen=True)
