@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from signal import SIGKILL, SIGTERM
+from signal import SIGKILL, SIGSTOP, SIGTERM
 from typing import Any
 
 
@@ -46,6 +46,22 @@ def child_pids(pid: int) -> list[int]:
     except OSError:
         return []
     return [int(p) for p in text.split()]
+
+
+def session_pids(sid: int) -> list[int]:
+    """Every process of session `sid`: a process started in a session of its own, its
+    children (each in a process group of its own) and whatever they started."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[3]) == sid:
+            found.append(int(entry.name))
+    return found
 
 
 def process_title(pid: int) -> str:
@@ -133,6 +149,17 @@ class ForkliftProcess:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, SIGKILL)
             self.popen.kill()
+        self.popen.wait(timeout=10)
+        self._output = self.output()
+
+    def kill_session(self) -> None:
+        """SIGKILL it and everything it started, as a lost node or a container's cgroup
+        kill would: it is stopped first, so it sees none of its children die."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, SIGSTOP)
+        for pid in session_pids(self.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, SIGKILL)
         self.popen.wait(timeout=10)
         self._output = self.output()
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -75,7 +73,7 @@ def test_three_replicas_fire_each_time_once_even_when_one_is_killed(
     wait_for(lambda: due_count(db, schema, "tick") >= 10, timeout=30, what="ten ticks done")
     enqueued = [samples(get(f"{u}/metrics")[1], "forklift_cron_fires_total", outcome="enqueued")
                 for u in urls]  # fmt: skip
-    os.killpg(sups[0].pid, signal.SIGKILL)  # the supervisor and its worker, no goodbye
+    sups[0].kill_session()  # the supervisor and its worker, no goodbye
     killed_at = time.time()
     wait_for(
         lambda: fired(db, schema, "tick")[-1].at.timestamp() > killed_at + 9,

@@ -211,10 +211,8 @@ class Supervisor(ForkliftProcess):
         return self.children()
 
     def kill_group(self) -> None:
-        """SIGKILL its whole process group at once (node loss, the OOM killer's cgroup kill)."""
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.pid, signal.SIGKILL)
-        self.popen.wait(timeout=10)
+        """SIGKILL it and its workers at once (node loss, the OOM killer's cgroup kill)."""
+        self.kill_session()
 
 
 @dataclass
@@ -289,9 +287,7 @@ class Fleet:
 
     def kill(self) -> None:
         for proc in [*self.procs, *self.retired]:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.kill()
+            proc.kill_session()
 
 
 def time_until(condition: Any, timeout: float, interval: float = 0.01, what: str = "") -> float:
