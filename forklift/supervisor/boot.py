@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import signal
@@ -19,6 +20,7 @@ from forklift.store import ClaimedJob
 from forklift.supervisor.config import SupervisorConfig
 from forklift.supervisor.reports import Reporter
 from forklift.supervisor.rss import rss_of
+from forklift.supervisor.running import RunningHandlers
 from forklift.supervisor.title import ChildTitle
 from forklift.workers.config import WorkerConfig
 from forklift.workers.wakeup import Wakeup
@@ -48,6 +50,8 @@ class ChildSpec:
     # Its claim loop's self-pipe (read, write), whose write end the parent's session
     # thread has too: a new job's NEWS (session.HintFanout).
     wake_fds: tuple[int, int] | None = None
+    handlers: RunningHandlers | None = None  # which of its jobs' handlers run, shared
+    crash_log: int | None = None  # where faulthandler writes a native crash's stack
 
 
 def child_main(app: App, config: SupervisorConfig, spec: ChildSpec) -> NoReturn:
@@ -71,13 +75,18 @@ def _run(app: App, config: SupervisorConfig, spec: ChildSpec) -> int:
     title = ChildTitle(spec.index, spec.total, worker_config.queues)
     report = Reporter(spec.report_fd)
     tally = Tally(shared=spec.counts)
-    hooks = JobHooks(app, report, title)
+    if spec.crash_log is not None:
+        # A native crash (SIGSEGV, SIGABRT, ...) writes every thread's Python stack there;
+        # the supervisor puts it on the job that was running.
+        faulthandler.enable(file=spec.crash_log, all_threads=True)
+    hooks = JobHooks(app, report, title, spec.handlers)
     worker = Worker(
         app,
         worker_config,
         owner=spec.owner,
         on_job_start=hooks.started,
         on_job_end=hooks.ended,
+        on_job_return=hooks.returned,
         on_booted=report.booted,
         tally=tally,
         on_job_cancel=hooks.cancelled,
@@ -129,15 +138,25 @@ class JobHooks:
     sees only that the child was busy (`ran` in the beat).
     """
 
-    def __init__(self, app: App, report: Reporter, title: ChildTitle) -> None:
+    def __init__(
+        self,
+        app: App,
+        report: Reporter,
+        title: ChildTitle,
+        handlers: RunningHandlers | None = None,
+    ) -> None:
         self.app = app
         self.report = report
         self.title = title
+        self.handlers = handlers  # marked as each handler begins and returns
         self._lock = threading.Lock()
         self._unreported: dict[int, str] = {}  # started, not told yet: job id -> task
         self.ran = 0  # jobs ended since the last heartbeat
 
     def started(self, job: ClaimedJob) -> None:
+        if self.handlers is not None:
+            with self._lock:
+                self.handlers.began(job.id)
         self.title.started(job.id, job.task)
         timeout = task_timeout(self.app, job)
         if timeout is None:
@@ -149,6 +168,13 @@ class JobHooks:
         # every job in this process) is only for a loop too blocked to cancel it.
         grace = ASYNC_TIMEOUT_GRACE if task is not None and task.is_async else 0.0
         self.report.start(job.id, timeout, job.task, grace)
+
+    def returned(self, job: ClaimedJob) -> None:
+        """Its handler returned or raised: from now on a death of this process is not
+        this job's doing (its outcome may still wait for its write)."""
+        if self.handlers is not None:
+            with self._lock:
+                self.handlers.returned(job.id)
 
     def flush(self) -> int:
         """Tell the parent of the jobs still running since before this beat, and show

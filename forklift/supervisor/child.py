@@ -22,6 +22,7 @@ from forklift.supervisor.reports import (
     Report,
     ReportPipe,
 )
+from forklift.supervisor.running import RunningHandlers
 from forklift.supervisor.states import KillReason, RetireReason
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ def send_signal(pid: int, signum: int) -> None:
     """os.kill, for a child that may already be gone (its exit is reaped later)."""
     try:
         os.kill(pid, signum)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):
         pass
 
 
@@ -79,7 +80,8 @@ class Child:
     # Set when the parent is killing it; the next SIGKILL is due at kill_at.
     killing: Kill | None = None
     kill_at: float | None = None
-    timed_out: list[int] = field(default_factory=list)  # jobs charged for their timeout
+    # Its jobs that overran their timeout, each with why: charged once it is dead.
+    timed_out: dict[int, str] = field(default_factory=dict)
     generation: int = 0
     on_metrics: Callable[[dict[str, Any]], None] | None = None
     # Called with the number of malformed reports read (the supervisor's metric).
@@ -92,6 +94,12 @@ class Child:
     # Read from its counters after its exit: a group commit it sent and never heard back
     # from, (id, attempt, key) each, for the database to settle (Reaper).
     unanswered: list[tuple[int, int, tuple[str, str, str]]] = field(default_factory=list)
+    handlers: RunningHandlers | None = None  # which of its jobs' handlers run (running.py)
+    crash_log: int | None = None  # a memfd its faulthandler writes a native crash's stack to
+    # Read after its exit: the jobs whose handlers ran (None: it cannot tell), and the
+    # Python stack a native crash left.
+    running_at_exit: tuple[int, ...] | None = None
+    crash_stack: str = ""
 
     def __post_init__(self) -> None:
         self._reports = ReportPipe(self.pipe)
@@ -193,6 +201,14 @@ class Child:
             self.unanswered = self.counts.pending()
             self.counts.close()
             self.counts = None
+        if self.handlers is not None:
+            self.running_at_exit = self.handlers.running()
+            self.handlers.close()
+            self.handlers = None
+        if self.crash_log is not None:
+            self.crash_stack = read_crash_log(self.crash_log)
+            os.close(self.crash_log)
+            self.crash_log = None
         if self.on_close is not None:
             self.on_close()
             self.on_close = None
@@ -204,6 +220,26 @@ class Child:
         if self.counts is not None:
             self.counts.close()
             self.counts = None
+        if self.handlers is not None:
+            self.handlers.close()
+            self.handlers = None
+        if self.crash_log is not None:
+            os.close(self.crash_log)
+            self.crash_log = None
+
+
+# What of a native crash's stack a job's error keeps: the innermost frames of the thread
+# that crashed come first in faulthandler's output, other threads after.
+CRASH_STACK_CHARS = 2000
+
+
+def read_crash_log(fd: int) -> str:
+    """What faulthandler wrote there (its first CRASH_STACK_CHARS), as text."""
+    try:
+        raw = os.pread(fd, CRASH_STACK_CHARS, 0)
+    except OSError:
+        return ""
+    return raw.decode("ascii", "replace").strip()
 
 
 class Children:
@@ -253,6 +289,12 @@ class Children:
 
     def signal(self, child: Child, signum: int) -> None:
         self._send(child.pid, signum)
+
+    def signal_group(self, child: Child, signum: int) -> None:
+        """Signal what is left of a child's process group (spawner.own_process_group): the
+        subprocesses its handlers started. Once the child is dead, its group's id cannot
+        be taken by another process while any member lives."""
+        self._send(-child.pid, signum)
 
     def retire(self, child: Child, why: RetireReason) -> None:
         """Ask a child to finish its jobs and exit (no attribution: it is not failing)."""

@@ -43,12 +43,14 @@ class Authority(NamedTuple):
 AUTHORITY = (
     Authority(
         "its own supervisor's reaper", "its own children", "the child exited (wait4)",
-        "exits.decide(): FAIL (a crash each), RELEASE (killed at the shutdown deadline; "
-        "bystanders of a timeout or a cancel kill) or nothing (a clean exit)",
+        "exits.decide(): FAIL (a crash to each job whose handler ran, running.py; the "
+        "others released), RELEASE (killed at the shutdown deadline; bystanders of a "
+        "timeout or a cancel kill) or nothing (a clean exit)",
     ),
     Authority(
         "its own supervisor's police", "one job of its own child", "it overran its timeout",
-        "that job: TimeoutError, no crash (then the kill; the others are bystanders)",
+        "the kill; once the child is dead, that job: TimeoutError, no crash (the others "
+        "are bystanders)",
     ),
     Authority(
         "a peer supervisor (VanishedOwners)",
@@ -76,6 +78,9 @@ class Deferred:
     error: str
     action: JobsAction | None  # None: a timeout's charge of `ids` (no crash)
     ids: tuple[int, ...] = field(default=())
+    # FAIL: the jobs whose handlers ran when it died, the only ones charged a crash (the
+    # rest go back uncharged); None: not known, every job it held is charged.
+    running: tuple[int, ...] | None = None
 
 
 class Attribution:
@@ -95,10 +100,18 @@ class Attribution:
         """When the deferred attributions are tried again (None: there are none)."""
         return self._retry_at if self.pending else None
 
-    def record(self, owner: str, error: str, action: JobsAction, now: float) -> None:
+    def record(
+        self,
+        owner: str,
+        error: str,
+        action: JobsAction,
+        now: float,
+        running: tuple[int, ...] | None = None,
+    ) -> None:
         """Attribute a death to the owner's jobs now; queue it if the database is away
-        (or if earlier ones wait: they go first)."""
-        self._record(Deferred(owner, error, action), now)
+        (or if earlier ones wait: they go first). With `running`, a FAIL charges only
+        those jobs a crash and gives the others back uncharged."""
+        self._record(Deferred(owner, error, action, running=running), now)
 
     def charge_timeout(self, owner: str, job_id: int, reason: str, now: float) -> None:
         """Charge one job that overran its timeout, before its child is killed: a
@@ -144,7 +157,7 @@ class Attribution:
             elif deferred.action is JobsAction.RELEASE:
                 self._release(deferred.owner, deferred.error)
             else:
-                self._charge(deferred.owner, deferred.error)
+                self._charge(deferred.owner, deferred.error, deferred.running)
         except DatabaseError as exc:
             emit(
                 log,
@@ -177,15 +190,29 @@ class Attribution:
             self.totals.job(gone.queue, gone.task, "released")
             emit(log, "job.released", job=gone.id, owner=owner, reason=error)
 
-    def _charge(self, owner: str, error: str) -> None:
-        count_charged(self.totals, self.store.job_fail_orphaned(owner, error), error, owner)
+    def _charge(self, owner: str, error: str, running: tuple[int, ...] | None) -> None:
+        """A crash to each job whose handler ran (all it held, if that is not known);
+        the others it held were innocent: claimed ahead, or done and waiting for their
+        write. They go back uncharged (run again if their outcome was not written)."""
+        ids = None if running is None else list(running)
+        charged = self.store.job_fail_orphaned(owner, error, ids=ids) if ids != [] else []
+        count_charged(self.totals, charged, error, owner)
+        if running is not None:
+            self._release(owner, f"not running when its worker died: {error.splitlines()[0]}")
 
 
 class Deaths(Protocol):
     """What the reaper and the police tell: an Attribution, or the same on the database
     thread (OnDbThread)."""
 
-    def record(self, owner: str, error: str, action: JobsAction, now: float) -> None: ...
+    def record(
+        self,
+        owner: str,
+        error: str,
+        action: JobsAction,
+        now: float,
+        running: tuple[int, ...] | None = None,
+    ) -> None: ...
 
     def charge_timeout(self, owner: str, job_id: int, reason: str, now: float) -> None: ...
 
@@ -202,8 +229,16 @@ class OnDbThread:
         self.attribution = attribution
         self._submit = submit
 
-    def record(self, owner: str, error: str, action: JobsAction, now: float) -> None:
-        self._submit("attribution", lambda: self.attribution.record(owner, error, action, now))
+    def record(
+        self,
+        owner: str,
+        error: str,
+        action: JobsAction,
+        now: float,
+        running: tuple[int, ...] | None = None,
+    ) -> None:
+        a = self.attribution
+        self._submit("attribution", lambda: a.record(owner, error, action, now, running))
 
     def charge_timeout(self, owner: str, job_id: int, reason: str, now: float) -> None:
         a = self.attribution

@@ -59,16 +59,17 @@ class Police:
         self.attribution.end_sessions(child.owner)
 
     def enforce_timeouts(self, now: float) -> None:
-        """A job past its task's timeout: charge it (a timeout, however late the database
-        takes it: the charge goes ahead of the child's death), then kill its child."""
+        """A job past its task's timeout: kill its child, and note the job, which its
+        reaper charges (a timeout, never a crash) once the child is dead. Not before:
+        until its handler has stopped, the job keeps its limit's slot and its next
+        attempt waits (DESIGN invariant 20)."""
         for child in self.children:
             for job in list(child.jobs.values()):
                 if not job.overdue(now) or job.job_id in child.timed_out:
                     continue
                 assert job.timeout is not None
                 cause = timed_out(job.task, job.job_id, job.timeout)
-                self.attribution.charge_timeout(child.owner, job.job_id, cause, now)
-                child.timed_out.append(job.job_id)
+                child.timed_out[job.job_id] = cause
                 self.kill(child, KillReason.TIMEOUT, cause, now)
 
     def enforce_cancels(self, now: float) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import resource
+import signal
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -80,10 +81,20 @@ class Reaper:
         verdict = decide(facts, exit, stopping=stopping)
         if not verdict.quiet:
             self.attribution.end_sessions(child.owner)
+            # What its handlers started dies with it (spawner.own_process_group).
+            self.children.signal_group(child, signal.SIGKILL)
         if child.unanswered and self._settle is not None:
             self._settle(child)  # after its sessions end: no statement of its runs on
+        # Charged now that its handlers have stopped, and before its other jobs go back.
+        for job_id, cause in child.timed_out.items():
+            self.attribution.charge_timeout(child.owner, job_id, cause, now)
         if verdict.jobs is not None:
-            self.attribution.record(child.owner, verdict.error, verdict.jobs, now)
+            error = verdict.error
+            if child.crash_stack:
+                error = f"{error}\n{child.crash_stack}"
+            self.attribution.record(
+                child.owner, error, verdict.jobs, now, running=child.running_at_exit
+            )
         _log_exit(child, verdict, facts.uptime)
         if verdict.restart_reason is not None:
             self.totals.restart(verdict.restart_reason)

@@ -18,10 +18,22 @@ from forklift.shared_counts import SharedCounts
 from forklift.supervisor.boot import ChildSpec, child_main
 from forklift.supervisor.child import Child, Children
 from forklift.supervisor.config import SupervisorConfig
+from forklift.supervisor.running import RunningHandlers
 from forklift.supervisor.session import HintFanout
 from forklift.supervisor.signals import SignalQueue
 
 log = logging.getLogger(__name__)
+
+
+def own_process_group(pid: int = 0) -> None:
+    """Put a child in a process group of its own (from both sides of the fork, so that
+    neither can act before it is so): whatever its handlers start (subprocesses, their
+    children) is in that group, and its supervisor kills the group when the child dies,
+    so no external work of a dead worker runs on beside its job's retry."""
+    try:
+        os.setpgid(pid, 0)
+    except (PermissionError, ProcessLookupError):
+        pass  # the child got there first (and may have exec'd or exited): it is done
 
 
 class Spawner:
@@ -64,6 +76,8 @@ class Spawner:
         # are busiest then: connecting, first rounds); a child of a later fork that
         # such a lock wedges never reports, and is replaced (Police.kill_unresponsive).
         counts = SharedCounts()  # mapped before the fork: the child's counters, shared
+        handlers = RunningHandlers()  # and which of its jobs' handlers run
+        crash_log = os.memfd_create("forklift-crash-log", os.MFD_CLOEXEC)
         with self.signals.held():
             pid = os.fork()
             if pid == 0:  # the child: nothing of the parent's loop survives here
@@ -71,9 +85,14 @@ class Spawner:
         if pid == 0:
             os.close(read_fd)
             os.close(hint_write)
+            own_process_group()
             owner = child_owner(self.supervisor_id, os.getpid(), nonce)
-            spec = ChildSpec(index, total, owner, write_fd, parent_pid, hint_read, counts, wake_fds)
+            spec = ChildSpec(
+                index, total, owner, write_fd, parent_pid, hint_read, counts, wake_fds,
+                handlers, crash_log,
+            )  # fmt: skip
             self._become_child(app, spec)
+        own_process_group(pid)
         os.close(write_fd)
         os.close(hint_read)
         os.close(wake_fds[0])
@@ -85,6 +104,8 @@ class Spawner:
         child.generation = generation
         child.on_metrics = self.totals.add
         child.counts = counts
+        child.handlers = handlers
+        child.crash_log = crash_log
         child.on_malformed = self.totals.malformed
         child.idle_since = now
         self.children.add(child)

@@ -20,19 +20,20 @@ from forklift._ids import liveness_holder
 from forklift.backoff import Backoff
 from forklift.store import short_connection, translated
 
-# The retry delay of a job whose worker died: none after its first attempt (it runs
-# again at once, in its old place in line, on whichever worker claims it first; a job
-# that kills every worker it meets is stopped by its crash budget, max_crashes), then
-# 0.5 s, doubling per attempt, at most a minute.
+# The retry delay of a job whose worker died or was killed for it: 0.5 s after its first
+# attempt, doubling per attempt, at most a minute. Never at once: a job that crashes its
+# worker would kill the next one within milliseconds (its crash budget, max_crashes,
+# stops it for good).
 ORPHAN_RETRY = Backoff(base=0.5, factor=2.0, max=60.0, jitter=0)
 
 
 def orphan_delay(retry: Backoff | None, attempts: int) -> float | None:
     """The delay before the retry of a job whose worker died in attempt `attempts`;
-    None: ready at once, in its old place in line."""
-    if retry is None or attempts <= 1:
+    None: ready at once, in its old place in line (a lost owner's job, as one whose
+    lease expired)."""
+    if retry is None:
         return None
-    return retry.delay(attempts - 1)
+    return retry.delay(max(attempts, 1))
 
 
 class ChargedJob(NamedTuple):

@@ -77,7 +77,7 @@ class JobSteps(Protocol):
 
     def returned(
         self, ctx: JobContext, result: Result, started: float
-    ) -> Effect | AsyncEffect | None: ...
+    ) -> tuple[Result, Effect | AsyncEffect | None]: ...
 
     def record(self, ctx: JobContext, task: Task[Any, Any] | None, result: Result) -> None: ...
 
@@ -210,7 +210,7 @@ class AsyncRunner:
         finally:
             self._in_handler.discard(ctx.job_id)
             _tracing.deactivate(token)
-        effect = self.steps.returned(ctx, result, started)
+        result, effect = self.steps.returned(ctx, result, started)
         assert effect is None or isinstance(effect, AsyncEffect)
         if ctx.finished or ctx.giving_back:  # released (or being) at a stop past grace
             if effect is not None:

@@ -21,7 +21,7 @@ from forklift.workers.completer import Completer
 from forklift.workers.connections import AsyncEffects
 from forklift.workers.context import AsyncJobContext, JobContext
 from forklift.workers.events import JobEvents, Outcome
-from forklift.workers.executor import Result
+from forklift.workers.executor import Result, timed_out
 from forklift.workers.holdings import Holdings
 from forklift.workers.prefetch import Prefetch
 from forklift.workers.recorder import Recorder
@@ -46,6 +46,7 @@ class RunDeps:
     async_effects: AsyncEffects
     on_job_start: Callable[[ClaimedJob], None] | None
     stopping: Callable[[], bool]
+    on_job_return: Callable[[ClaimedJob], None] | None = None
 
 
 class JobRuns:
@@ -64,6 +65,7 @@ class JobRuns:
         self.completer = d.completer
         self.on_job_start = d.on_job_start
         self.stopping = d.stopping
+        self.on_job_return = d.on_job_return
         self.threads = ExecutorThreads(d.concurrency, self._execute)
         self.aio = AsyncRunner(d.app, d.owner, self, d.recorder, d.events, d.async_effects)
         self.tracer = _tracing.tracer()  # None: no tracer provider configured
@@ -119,7 +121,7 @@ class JobRuns:
             result = executor.run(task, ctx, self.owner)
         finally:
             _tracing.deactivate(token)
-        effect = self.returned(ctx, result, started)
+        result, effect = self.returned(ctx, result, started)
         assert effect is None or isinstance(effect, Effect)
         if ctx.finished or ctx.giving_back:  # released (or being) at a stop past grace
             if effect is not None:
@@ -160,15 +162,23 @@ class JobRuns:
 
     def returned(
         self, ctx: JobContext, result: Result, started: float
-    ) -> Effect | AsyncEffect | None:
+    ) -> tuple[Result, Effect | AsyncEffect | None]:
         """The handler returned (or raised) `result`: note what goes with its outcome;
-        the effect transaction it opened, if any, for the caller to end."""
+        the outcome and the effect transaction it opened, if any, for the caller to end.
+        An attempt that ran past its task's timeout ends in TimeoutError whatever it
+        returned: its supervisor (or its event loop) was about to end it, and its effect
+        rolls back."""
+        if self.on_job_return is not None:
+            self.on_job_return(ctx.job)
         ctx.duration = time.monotonic() - started
+        if result.succeeded and ctx.timeout and ctx.duration > ctx.timeout:
+            job = ctx.job
+            result = Result(False, f"TimeoutError: {timed_out(job.task, job.id, ctx.timeout)}")
         ctx.result_json = result.value
         ctx.final_progress = progress.unwritten(ctx)  # written with the completion
         self.prefetch.observe_job(ctx.duration)  # threads race here: a lost sample
         _tracing.handler_raised(ctx, result.exception)
-        return ctx.take_effect()
+        return result, ctx.take_effect()
 
     def record(self, ctx: JobContext, task: Task[Any, Any] | None, result: Result) -> None:
         """A success goes to the completer's group commit; a failure is written now."""

@@ -95,6 +95,18 @@ def batch_view(app: App, batch_id: int, reads: Reads) -> Batch:
     return Batch(batch_id, BatchStore(reads, app.schema), listen)
 
 
+def stop_handlers(contexts: list[JobContext]) -> list[JobContext]:
+    """Tell the handlers still running at a stop to stop (ctx.cancelled); the jobs the
+    worker may give back: not one whose handler runs past its timeout. Its supervisor,
+    killing this process for it, charges the timeout once the handler is gone (a worker
+    on its own leaves it to its lease), so no other attempt runs beside the handler and
+    the timeout is never lost to a release."""
+    now = time.monotonic()
+    for ctx in contexts:
+        ctx.cancel()
+    return [c for c in contexts if not (c.started and c.timeout and now - c.started_at > c.timeout)]
+
+
 class Waiting:
     """What a worker waits for before any work ("waiting for migrate"; None: nothing),
     each change told to `on_change` (its process title)."""
@@ -127,6 +139,7 @@ class Worker:
         hints_fd: int | None = None,
         on_waiting: Callable[[str | None], None] | None = None,
         wakeup: Wakeup | None = None,
+        on_job_return: Callable[[ClaimedJob], None] | None = None,
     ) -> None:
         self.app = app
         self._waiting = Waiting(on_waiting)
@@ -135,6 +148,7 @@ class Worker:
         self.owner = owner or ""
         self.on_job_start = on_job_start
         self.on_job_end = on_job_end
+        self.on_job_return = on_job_return
         self.on_booted = on_booted  # told once its services run, just before the first claim
         self.on_job_cancel = on_job_cancel  # an operator cancelled a job whose handler runs
         self.tally = tally
@@ -206,6 +220,7 @@ class Worker:
                 self.app, cfg.concurrency, self.owner, self.store, held, self.events,
                 self.recorder, self.prefetch, self.services.completer,
                 self._conns.async_effects, self.on_job_start, lambda: self._stopping,
+                self.on_job_return,
             )
         )  # fmt: skip
         self.services.start()
@@ -403,9 +418,5 @@ class Worker:
             self._wakeup.wait(min(0.5, deadline - time.monotonic()))
         # Jobs whose handler already returned are only waiting for their group commit:
         # the completer flushes them on shutdown. Release the ones still running.
-        left = self.holdings.take_running()
-        for ctx in left:
-            ctx.cancel()
-        self.recorder.release_at_stop(
-            left, "stopping past grace" if not self._fast_stop else "fast stop"
-        )
+        why = "stopping past grace" if not self._fast_stop else "fast stop"
+        self.recorder.release_at_stop(stop_handlers(self.holdings.take_running()), why)

@@ -526,6 +526,7 @@ def test_a_timeout_kill_charges_the_overdue_job_and_no_bystander(
     overdue = app.enqueue("backtrack", max_attempts=1)
     wait_state(db, schema, overdue, "running")
     wait_for(lambda: victim_pid not in home.children(), timeout=20, what="the kill")
+    wait_state(db, schema, overdue, "dead")  # charged once its handler is gone
     row = db.execute(
         f"SELECT state, crashes, last_error FROM {schema}.jobs WHERE id = %s", (overdue,)
     ).fetchone()

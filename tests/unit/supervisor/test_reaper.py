@@ -16,6 +16,7 @@ from forklift.supervisor.deaths import Attribution
 from forklift.supervisor.reaper import Reaper
 from forklift.supervisor.reports import Reporter
 from forklift.supervisor.restarts import RestartSchedule
+from forklift.supervisor.running import RunningHandlers
 from forklift.supervisor.states import KillReason, RetireReason
 from forklift.supervisor.systemd import Notifier
 from tests.unit.supervisor.conftest import FakeStore, OpenPipe
@@ -106,19 +107,74 @@ def test_no_children_left_ends_the_reap(store: FakeStore) -> None:
     assert store.calls == []
 
 
-def test_a_timed_out_childs_bystanders_are_released(store: FakeStore, open_pipe: OpenPipe) -> None:
+def test_a_timed_out_childs_job_is_charged_once_it_is_dead_then_its_bystanders_released(
+    store: FakeStore, open_pipe: OpenPipe
+) -> None:
+    cause = "job render#7 timed out after 1 s"
     parts = Parts(store, (41, SIGKILLED, 0))
     forked(
         parts.children,
         open_pipe,
         41,
-        killing=Kill(KillReason.TIMEOUT, "job render#7 timed out after 1 s"),
-        timed_out=[7],
+        killing=Kill(KillReason.TIMEOUT, cause),
+        timed_out={7: cause},
     )
     parts.reaper.reap(stopping=False)
-    assert store.calls == [("job_release_owner", ("host:41:abc",))]
+    assert store.calls == [
+        ("job_fail_orphaned", ("host:41:abc", f"TimeoutError: {cause}", [7])),
+        ("job_release_owner", ("host:41:abc",)),
+    ]
+    assert store.crash_flags == [False]  # a timeout, no crash
     assert parts.totals.restarts == {"timeout": 1}
-    assert parts.totals.jobs == {("default", "render", "released"): 1}
+    assert parts.totals.jobs == {
+        ("default", "render", "crashed"): 1,
+        ("default", "render", "released"): 1,
+    }
+
+
+def test_a_death_charges_only_the_jobs_whose_handlers_ran_and_releases_the_rest(
+    store: FakeStore, open_pipe: OpenPipe
+) -> None:
+    """The others it held (claimed ahead, or done and waiting for their group commit)
+    did not kill it: before, each was charged a crash, and quarantined at the second."""
+    parts = Parts(store, (41, EXIT_3, 0))
+    handlers = RunningHandlers()
+    handlers.began(7)
+    handlers.began(8)
+    handlers.returned(8)
+    forked(parts.children, open_pipe, 41, handlers=handlers)
+    parts.reaper.reap(stopping=False)
+    (charge, (owner, _, ids)), release = store.calls
+    assert (charge, owner, ids) == ("job_fail_orphaned", "host:41:abc", [7])
+    assert release == ("job_release_owner", ("host:41:abc",))
+    assert store.crash_flags == [True]
+
+
+def test_a_death_with_no_handler_running_charges_nobody(
+    store: FakeStore, open_pipe: OpenPipe
+) -> None:
+    parts = Parts(store, (41, EXIT_3, 0))
+    forked(parts.children, open_pipe, 41, handlers=RunningHandlers())
+    parts.reaper.reap(stopping=False)
+    assert store.calls == [("job_release_owner", ("host:41:abc",))]
+
+
+def test_a_native_crash_puts_its_stack_on_the_charge_and_its_group_is_killed(
+    store: FakeStore, open_pipe: OpenPipe
+) -> None:
+    sent: list[tuple[int, int]] = []
+    parts = Parts(store, (41, signal.SIGSEGV.value, 0), (42, 0, 0))
+    parts.children = Children(send=lambda pid, signum: sent.append((pid, signum)))
+    parts.reaper.children = parts.children
+    log = os.memfd_create("crash-log")
+    os.write(log, b'Fatal Python error: Segmentation fault\n\n  File "app.py", line 3 in f\n')
+    forked(parts.children, open_pipe, 41, crash_log=log)
+    forked(parts.children, open_pipe, 42)
+    parts.reaper.reap(stopping=False)
+    (_, (_, error, _)), *_ = store.calls
+    assert error.startswith("WorkerDied: worker process killed by SIGSEGV")
+    assert error.endswith('Fatal Python error: Segmentation fault\n\n  File "app.py", line 3 in f')
+    assert sent == [(-41, signal.SIGKILL.value)]  # 42 exited cleanly: its group is left be
 
 
 def test_a_shutdown_exit_is_neither_replaced_nor_counted(
