@@ -68,7 +68,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import functools
+import logging
 import os
 import queue
 import random
@@ -394,16 +396,16 @@ class Soak:
         with self.app.singleton("interactions") as held:
             if not held:
                 return
-            began = time.monotonic()
+            began = time.time()  # the wall clock: comparable with the faults' windows
             try:
-                deadline = began + 3.0
+                deadline = time.monotonic() + 3.0
                 while time.monotonic() < deadline and not self.stop.is_set() and held:
                     time.sleep(0.05)
             except Exception:  # a documented "you lost it" ends the block
                 self.record.count("singleton lost (told)")
             finally:
                 with self.record.lock:
-                    self.record.held.append((me, began, time.monotonic()))
+                    self.record.held.append((me, began, time.time()))
                     self.record.counts["singleton blocks held"] += 1
 
     # -- the operator -------------------------------------------------------------------
@@ -446,7 +448,7 @@ class Soak:
     def faults(self) -> None:
         """One fault every --fault-every seconds, kinds in a shuffled cycle; the rolling
         deploy once, at the middle of the run."""
-        kinds = [k for k in FAULTS if k in self.args.faults]
+        kinds = [k for k in FAULTS if k in self.args.faults and k != "deploy v2"]
         kinds += ["kill worker"] if "kill worker" in kinds else []  # SIGKILLs twice as often
         cycle: list[str] = []
         middle = time.monotonic() + self.args.minutes * 30
@@ -657,14 +659,16 @@ def innocent_charged(soak: Soak, runs: Sequence[HandlerRun]) -> Column:
             if any(not r.stopped for r in handled):
                 continue  # its handler was running when its process died: its own doing
             why = (
-                f"its handler had returned at {max(r.last for r in handled):.3f}"
+                f"its handler had returned {at_clock(max(r.last for r in handled))}"
                 if handled
                 else "its handler never started on that pid"
             )
+            at = datetime.datetime.fromisoformat(str(e.get("at"))).timestamp()
             innocent.setdefault(
                 job,
-                f"job {job} ({tasks.get(job, '?')}) attempt {attempt} on pid {pid}: "
-                f"charged {error[:90]!r} at {e.get('at')}; {why}",
+                f"job {job} ({tasks.get(job, '?')}) attempt {attempt} on pid {pid}: charged "
+                f"{error[:80]!r} at {time.strftime('%H:%M:%S', time.localtime(at))}; {why}; "
+                f"{last_fault(soak.record.faults, at)}",
             )
     return Column("innocent charged", len(innocent), list(innocent.values()))
 
@@ -714,20 +718,20 @@ def limit_exceeded(runs: Sequence[HandlerRun], limit: int = 1) -> Column:
             inside = [o for o in mine[:i] if o.last > run.start]
             if len(inside) >= limit:
                 others = ", ".join(
-                    f"job {o.job}/{o.attempt} pid {o.pid} {o.start:.2f}-{o.last:.2f}"
-                    + ("" if o.stopped else " (process died)")
+                    f"job {o.job}/{o.attempt} pid {o.pid} from {at_clock(o.start)[3:]} to "
+                    f"{at_clock(o.last)[3:]}" + ("" if o.stopped else " (process died)")
                     for o in inside
                 )
                 lines.append(
                     f"account {key}: job {run.job}/{run.attempt} pid {run.pid} started "
-                    f"{run.start:.2f} while {others}"
+                    f"{at_clock(run.start)} while in its handler: {others}"
                 )
     return Column("limit exceeded", len(lines), lines)
 
 
-def singleton_twice(held: Sequence[tuple[int, float, float]]) -> Column:
+def singleton_twice(record: Record) -> Column:
     lines = []
-    ordered = sorted(held, key=lambda h: h[1])
+    ordered = sorted(record.held, key=lambda h: h[1])
     for i, (who, start, end) in enumerate(ordered):
         for other, o_start, o_end in ordered[i + 1 :]:
             if o_start >= end:
@@ -736,7 +740,8 @@ def singleton_twice(held: Sequence[tuple[int, float, float]]) -> Column:
             if other != who and overlap > SINGLETON_SLACK:
                 lines.append(
                     f"thread {who % 10_000} held it {end - start:.2f} s; thread "
-                    f"{other % 10_000} entered {o_start - start:.2f} s in ({overlap:.2f} s both)"
+                    f"{other % 10_000} entered {o_start - start:.2f} s in ({overlap:.2f} s "
+                    f"both); {last_fault(record.faults, o_start)}"
                 )
     return Column("singleton twice", len(lines), lines)
 
@@ -752,10 +757,24 @@ def slow_producer(record: Record, embedded: bool) -> Column:
     ]
     lines = [
         f"{c.kind} at {time.strftime('%H:%M:%S', time.localtime(c.started))}: "
-        f"{c.seconds:.2f} s, {c.outcome}"
+        f"{c.seconds:.2f} s, {c.outcome}; {last_fault(record.faults, c.started)}"
         for c in slow
     ]
     return Column("slow producer", len(slow), lines)
+
+
+def at_clock(at: float) -> str:
+    """Wall time `at` as "at HH:MM:SS.mmm"."""
+    return f"at {time.strftime('%H:%M:%S', time.localtime(at))}.{int(at % 1 * 1000):03d}"
+
+
+def last_fault(faults: Sequence[Window], at: float) -> str:
+    """The last fault begun before wall time `at`, in words."""
+    before = [w for w in faults if w.started <= at]
+    if not before:
+        return "no fault before it"
+    w = before[-1]
+    return f"the last fault, {w.kind}, began {at - w.started:.1f} s before"
 
 
 def check(soak: Soak) -> list[Column]:
@@ -766,7 +785,7 @@ def check(soak: Soak) -> list[Column]:
         innocent_charged(soak, runs),
         callbacks_not_once(soak),
         limit_exceeded(runs),
-        singleton_twice(soak.record.held),
+        singleton_twice(soak.record),
         slow_producer(soak.record, soak.cluster is not None),
     ]
 
@@ -879,6 +898,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # The pool's own complaints while the database is away, one per reconnection try:
+    # the run's calls and the table say what came of them.
+    logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
     if args.seed is None:
         args.seed = random.randrange(2**31)
     say(f"interactions: {args.minutes:g} min, seed {args.seed}")
