@@ -570,7 +570,10 @@ class Soak:
             time.sleep(1.0)
         self.keep_errors()
         for fleet in (self.fleet, self.fleet_v2):
-            fleet.stop(timeout=30)
+            for proc in fleet.retired:
+                self.record.count(f"supervisor exit {proc.popen.poll()}")
+            for code in fleet.stop(timeout=30):
+                self.record.count(f"supervisor exit {code}")
 
 
 # -- the checks ----------------------------------------------------------------------------
@@ -712,21 +715,27 @@ def limit_exceeded(runs: Sequence[HandlerRun], limit: int = 1) -> Column:
         if run.task == "keyed":
             by_key[run.key].append(run)
     lines = []
+    rerun = 0  # of them, a job's attempt started beside its own earlier attempt
     for key, mine in sorted(by_key.items()):
         mine.sort(key=lambda r: r.start)
         for i, run in enumerate(mine):
             inside = [o for o in mine[:i] if o.last > run.start]
-            if len(inside) >= limit:
-                others = ", ".join(
-                    f"job {o.job}/{o.attempt} pid {o.pid} from {at_clock(o.start)[3:]} to "
-                    f"{at_clock(o.last)[3:]}" + ("" if o.stopped else " (process died)")
-                    for o in inside
-                )
-                lines.append(
-                    f"account {key}: job {run.job}/{run.attempt} pid {run.pid} started "
-                    f"{at_clock(run.start)} while in its handler: {others}"
-                )
-    return Column("limit exceeded", len(lines), lines)
+            if len(inside) < limit:
+                continue
+            rerun += any(o.job == run.job for o in inside)
+            others = ", ".join(
+                f"job {o.job}/{o.attempt} pid {o.pid} from {at_clock(o.start)[3:]} to "
+                f"{at_clock(o.last)[3:]}" + ("" if o.stopped else " (process died)")
+                for o in inside
+            )
+            lines.append(
+                f"account {key}: job {run.job}/{run.attempt} pid {run.pid} started "
+                f"{at_clock(run.start)} while in its handler: {others}"
+            )
+    column = Column("limit exceeded", len(lines), lines)
+    if lines:
+        lines.insert(0, f"({rerun} of these: a job's attempt beside its own earlier one)")
+    return column
 
 
 def singleton_twice(record: Record) -> Column:
@@ -755,11 +764,18 @@ def slow_producer(record: Record, embedded: bool) -> Column:
         for c in record.calls
         if c.seconds > SLOW_CALL and not any(c.started < e and c.ended > s for s, e in away)
     ]
+    kinds: dict[str, int] = defaultdict(int)
+    for c in slow:
+        kinds[f"{c.kind} {c.outcome}"] += 1
     lines = [
         f"{c.kind} at {time.strftime('%H:%M:%S', time.localtime(c.started))}: "
         f"{c.seconds:.2f} s, {c.outcome}; {last_fault(record.faults, c.started)}"
-        for c in slow
+        for c in sorted(slow, key=lambda c: c.started)
     ]
+    if lines:
+        lines.insert(
+            0, "(by call: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) + ")"
+        )
     return Column("slow producer", len(slow), lines)
 
 
@@ -808,7 +824,7 @@ def report(soak: Soak, columns: Sequence[Column], seconds: float) -> None:
             for line in c.lines[:15]:
                 print(f"  {line}")
             if len(c.lines) > 15:
-                print(f"  ... and {len(c.lines) - 15} more")
+                print(f"  ... and {len(c.lines) - 15} more lines")
     faults: dict[str, int] = defaultdict(int)
     for w in soak.record.faults:
         faults[w.kind] += 1
