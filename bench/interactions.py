@@ -298,8 +298,8 @@ class Soak:
             task = "aplain" if i % 2 else "plain"
             specs.append(forklift.JobSpec(task, {"key": f"p{n}-{i}", "pause": 0.02}))
         specs.append(forklift.JobSpec("metered", {"key": f"m{n}"}))
-        if n % 5 == 0:
-            specs.append(forklift.JobSpec("chatty", {"key": f"c{n}", "which": n // 5}))
+        if n % 3 == 0:
+            specs.append(forklift.JobSpec("chatty", {"key": f"c{n}", "which": n // 3}))
         self.record.count("fed")
         with self.record.call("enqueue_many"):
             ids = self.app.enqueue_many(specs)
