@@ -48,7 +48,10 @@ supervisors and checks, each column from the data it prints under the table:
                     Quarantined) or a LeaseExpired for a run whose handler was not
                     running when it was charged: per the handlers' diary (start and stop
                     lines with pid and time, see bench/interactions_app.py) the charged
-                    attempt never started on that pid, or its handler had returned
+                    attempt never started on that pid, or its handler had ended; or any
+                    other error (but a timeout's or a cancel's) for an attempt whose
+                    handler had returned without raising (a completion that failed: a
+                    hostile progress message in its group commit, a lost connection)
   callbacks not 1x  batches whose callback's effect committed other than exactly once
   limit exceeded    handler runs of the per-account task that started while another
                     run of the same account was still in its handler (from the diary's
@@ -118,7 +121,11 @@ LEASE = 4.0  # the supervisors' --lease, seconds
 SLOW_CALL = 1.0  # a producer call longer than this on a healthy database is a finding
 SETTLE = 3.0  # seconds after an outage during which a producer may still be slow
 SINGLETON_SLACK = 1.0  # overlap of two singleton blocks tolerated (loss noticed late)
+# Errors that charge a run for its process's death or its lease's end: innocent when its
+# handler was not running at the time.
 CHARGES = ("WorkerDied", "WorkerLost", "Quarantined", "LeaseExpired")
+# Errors a job earns on its own whatever its handler did: the task's timeout, an operator.
+OWN = ("TimeoutError", "Cancelled by")
 ACCOUNTS = 4
 CAPPED = "capped"
 # The faults, by name; "deploy v2" happens once, at the middle of the run.
@@ -590,7 +597,8 @@ class HandlerRun:
     key: str
     start: float
     last: float
-    stopped: bool = False
+    stopped: bool = False  # its handler returned or raised
+    raised: bool = False
 
 
 def read_diary(path: Path) -> list[HandlerRun]:
@@ -613,7 +621,8 @@ def read_diary(path: Path) -> list[HandlerRun]:
             open_[ident] = run
         elif (run_ := open_.get(ident)) is not None:
             run_.last = max(run_.last, float(at))
-            run_.stopped = run_.stopped or event == "stop"
+            run_.stopped = run_.stopped or event in ("stop", "raise")
+            run_.raised = run_.raised or event == "raise"
     return runs
 
 
@@ -654,18 +663,24 @@ def innocent_charged(soak: Soak, runs: Sequence[HandlerRun]) -> Column:
     for job, errors in sorted(soak.record.errors.items()):
         for e in errors:
             error = str(e.get("error") or "")
-            if not error.startswith(CHARGES):
+            if error.startswith(OWN):
                 continue
             pid = owner_process(str(e.get("worker") or ""))[1]
             attempt = int(e.get("attempt") or 0)
             handled = by_run.get((job, attempt, pid), [])
-            if any(not r.stopped for r in handled):
-                continue  # its handler was running when its process died: its own doing
-            why = (
-                f"its handler had returned {at_clock(max(r.last for r in handled))}"
-                if handled
-                else "its handler never started on that pid"
-            )
+            if error.startswith(CHARGES):
+                if any(not r.stopped for r in handled):
+                    continue  # its handler was running when its process died: its doing
+                why = (
+                    f"its handler had ended {at_clock(max(r.last for r in handled))}"
+                    if handled
+                    else "its handler never started on that pid"
+                )
+            else:  # a failure of the attempt: innocent if its handler had returned
+                returned = [r for r in handled if r.stopped and not r.raised]
+                if not returned:
+                    continue
+                why = f"its handler had returned {at_clock(max(r.last for r in returned))}"
             at = datetime.datetime.fromisoformat(str(e.get("at"))).timestamp()
             innocent.setdefault(
                 job,

@@ -10,13 +10,15 @@ The diary is the handlers' side of the story, one line per event, appended to a 
 
     start <job> <attempt> <pid> <time> <task> <key>
     beat  <job> <attempt> <pid> <time> <task> <key>   (every BEAT s while a handler waits)
-    stop  <job> <attempt> <pid> <time> <task> <key>   (as the handler returns or raises)
+    stop  <job> <attempt> <pid> <time> <task> <key>   (as the handler returns)
+    raise <job> <attempt> <pid> <time> <task> <key>   (as it raises instead)
 
 `time` is time.time(), one clock for every process on the machine. A file, not a table:
 a handler's own insert would fail during the very outages and backend kills the bench
 injects (or ride the effect transaction, and vanish with it), and the diary must say
 what ran whatever the database did. A handler with a start and no stop was still
-running when its process died; its beats bound from below how long it ran.
+running when its process died; its beats bound from below how long it ran. The handlers
+raise only when the database fails them (or, poison, never return).
 
 Each job's effect is one row of `<schema>.effects` (no unique key: a second commit shows
 as a second row), written in ctx.transaction(), so it commits exactly when the job does.
@@ -66,8 +68,8 @@ class Diary:
     def beat(self) -> None:
         note("beat", self.job, self.attempt, self.task, self.key)
 
-    def __exit__(self, *exc: object) -> None:
-        note("stop", self.job, self.attempt, self.task, self.key)
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        note("stop" if kind is None else "raise", self.job, self.attempt, self.task, self.key)
 
 
 def effect_sql(schema: str) -> str:
