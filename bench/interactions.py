@@ -48,10 +48,10 @@ supervisors and checks, each column from the data it prints under the table:
                     Quarantined) or a LeaseExpired for a run whose handler was not
                     running when it was charged: per the handlers' diary (start and stop
                     lines with pid and time, see bench/interactions_app.py) the charged
-                    attempt never started on that pid, or its handler had ended; or any
-                    other error (but a timeout's or a cancel's) for an attempt whose
-                    handler had returned without raising (a completion that failed: a
-                    hostile progress message in its group commit, a lost connection)
+                    attempt never started on that pid, or its handler had ended; or a
+                    "completion failed" for an attempt whose handler had returned
+                    without raising (a hostile progress message in its group commit, a
+                    lost connection whose outcome was not reconciled)
   callbacks not 1x  batches whose callback's effect committed other than exactly once
   limit exceeded    handler runs of the per-account task that started while another
                     run of the same account was still in its handler (from the diary's
@@ -126,6 +126,10 @@ SINGLETON_SLACK = 1.0  # overlap of two singleton blocks tolerated (loss noticed
 CHARGES = ("WorkerDied", "WorkerLost", "Quarantined", "LeaseExpired")
 # Errors a job earns on its own whatever its handler did: the task's timeout, an operator.
 OWN = ("TimeoutError", "Cancelled by")
+# The worker's completion of a handler that returned, failed: a data error of one row in
+# a group commit, or a lost connection whose outcome went unreconciled. (An effect
+# transaction whose connection died before its commit must run again: not counted.)
+COMPLETION = "completion failed"
 ACCOUNTS = 4
 CAPPED = "capped"
 # The faults, by name; "deploy v2" happens once, at the middle of the run.
@@ -676,11 +680,13 @@ def innocent_charged(soak: Soak, runs: Sequence[HandlerRun]) -> Column:
                     if handled
                     else "its handler never started on that pid"
                 )
-            else:  # a failure of the attempt: innocent if its handler had returned
+            elif COMPLETION in error:  # innocent if its handler had returned
                 returned = [r for r in handled if r.stopped and not r.raised]
                 if not returned:
                     continue
                 why = f"its handler had returned {at_clock(max(r.last for r in returned))}"
+            else:
+                continue
             at = datetime.datetime.fromisoformat(str(e.get("at"))).timestamp()
             innocent.setdefault(
                 job,
