@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
+import json
 import math
 import os
 import secrets
@@ -175,6 +177,23 @@ def percentile(values: Sequence[float], q: float) -> float:
     pos = (len(ordered) - 1) * q / 100
     lo, hi = math.floor(pos), math.ceil(pos)
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def append_result(path: Path, row: dict[str, Any]) -> None:
+    """Append `row`, stamped with the time and the commit measured, to the JSON lines
+    file `path` (a soak's history: one line per run)."""
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO_ROOT
+    ).stdout.strip()
+    stamped = {
+        "at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "commit": commit,
+        **row,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as out:
+        out.write(json.dumps(stamped) + "\n")
+    say(f"appended to {path}")
 
 
 # -- the machine -------------------------------------------------------------------------

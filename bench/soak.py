@@ -30,10 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
-import json
 import random
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,6 +43,7 @@ if not __package__:  # run as `python bench/soak.py`: put the repository root on
 
 from bench._harness import (
     REPO_ROOT,
+    append_result,
     parser,
     positive,
     positive_float,
@@ -165,12 +163,7 @@ def report(run: Run, verdict: Verdict, args: argparse.Namespace, seconds: float)
 
 
 def save(run: Run, verdict: Verdict, args: argparse.Namespace, seconds: float) -> None:
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO_ROOT
-    ).stdout.strip()
     row = {
-        "at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "commit": commit,
         "minutes": args.minutes,
         "seed": args.seed,
         "supervisors": args.supervisors,
@@ -185,10 +178,7 @@ def save(run: Run, verdict: Verdict, args: argparse.Namespace, seconds: float) -
         "problems": verdict.problems,
         "faults": {f.value: vars(t) for f, t in run.tallies.items()},
     }
-    args.results.parent.mkdir(parents=True, exist_ok=True)
-    with args.results.open("a") as out:
-        out.write(json.dumps(row) + "\n")
-    say(f"appended to {args.results}")
+    append_result(args.results, row)
 
 
 def soak(args: argparse.Namespace) -> int:
