@@ -304,10 +304,13 @@ class App:
             return declare.schedule(self, task, cast(declare.ScheduleOptions, options))
         return declare.Periodic(self, cast(declare.PeriodicOptions, options))
 
-    def singleton(self, name: str) -> AbstractContextManager[bool]:
+    def singleton(self, name: str) -> AbstractContextManager[_singleton.Singleton]:
         """`with app.singleton("name") as acquired:` one holder across every replica.
 
         A non-blocking advisory lock on a dedicated connection, always released.
+        `acquired` is true while this process holds it: it turns false (and its
+        `check()` raises SingletonLost) within a second of the lock's session ending,
+        after which another replica may enter; a long block checks it between steps.
         """
         try:
             _names.check("singleton", name)
