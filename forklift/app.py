@@ -14,7 +14,7 @@ from typing import Any, ParamSpec, TypedDict, TypeVar, Unpack, cast, overload
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from forklift import _db, _json, _names, _producing, _singleton, _sql, _waiting, batch
+from forklift import _config, _db, _json, _names, _producing, _singleton, _sql, _waiting, batch
 from forklift.backoff import Backoff
 from forklift.batch import Batch
 from forklift.errors import ArgumentError, ConfigError, UnknownTaskError
@@ -29,6 +29,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 MAX_RESULT_BYTES = 1 << 20  # 1 MiB of JSON
+MAX_ARG_BYTES = _json.MAX_ARG_BYTES
 
 
 def _seconds(delay: float | timedelta | None) -> float:
@@ -64,11 +65,12 @@ def build_job(
     queue: str | None = None,
     max_attempts: int | None = None,
     max_crashes: int | None = None,
+    max_arg_bytes: int = MAX_ARG_BYTES,
 ) -> NewJob:
     """The job to insert, validated: `task` is the app's task of that name (None for a
-    producer-only app)."""
+    producer-only app); its arguments at most `max_arg_bytes` of JSON."""
     args = {} if args is None else args
-    text = _json.dumps_args(args)
+    text = _json.dumps_args(args, max_arg_bytes)
     if task is not None:
         task.check_args(args)
     try:
@@ -153,7 +155,9 @@ def _task_for_enqueue(tasks: Mapping[str, Task[Any, Any]], name: str) -> Task[An
 
 
 def _built(
-    tasks: Mapping[str, Task[Any, Any]], specs: Iterable[JobSpec | tuple[str, Mapping[str, Any]]]
+    tasks: Mapping[str, Task[Any, Any]],
+    specs: Iterable[JobSpec | tuple[str, Mapping[str, Any]]],
+    max_arg_bytes: int,
 ) -> Iterator[NewJob]:
     """Each job of `specs` validated (build_job) as it is taken."""
     for spec in specs:
@@ -161,10 +165,13 @@ def _built(
             if len(spec) != 2:
                 raise ArgumentError(f"a job as a tuple is (task name, args), got {spec!r}")
             task_name, args = spec
-            yield build_job(_task_for_enqueue(tasks, task_name), task_name, args)
+            task = _task_for_enqueue(tasks, task_name)
+            yield build_job(task, task_name, args, max_arg_bytes=max_arg_bytes)
         elif isinstance(spec, JobSpec):
             task = _task_for_enqueue(tasks, spec.task)
-            yield build_job(task, spec.task, spec.args, **spec.options())
+            yield build_job(
+                task, spec.task, spec.args, **spec.options(), max_arg_bytes=max_arg_bytes
+            )
         else:
             raise ArgumentError(
                 "each job is a forklift.JobSpec or a (task name, args) tuple, got "
@@ -207,10 +214,18 @@ class App:
         *,
         schema: str | None = None,
         max_result_bytes: int = MAX_RESULT_BYTES,
+        max_arg_bytes: int | None = None,
     ) -> None:
         if max_result_bytes < 1:
             raise ConfigError(f"max_result_bytes must be >= 1, got {max_result_bytes}")
+        if max_arg_bytes is None:
+            max_arg_bytes = _config.env("MAX_ARG_BYTES", _config.positive_int, MAX_ARG_BYTES)
+        if max_arg_bytes < 1:
+            raise ConfigError(f"max_arg_bytes must be >= 1, got {max_arg_bytes}")
         self._dsn = dsn
+        # A job's arguments, as JSON, may be this big; bigger ones are refused at enqueue
+        # with an ArgumentError, whichever way they are enqueued.
+        self.max_arg_bytes = max_arg_bytes
         # A handler's return value, as JSON, may be this big; a bigger one ends the job
         # dead with a ResultError (it would not shrink on a retry).
         self.max_result_bytes = max_result_bytes
@@ -334,7 +349,8 @@ class App:
         args: Mapping[str, Any] | None,
         **options: Unpack[JobOptions],
     ) -> NewJob:
-        return build_job(_task_for_enqueue(self.tasks, task_name), task_name, args, **options)
+        task = _task_for_enqueue(self.tasks, task_name)
+        return build_job(task, task_name, args, **options, max_arg_bytes=self.max_arg_bytes)
 
     def enqueue(
         self,
@@ -347,6 +363,7 @@ class App:
         priority: int | None = None,
         queue: str | None = None,
         max_attempts: int | None = None,
+        max_crashes: int | None = None,
         conn: psycopg.Connection[Any] | None = None,
     ) -> int:
         """Enqueue `task_name` with `args`; return the job id.
@@ -354,10 +371,9 @@ class App:
         With an idempotency key that a job already has, no job is added and that job's
         id is returned. With `conn`, the insert joins the caller's transaction.
         """
-        job = build_job(
-            _task_for_enqueue(self.tasks, task_name), task_name, args,
-            idempotency_key=idempotency_key, run_at=run_at, delay=delay, priority=priority,
-            queue=queue, max_attempts=max_attempts,
+        job = self._new_job(
+            task_name, args, idempotency_key=idempotency_key, run_at=run_at, delay=delay,
+            priority=priority, queue=queue, max_attempts=max_attempts, max_crashes=max_crashes,
         )  # fmt: skip  # refused before any connection
         return _producing.insert(self.store, [job], conn, many=False)[0]
 
@@ -394,7 +410,8 @@ class App:
         specs = jobs if isinstance(jobs, Sequence) else list(jobs)
         if not specs:
             return []
-        return _producing.insert_many(self.store, _built(self.tasks, specs), len(specs), conn)
+        new = _built(self.tasks, specs, self.max_arg_bytes)
+        return _producing.insert_many(self.store, new, len(specs), conn)
 
     async def enqueue_many_async(
         self,
@@ -410,7 +427,7 @@ class App:
         return await _producing.insert_async(lambda: self.store, new, conn, many=True)
 
     def _new_jobs(self, jobs: Iterable[JobSpec | tuple[str, Mapping[str, Any]]]) -> list[NewJob]:
-        return list(_built(self.tasks, jobs))
+        return list(_built(self.tasks, jobs, self.max_arg_bytes))
 
     # -- batches and results -------------------------------------------------------------
 
