@@ -68,7 +68,7 @@ def build_job(
     max_arg_bytes: int = MAX_ARG_BYTES,
 ) -> NewJob:
     """The job to insert, validated: `task` is the app's task of that name (None for a
-    producer-only app); its arguments at most `max_arg_bytes` of JSON."""
+    producer-only app)."""
     args = {} if args is None else args
     text = _json.dumps_args(args, max_arg_bytes)
     if task is not None:
@@ -90,17 +90,9 @@ def build_job(
         raise ArgumentError("max_crashes must be >= 1")
     if task is None:
         return NewJob(
-            task_name,
-            text,
-            queue or "default",
-            priority or 0,
-            max_attempts or 5,
-            None,
-            idempotency_key,
-            run_at,
-            _seconds(delay),
-            max_crashes or 2,
-        )
+            task_name, text, queue or "default", priority or 0, max_attempts or 5, None,
+            idempotency_key, run_at, _seconds(delay), max_crashes or 2,
+        )  # fmt: skip
     return NewJob(
         task_name,
         text,
@@ -179,6 +171,20 @@ def _built(
             )
 
 
+def _max_arg_bytes(given: int | None) -> int:
+    """How big a job's arguments may be, as JSON: App(max_arg_bytes=...), else
+    FORKLIFT_MAX_ARG_BYTES, else 1 MiB. Bigger ones are refused at enqueue with an
+    ArgumentError, whichever way they are enqueued."""
+    value = (
+        given
+        if given is not None
+        else _config.env("MAX_ARG_BYTES", _config.positive_int, MAX_ARG_BYTES)
+    )
+    if value < 1:
+        raise ConfigError(f"max_arg_bytes must be >= 1, got {value}")
+    return value
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """One job for App.enqueue_many()."""
@@ -218,14 +224,8 @@ class App:
     ) -> None:
         if max_result_bytes < 1:
             raise ConfigError(f"max_result_bytes must be >= 1, got {max_result_bytes}")
-        if max_arg_bytes is None:
-            max_arg_bytes = _config.env("MAX_ARG_BYTES", _config.positive_int, MAX_ARG_BYTES)
-        if max_arg_bytes < 1:
-            raise ConfigError(f"max_arg_bytes must be >= 1, got {max_arg_bytes}")
         self._dsn = dsn
-        # A job's arguments, as JSON, may be this big; bigger ones are refused at enqueue
-        # with an ArgumentError, whichever way they are enqueued.
-        self.max_arg_bytes = max_arg_bytes
+        self.max_arg_bytes = _max_arg_bytes(max_arg_bytes)
         # A handler's return value, as JSON, may be this big; a bigger one ends the job
         # dead with a ResultError (it would not shrink on a retry).
         self.max_result_bytes = max_result_bytes
@@ -322,10 +322,8 @@ class App:
     def singleton(self, name: str) -> AbstractContextManager[_singleton.Singleton]:
         """`with app.singleton("name") as acquired:` one holder across every replica.
 
-        A non-blocking advisory lock on a dedicated connection, always released.
-        `acquired` is true while this process holds it: it turns false (and its
-        `check()` raises SingletonLost) within a second of the lock's session ending,
-        after which another replica may enter; a long block checks it between steps.
+        A non-blocking advisory lock on a dedicated connection, always released. True
+        while held: false, and `check()` raising SingletonLost, once its session ends.
         """
         try:
             _names.check("singleton", name)
@@ -357,24 +355,17 @@ class App:
         task_name: str,
         args: Mapping[str, Any] | None = None,
         *,
-        idempotency_key: str | None = None,
-        run_at: datetime | None = None,
-        delay: float | timedelta | None = None,
-        priority: int | None = None,
-        queue: str | None = None,
-        max_attempts: int | None = None,
-        max_crashes: int | None = None,
         conn: psycopg.Connection[Any] | None = None,
+        **options: Unpack[JobOptions],
     ) -> int:
-        """Enqueue `task_name` with `args`; return the job id.
+        """Enqueue `task_name` with `args`; return the job id. Options (JobOptions, the
+        same for every way to enqueue): idempotency_key, run_at, delay, priority, queue,
+        max_attempts, max_crashes.
 
         With an idempotency key that a job already has, no job is added and that job's
         id is returned. With `conn`, the insert joins the caller's transaction.
         """
-        job = self._new_job(
-            task_name, args, idempotency_key=idempotency_key, run_at=run_at, delay=delay,
-            priority=priority, queue=queue, max_attempts=max_attempts, max_crashes=max_crashes,
-        )  # fmt: skip  # refused before any connection
+        job = self._new_job(task_name, args, **options)  # refused before any connection
         return _producing.insert(self.store, [job], conn, many=False)[0]
 
     async def enqueue_async(

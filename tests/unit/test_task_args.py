@@ -196,13 +196,16 @@ def test_every_way_to_enqueue_takes_one_option_set() -> None:
 
     options = set(JobOptions.__annotations__)
 
-    def keywords(fn: Any, *skip: str) -> set[str]:
+    def keywords(fn: Any) -> set[str]:
+        """Its keyword-only parameters, and JobOptions' keys if it takes them as such."""
         params = inspect.signature(fn).parameters.values()
-        return {p.name for p in params if p.kind is p.KEYWORD_ONLY} - {*skip}
+        named = {p.name for p in params if p.kind is p.KEYWORD_ONLY}
+        typed = [p for p in params if p.annotation == "Unpack[JobOptions]"]
+        return named | (options if typed else set())
 
-    assert keywords(App.enqueue) == options | {"conn"}
-    assert keywords(Task.enqueue) == options | {"conn"} == ENQUEUE_OPTIONS
-    assert keywords(Task.enqueue_async) == options | {"conn"}
+    for way in (App.enqueue, App.enqueue_async, Task.enqueue, Task.enqueue_async):
+        assert keywords(way) == options | {"conn"}, way
+    assert set(ENQUEUE_OPTIONS) == options | {"conn"}
     assert set(JobSpec.__dataclass_fields__) == options | {"task", "args"}
 
 
