@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
-import select
+import selectors
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -151,10 +151,17 @@ class _Watcher:
         except psycopg.Error as exc:
             self._hold._lose(f"its connection is closed: {exc}")
             return
+        # A selector, not select(): a descriptor past 1023 is fine in a busy process.
+        with selectors.DefaultSelector() as selector:
+            selector.register(socket, selectors.EVENT_READ)
+            selector.register(self._wake_r, selectors.EVENT_READ)
+            self._watch(selector, socket)
+
+    def _watch(self, selector: selectors.BaseSelector, socket: int) -> None:
         while not self._stopping.is_set():
             try:
-                readable, _, _ = select.select([socket, self._wake_r], [], [], self._interval)
-            except (OSError, ValueError) as exc:  # the socket is gone
+                readable = {key.fd for key, _ in selector.select(self._interval)}
+            except OSError as exc:  # the socket is gone
                 self._hold._lose(f"its connection failed: {exc}")
                 return
             if self._stopping.is_set():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import resource
 import threading
 import time
 from typing import Any
@@ -185,3 +187,25 @@ def test_a_block_that_checks_stops_within_a_second_of_a_second_holder_entering(
     assert second_entered and first_stopped
     overlap = first_stopped[0] - second_entered[0]
     assert overlap < 1.0, f"both were inside for {overlap:.2f}s"
+
+
+def test_the_watcher_keeps_the_lock_in_a_process_with_many_descriptors(
+    dsn: str, schema: str
+) -> None:
+    """select() refuses a descriptor past 1023: the watcher must not read that as a
+    lost session."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"at most {hard} descriptors here")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    spare = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        app = forklift.App(dsn, schema=schema)
+        with app.singleton("busy-process") as held:
+            assert held
+            assert not held.wait_lost(timeout=1.2)  # two checks, both fine
+            assert held
+    finally:
+        for fd in spare:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
