@@ -30,9 +30,12 @@ def register(app: Flask, token: str, throttle: security.Throttle) -> None:
         if wait is None:
             emit(log, "dashboard.login_refused", logging.WARNING, reason="throttled",
                  client=client)  # fmt: skip
-            return _again("too many wrong tokens lately: try again in a few seconds", target, 429)
+            return _again("too many wrong tokens lately: try again in a second", target, 429)
         if wait:
-            time.sleep(wait)  # its turn: past a few wrong tokens, one check a second
+            try:
+                time.sleep(wait)  # its turn: past a few wrong tokens, one check a second
+            finally:
+                throttle.waited()
         if not security.token_matches(given, token):
             throttle.failed()
             emit(log, "dashboard.login_refused", logging.WARNING, reason="wrong token",

@@ -47,7 +47,6 @@ COOKIE = "forklift_dashboard"
 NAME = re.compile(r"[A-Za-z0-9._-]{1,40}")  # who, as the error history records it
 FAILURES_PER_MINUTE = 10  # wrong tokens a minute before every login waits its turn
 SLOWDOWN_SPACING = 1.0  # seconds between two checked tokens past those
-SLOWDOWN_WAIT = 5.0  # the longest an attempt waits its turn; longer: refused (429)
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 
 
@@ -76,41 +75,45 @@ class Throttle:
     and keying on the address let one wrong typist keep everyone out.
 
     A few wrong tokens cost nothing. While `limit` or more came in the last minute,
-    every login attempt (right or wrong, anyone's) waits its turn in one queue,
-    `spacing` seconds apart: a guesser gets one try a second (against a
-    token of 16 characters or more), while the right token gets in after at most
-    `max_wait` seconds. An attempt that would wait longer (a flood) is refused at once,
-    to be tried again."""
+    tokens are checked one at a time, `spacing` seconds apart, whoever sends them: a
+    guesser gets one try a second (against a token of 16 characters or more), and the
+    right token gets in after waiting its turn, a second or two. One attempt at a time
+    may wait for its turn (the server has few threads, and a flood must not put them
+    all to sleep); another arriving meanwhile is refused at once, to be tried again."""
 
     def __init__(
         self,
         limit: int = FAILURES_PER_MINUTE,
         spacing: float = SLOWDOWN_SPACING,
-        max_wait: float = SLOWDOWN_WAIT,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.limit = limit
         self.spacing = spacing
-        self.max_wait = max_wait
         self._clock = clock
         self._lock = threading.Lock()
-        self._failures: deque[float] = deque()  # when each wrong token of the last minute came
-        self._next = 0.0  # when the next attempt in the queue may be checked
+        self._failures: deque[float] = deque()  # the last `limit` wrong tokens' times
+        self._next = 0.0  # when the next token may be checked
+        self._waiting = False  # whether an attempt waits for its turn now
 
     def admit(self) -> float | None:
         """How long this attempt waits before its token is checked (0: at once); None:
-        the queue is full, refuse it."""
+        another attempt waits already, refuse this one. After a wait, call waited()."""
         with self._lock:
             now = self._clock()
             while self._failures and now - self._failures[0] > 60:
                 self._failures.popleft()
             if len(self._failures) < self.limit:
                 return 0.0
-            turn = max(now, self._next)
-            if turn - now > self.max_wait:
+            wait = max(0.0, self._next - now)
+            if wait > 0 and self._waiting:
                 return None
-            self._next = turn + self.spacing
-            return turn - now
+            self._next = now + wait + self.spacing
+            self._waiting = wait > 0
+            return wait
+
+    def waited(self) -> None:
+        with self._lock:
+            self._waiting = False
 
     def failed(self) -> None:
         with self._lock:
