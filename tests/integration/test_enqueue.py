@@ -315,9 +315,14 @@ def test_every_way_to_enqueue_refuses_args_over_the_cap_and_inserts_nothing(
 
 
 def test_app_enqueue_takes_every_option_enqueue_async_takes(
-    app: forklift.App, db: psycopg.Connection[Any], schema: str
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, env: dict[str, str]
 ) -> None:
+    command = [sys.executable, "-m", "forklift", "enqueue", "tests.apps.basic:app", "noop"]
+    options = ["--max-crashes", "5", "--max-attempts", "7"]
+    cli = subprocess.run([*command, *options], env=env, capture_output=True, text=True, timeout=60)
+    assert cli.returncode == 0, cli.stderr
     ids = [
+        int(cli.stdout),
         app.enqueue("noop", max_crashes=5, max_attempts=7),
         basic.noop.enqueue(max_crashes=5, max_attempts=7),
         asyncio.run(app.enqueue_async("noop", max_crashes=5, max_attempts=7)),
@@ -327,7 +332,7 @@ def test_app_enqueue_takes_every_option_enqueue_async_takes(
     rows = db.execute(
         f"SELECT max_crashes, max_attempts FROM {schema}.jobs WHERE id = ANY(%s)", (ids,)
     ).fetchall()
-    assert rows == [(5, 7)] * 5
+    assert rows == [(5, 7)] * 6
 
 
 def test_registering_a_name_twice_is_refused(app: forklift.App) -> None:
