@@ -22,6 +22,7 @@ from forklift.errors import (
     ResultError,
     Retry,
     SchemaMissing,
+    SingletonLost,
     UnknownTaskError,
 )
 
@@ -90,6 +91,7 @@ __all__ = [
     "ResultError",
     "Retry",
     "SchemaMissing",
+    "SingletonLost",
     "Task",
     "UnknownTaskError",
     "WorkerConfig",

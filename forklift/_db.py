@@ -413,8 +413,12 @@ def _passwords(dsn: str) -> list[str]:
 
 
 def remember_secrets(dsn: str) -> None:
-    """Have redact() hide the password of `dsn`: whole, percent-decoded, parsed, and each
-    piece of it between spaces, @, :, / and quotes."""
+    """Have redact() hide the password of a malformed `dsn` wherever it appears as a
+    word: whole, percent-decoded, parsed, and each piece of it between spaces, @, :, /
+    and quotes. A DSN that parses shows its password only inside a DSN, where redact()
+    finds it anyway: hiding it everywhere hid every word that happens to match it."""
+    if _well_formed(dsn):
+        return
     found = _passwords(dsn)
     found += [urllib.parse.unquote(p) for p in found]
     try:
@@ -423,6 +427,16 @@ def remember_secrets(dsn: str) -> None:
         pass
     pieces = {*found, *(piece for p in found for piece in re.split(r"[\s@:/'\"\\]+", p))}
     _redact.hide(p for p in pieces if len(p) >= _SECRET_PIECE)
+
+
+def _well_formed(dsn: str) -> bool:
+    """Whether `dsn` parses, with no @ in its host (an unencoded @ in a URL's password
+    ends the password early, and the rest of it becomes the host)."""
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return False
+    return "@" not in str(info.get("host") or "")
 
 
 def check_dsn(dsn: str) -> str:

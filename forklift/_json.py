@@ -10,6 +10,7 @@ from typing import Any
 from forklift.errors import ArgumentError, ResultError
 
 _MAX_DEPTH = 100
+MAX_ARG_BYTES = 1 << 20  # a job's arguments, as JSON: 1 MiB, as for its result
 
 
 class _Refused(Exception):
@@ -125,14 +126,28 @@ def _c_encoder() -> Callable[[Any], str]:
 _encode = _c_encoder()
 
 
-def dumps_args(args: Mapping[str, Any]) -> str:
-    """Validate `args` (a mapping of keyword arguments) and encode it as JSON text."""
+def dumps_args(args: Mapping[str, Any], max_bytes: int = MAX_ARG_BYTES) -> str:
+    """Validate `args` (a mapping of keyword arguments) and encode it as JSON text of at
+    most `max_bytes` bytes (UTF-8)."""
     if not isinstance(args, Mapping):
         raise ArgumentError(
             f"args: expected a dict of keyword arguments, got {type(args).__name__}"
         )
     check(args)
-    return _encode(args)
+    text = _encode(args)
+    size = _size(text)
+    if size > max_bytes:
+        raise ArgumentError(
+            f"args are {size:,} bytes of JSON, more than the {max_bytes:,} a job may take "
+            "(App(max_arg_bytes=...) or FORKLIFT_MAX_ARG_BYTES); store big inputs "
+            "elsewhere and pass where they are"
+        )
+    return text
+
+
+def _size(text: str) -> int:
+    """`text`'s length in UTF-8 bytes (without encoding it when it is ASCII)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
 
 
 def dumps_result(value: Any, max_bytes: int) -> str:
@@ -143,7 +158,7 @@ def dumps_result(value: Any, max_bytes: int) -> str:
     except _Refused as refused:
         raise ResultError(refused.message("the result")) from None
     text = _encode(value)
-    size = len(text) if text.isascii() else len(text.encode("utf-8"))
+    size = _size(text)
     if size > max_bytes:
         raise ResultError(
             f"the result is {size:,} bytes of JSON, more than the {max_bytes:,} a job may "

@@ -14,7 +14,7 @@ from typing import Any, ParamSpec, TypedDict, TypeVar, Unpack, cast, overload
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from forklift import _db, _json, _names, _producing, _singleton, _sql, _waiting, batch
+from forklift import _config, _db, _json, _names, _producing, _singleton, _sql, _waiting, batch
 from forklift.backoff import Backoff
 from forklift.batch import Batch
 from forklift.errors import ArgumentError, ConfigError, UnknownTaskError
@@ -29,6 +29,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 MAX_RESULT_BYTES = 1 << 20  # 1 MiB of JSON
+MAX_ARG_BYTES = _json.MAX_ARG_BYTES
 
 
 def _seconds(delay: float | timedelta | None) -> float:
@@ -64,11 +65,12 @@ def build_job(
     queue: str | None = None,
     max_attempts: int | None = None,
     max_crashes: int | None = None,
+    max_arg_bytes: int = MAX_ARG_BYTES,
 ) -> NewJob:
     """The job to insert, validated: `task` is the app's task of that name (None for a
     producer-only app)."""
     args = {} if args is None else args
-    text = _json.dumps_args(args)
+    text = _json.dumps_args(args, max_arg_bytes)
     if task is not None:
         task.check_args(args)
     try:
@@ -88,17 +90,9 @@ def build_job(
         raise ArgumentError("max_crashes must be >= 1")
     if task is None:
         return NewJob(
-            task_name,
-            text,
-            queue or "default",
-            priority or 0,
-            max_attempts or 5,
-            None,
-            idempotency_key,
-            run_at,
-            _seconds(delay),
-            max_crashes or 2,
-        )
+            task_name, text, queue or "default", priority or 0, max_attempts or 5, None,
+            idempotency_key, run_at, _seconds(delay), max_crashes or 2,
+        )  # fmt: skip
     return NewJob(
         task_name,
         text,
@@ -153,7 +147,9 @@ def _task_for_enqueue(tasks: Mapping[str, Task[Any, Any]], name: str) -> Task[An
 
 
 def _built(
-    tasks: Mapping[str, Task[Any, Any]], specs: Iterable[JobSpec | tuple[str, Mapping[str, Any]]]
+    tasks: Mapping[str, Task[Any, Any]],
+    specs: Iterable[JobSpec | tuple[str, Mapping[str, Any]]],
+    max_arg_bytes: int,
 ) -> Iterator[NewJob]:
     """Each job of `specs` validated (build_job) as it is taken."""
     for spec in specs:
@@ -161,15 +157,32 @@ def _built(
             if len(spec) != 2:
                 raise ArgumentError(f"a job as a tuple is (task name, args), got {spec!r}")
             task_name, args = spec
-            yield build_job(_task_for_enqueue(tasks, task_name), task_name, args)
+            task = _task_for_enqueue(tasks, task_name)
+            yield build_job(task, task_name, args, max_arg_bytes=max_arg_bytes)
         elif isinstance(spec, JobSpec):
             task = _task_for_enqueue(tasks, spec.task)
-            yield build_job(task, spec.task, spec.args, **spec.options())
+            yield build_job(
+                task, spec.task, spec.args, **spec.options(), max_arg_bytes=max_arg_bytes
+            )
         else:
             raise ArgumentError(
                 "each job is a forklift.JobSpec or a (task name, args) tuple, got "
                 f"{type(spec).__name__} {spec!r:.60}"
             )
+
+
+def _max_arg_bytes(given: int | None) -> int:
+    """How big a job's arguments may be, as JSON: App(max_arg_bytes=...), else
+    FORKLIFT_MAX_ARG_BYTES, else 1 MiB. Bigger ones are refused at enqueue with an
+    ArgumentError, whichever way they are enqueued."""
+    value = (
+        given
+        if given is not None
+        else _config.env("MAX_ARG_BYTES", _config.positive_int, MAX_ARG_BYTES)
+    )
+    if value < 1:
+        raise ConfigError(f"max_arg_bytes must be >= 1, got {value}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -207,10 +220,12 @@ class App:
         *,
         schema: str | None = None,
         max_result_bytes: int = MAX_RESULT_BYTES,
+        max_arg_bytes: int | None = None,
     ) -> None:
         if max_result_bytes < 1:
             raise ConfigError(f"max_result_bytes must be >= 1, got {max_result_bytes}")
         self._dsn = dsn
+        self.max_arg_bytes = _max_arg_bytes(max_arg_bytes)
         # A handler's return value, as JSON, may be this big; a bigger one ends the job
         # dead with a ResultError (it would not shrink on a retry).
         self.max_result_bytes = max_result_bytes
@@ -304,10 +319,11 @@ class App:
             return declare.schedule(self, task, cast(declare.ScheduleOptions, options))
         return declare.Periodic(self, cast(declare.PeriodicOptions, options))
 
-    def singleton(self, name: str) -> AbstractContextManager[bool]:
+    def singleton(self, name: str) -> AbstractContextManager[_singleton.Singleton]:
         """`with app.singleton("name") as acquired:` one holder across every replica.
 
-        A non-blocking advisory lock on a dedicated connection, always released.
+        A non-blocking advisory lock on a dedicated connection, always released. True
+        while held: false, and `check()` raising SingletonLost, once its session ends.
         """
         try:
             _names.check("singleton", name)
@@ -331,31 +347,25 @@ class App:
         args: Mapping[str, Any] | None,
         **options: Unpack[JobOptions],
     ) -> NewJob:
-        return build_job(_task_for_enqueue(self.tasks, task_name), task_name, args, **options)
+        task = _task_for_enqueue(self.tasks, task_name)
+        return build_job(task, task_name, args, **options, max_arg_bytes=self.max_arg_bytes)
 
     def enqueue(
         self,
         task_name: str,
         args: Mapping[str, Any] | None = None,
         *,
-        idempotency_key: str | None = None,
-        run_at: datetime | None = None,
-        delay: float | timedelta | None = None,
-        priority: int | None = None,
-        queue: str | None = None,
-        max_attempts: int | None = None,
         conn: psycopg.Connection[Any] | None = None,
+        **options: Unpack[JobOptions],
     ) -> int:
-        """Enqueue `task_name` with `args`; return the job id.
+        """Enqueue `task_name` with `args`; return the job id. Options (JobOptions, the
+        same for every way to enqueue): idempotency_key, run_at, delay, priority, queue,
+        max_attempts, max_crashes.
 
         With an idempotency key that a job already has, no job is added and that job's
         id is returned. With `conn`, the insert joins the caller's transaction.
         """
-        job = build_job(
-            _task_for_enqueue(self.tasks, task_name), task_name, args,
-            idempotency_key=idempotency_key, run_at=run_at, delay=delay, priority=priority,
-            queue=queue, max_attempts=max_attempts,
-        )  # fmt: skip  # refused before any connection
+        job = self._new_job(task_name, args, **options)  # refused before any connection
         return _producing.insert(self.store, [job], conn, many=False)[0]
 
     async def enqueue_async(
@@ -391,7 +401,8 @@ class App:
         specs = jobs if isinstance(jobs, Sequence) else list(jobs)
         if not specs:
             return []
-        return _producing.insert_many(self.store, _built(self.tasks, specs), len(specs), conn)
+        new = _built(self.tasks, specs, self.max_arg_bytes)
+        return _producing.insert_many(self.store, new, len(specs), conn)
 
     async def enqueue_many_async(
         self,
@@ -407,7 +418,7 @@ class App:
         return await _producing.insert_async(lambda: self.store, new, conn, many=True)
 
     def _new_jobs(self, jobs: Iterable[JobSpec | tuple[str, Mapping[str, Any]]]) -> list[NewJob]:
-        return list(_built(self.tasks, jobs))
+        return list(_built(self.tasks, jobs, self.max_arg_bytes))
 
     # -- batches and results -------------------------------------------------------------
 

@@ -94,6 +94,11 @@ class LeaseLost(ForkliftError):
     """This worker no longer owns the job's lease; its completion was refused."""
 
 
+class SingletonLost(ForkliftError):
+    """This process does not hold the singleton (any longer): its session ended, so
+    another holder may be inside the section now; stop the block's work."""
+
+
 class Retry(Exception):
     """Raise from a handler to retry the job after `delay` seconds (None: the task's backoff).
 

@@ -21,11 +21,14 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 R = TypeVar("R")
 
-# Keyword names Task.enqueue() takes for itself; a handler parameter with one of these
-# names must be enqueued through App.enqueue(name, {...}).
+# Keyword names Task.enqueue() takes for itself (app.JobOptions and `conn`): a handler
+# parameter with one of these names could never be given through it.
 ENQUEUE_OPTIONS = frozenset(
-    {"idempotency_key", "run_at", "delay", "priority", "queue", "conn", "max_attempts"}
-)
+    {
+        "idempotency_key", "run_at", "delay", "priority", "queue", "max_attempts",
+        "max_crashes", "conn",
+    }
+)  # fmt: skip
 
 
 def check_priority(priority: int) -> None:
@@ -61,6 +64,21 @@ def _check_options(
         raise ConfigError(
             f"task {name!r}: a handler is a plain def or an async def, not an async "
             "generator (nothing would run its body)"
+        )
+
+
+def _check_reserved(name: str, params: list[str]) -> None:
+    """Refuse handler parameters named like Task.enqueue()'s own options: such an
+    argument could never be given through it (it would set the job's option instead)."""
+    reserved = [p for p in params if p in ENQUEUE_OPTIONS]
+    if reserved:
+        first = reserved[0]
+        raise ConfigError(
+            f"task {name!r}: {_listed('parameter', reserved)} "
+            f"{'are' if len(reserved) > 1 else 'is'} named like an enqueue() option: "
+            f"{name}.enqueue({first}=...) sets the job's {first}, so no argument of that "
+            f"name could reach the handler; rename {'them' if len(reserved) > 1 else 'it'} "
+            f"(e.g. {first}_value)"
         )
 
 
@@ -112,7 +130,7 @@ class Task(Generic[P, R]):
             raise ConfigError(
                 f"task {name!r}: the handler's first parameter must take the JobContext"
             )
-        self.reserved = sorted(ENQUEUE_OPTIONS & {p.name for p in params[1:]})
+        _check_reserved(name, [p.name for p in params[1:]])
         # Precomputed for fits(): binding a signature per job is slow at bulk rates.
         by_name = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
         self._names = frozenset(p.name for p in params[1:] if p.kind in by_name)
@@ -182,13 +200,6 @@ class Task(Generic[P, R]):
         if problem is not None:
             raise ArgumentError(f"task {self.name!r}: {problem}")
 
-    def _check_reserved(self) -> None:
-        if self.reserved:
-            raise ConfigError(
-                f"task {self.name!r} has parameters named {', '.join(self.reserved)}, which "
-                f"enqueue() takes as options: use app.enqueue({self.name!r}, {{...}}) instead"
-            )
-
     def enqueue(
         self,
         *,
@@ -198,11 +209,11 @@ class Task(Generic[P, R]):
         priority: int | None = None,
         queue: str | None = None,
         max_attempts: int | None = None,
+        max_crashes: int | None = None,
         conn: psycopg.Connection[Any] | None = None,
         **kwargs: Any,
     ) -> int:
         """Enqueue a run with `kwargs` as the handler's arguments; return the job id."""
-        self._check_reserved()
         return self.app.enqueue(
             self.name,
             kwargs,
@@ -212,6 +223,7 @@ class Task(Generic[P, R]):
             priority=priority,
             queue=queue,
             max_attempts=max_attempts,
+            max_crashes=max_crashes,
             conn=conn,
         )
 
@@ -224,12 +236,12 @@ class Task(Generic[P, R]):
         priority: int | None = None,
         queue: str | None = None,
         max_attempts: int | None = None,
+        max_crashes: int | None = None,
         conn: psycopg.AsyncConnection[Any] | None = None,
         **kwargs: Any,
     ) -> int:
         """enqueue() for asyncio code (App.enqueue_async): in `conn`'s transaction, or on
         the producer's pool in a thread."""
-        self._check_reserved()
         return await self.app.enqueue_async(
             self.name,
             kwargs,
@@ -239,5 +251,6 @@ class Task(Generic[P, R]):
             priority=priority,
             queue=queue,
             max_attempts=max_attempts,
+            max_crashes=max_crashes,
             conn=conn,
         )

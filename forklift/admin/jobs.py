@@ -80,10 +80,12 @@ class JobAdmin:
             r = conn.execute(self.q["job_get"], {"id": job_id}).fetchone()
         if r is None:
             raise JobNotFound(f"no job {job_id} in schema {self.schema}")
-        args, key, timeout, lease_until, errors, now, result, progress, batch_id, limit_key = r[16:]
+        args, key, timeout, lease_until, errors, now, result, progress, batch_id, limit_key = r[
+            16:26
+        ]
         return JobDetail(
             JobRow(*r[:16]), args, key, timeout, lease_until, errors, now, result,
-            Progress.of(progress), batch_id, limit_key,
+            Progress.of(progress), batch_id, limit_key, ran_by=r[26],
         )  # fmt: skip
 
     def job_retry_many(self, ids: Sequence[int], by: str | None = None) -> list[Acted]:

@@ -40,14 +40,14 @@ SELECT count(*), min(w.id) FROM (
 
 -- name: job_get
 -- One job, everything about it (its result as JSON text, its last progress, its batch,
--- its limit key),
+-- its limit key, the worker that ran its last successful attempt),
 -- with the database's clock for the ages.
 SELECT j.id, j.queue, j.task, j.state::text, j.priority, j.attempts, j.max_attempts,
        j.crashes, j.max_crashes, j.created_at, j.available_at, j.started_at,
        j.completed_at, j.lease_owner, j.last_error,
        extract(epoch FROM now() - j.created_at)::float8,
        j.args::text, j.idempotency_key, j.timeout, j.lease_until, j.errors, now(),
-       j.result::text, j.progress, j.batch_id, j.limit_key
+       j.result::text, j.progress, j.batch_id, j.limit_key, j.ran_by
 FROM {schema}.jobs AS j
 WHERE j.id = %(id)s::bigint;
 

@@ -113,6 +113,7 @@ class JobDetail:
     progress: Progress | None = None  # the last it reported
     batch_id: int | None = None
     limit_key: str | None = None  # its task limit's key value (Limit(key=...))
+    ran_by: str | None = None  # the worker whose attempt succeeded (None: none did)
 
 
 @dataclass(frozen=True)

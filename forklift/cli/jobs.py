@@ -68,7 +68,8 @@ with the keys attempt, at, worker, error, traceback; null where an entry has non
 result (the handler's return value as a JSON value, whole, secrets hidden as above;
 null: none), progress (an object with done, total (null: not known), message, at (ISO
 8601 UTC); or null: it reported none), batch_id (or null), limit_key (its
-task limit's key value, or null).
+task limit's key value, or null), worker (the worker that runs it or ran its last
+attempt, or null: it never ran).
 """
 
 

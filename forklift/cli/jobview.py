@@ -76,7 +76,22 @@ def detail_json(detail: JobDetail) -> dict[str, Any]:
         "progress": progress_json(detail.progress),
         "batch_id": detail.batch_id,
         "limit_key": detail.limit_key,
+        "worker": worker(detail),
     }
+
+
+def worker(detail: JobDetail) -> str | None:
+    """The worker that runs the job, or ran its last attempt: its lease's owner while it
+    runs, the one whose attempt succeeded, else the last attempt's in its history (None:
+    it never ran)."""
+    if detail.job.lease_owner is not None:
+        return detail.job.lease_owner
+    if detail.ran_by is not None:
+        return detail.ran_by
+    for entry in reversed(detail.errors):
+        if "attempt" in entry and entry.get("worker"):
+            return str(entry["worker"])
+    return None
 
 
 def progress_json(progress: Progress | None) -> dict[str, Any] | None:
@@ -205,7 +220,7 @@ def print_detail(detail: JobDetail) -> None:
         f"  available    {output.when(job.available_at, now)}",
         f"  started      {output.when(job.started_at, now)}",
         f"  completed    {output.when(job.completed_at, now)}",
-        f"  worker       {shown(job.lease_owner or '-')}",
+        f"  worker       {shown(worker(detail) or '-')}",
         f"  lease until  {output.when(detail.lease_until, now)}",
         f"  last error   {shown(error_text(job))}",
         f"errors ({len(detail.errors)}, oldest first):" if detail.errors else "errors: none",

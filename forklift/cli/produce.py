@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from forklift._config import duration
+from forklift._config import duration, positive_int
 from forklift.cli import flags
 from forklift.cli.apps import app_for
 from forklift.cli.errors import UsageError
@@ -40,6 +40,8 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         delay=args.delay,
         queue=args.queue,
         priority=args.priority,
+        max_attempts=args.max_attempts,
+        max_crashes=args.max_crashes,
     )
     print(job_id)
     return 0
@@ -62,5 +64,9 @@ def register(
     p.add_argument("--delay", type=duration, help="start no sooner than this (e.g. 10s, 5m)")
     p.add_argument("--queue", help="override the task's queue")
     p.add_argument("--priority", type=int, help="override the task's priority (higher first)")
+    p.add_argument("--max-attempts", type=positive_int, help="override the task's max_attempts")
+    p.add_argument(
+        "--max-crashes", type=positive_int, help="override the task's max_crashes (worker deaths)"
+    )
     flags.add_database(p)
     p.set_defaults(func=cmd_enqueue)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 from flask import Flask, Response, redirect, render_template, request, session, url_for
 
@@ -23,14 +24,20 @@ def register(app: Flask, token: str, throttle: security.Throttle) -> None:
         name = request.form.get("name", "").strip()
         given = request.form.get("token", "")
         client = request.remote_addr or "-"
-        if throttle.blocked(client):
-            emit(log, "dashboard.login_refused", logging.WARNING, reason="throttled",
-                 client=client)  # fmt: skip
-            return _again("too many wrong tokens: try again in a minute", target, 429)
         if not security.NAME.fullmatch(name):
             return _again("your name: 1 to 40 letters, digits, '.', '_' or '-'", target)
+        wait = throttle.admit()
+        if wait is None:
+            emit(log, "dashboard.login_refused", logging.WARNING, reason="throttled",
+                 client=client)  # fmt: skip
+            return _again("too many wrong tokens lately: try again in a second", target, 429)
+        if wait:
+            try:
+                time.sleep(wait)  # its turn: past a few wrong tokens, one check a second
+            finally:
+                throttle.waited()
         if not security.token_matches(given, token):
-            throttle.failed(client)
+            throttle.failed()
             emit(log, "dashboard.login_refused", logging.WARNING, reason="wrong token",
                  client=client)  # fmt: skip
             return _again("wrong token", target)

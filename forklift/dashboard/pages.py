@@ -77,15 +77,15 @@ def register(app: Flask, reader: Reader) -> None:
 def jobs(reader: Reader, live: bool) -> str:
     """/jobs: the filters of `jobs list`, newest first, a page at a time (keyset: the
     next page is the jobs older than the last one shown)."""
-    where = _job_filter()
+    wanted = _job_filter()  # not `where`: base.html's header names the database by it
     before = _int_arg("before")
-    found = reader.job_list(where, before)
-    args = {k: v for k, v in vars(where).items() if v is not None}
+    found = reader.job_list(wanted, before)
+    args = {k: v for k, v in vars(wanted).items() if v is not None}
     older = None
     if found.next_before is not None:
         older = url_for("jobs", **args, before=found.next_before)
     return render_template(
-        "_jobs.html" if live else "jobs.html", where=where, found=found,
+        "_jobs.html" if live else "jobs.html", wanted=wanted, found=found,
         states=jobs_cli.STATES, window=LIST_WINDOW, short=len(found.jobs) < PAGE,
         live_url=None if before is not None else url_for("jobs_live", **args),
         newest=None if before is None else url_for("jobs", **args), older=older,

@@ -22,6 +22,8 @@ import re
 import secrets
 import threading
 import time
+from collections import deque
+from collections.abc import Callable
 from datetime import timedelta
 from urllib.parse import urlsplit
 
@@ -43,7 +45,8 @@ HEADERS = {
 SESSION_HOURS = 8
 COOKIE = "forklift_dashboard"
 NAME = re.compile(r"[A-Za-z0-9._-]{1,40}")  # who, as the error history records it
-FAILURES_PER_MINUTE = 10  # wrong tokens from one address before its logins pause a minute
+FAILURES_PER_MINUTE = 10  # wrong tokens a minute before every login waits its turn
+SLOWDOWN_SPACING = 1.0  # seconds between two checked tokens past those
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 
 
@@ -67,30 +70,56 @@ def flask_settings(token: str | None) -> dict[str, object]:
 
 
 class Throttle:
-    """Wrong tokens are counted per client address and minute: past the limit, that
-    address's logins are refused until the minute is over (guessing a 16-character
-    token stays hopeless, and nobody can lock others out)."""
+    """Wrong tokens slow every login down instead of locking anyone out. Addresses say
+    nothing here: behind the documented SSH tunnel every login comes from 127.0.0.1,
+    and keying on the address let one wrong typist keep everyone out.
 
-    def __init__(self, limit: int = FAILURES_PER_MINUTE) -> None:
+    A few wrong tokens cost nothing. While `limit` or more came in the last minute,
+    tokens are checked one at a time, `spacing` seconds apart, whoever sends them: a
+    guesser gets one try a second (against a token of 16 characters or more), and the
+    right token gets in after waiting its turn, a second or two. One attempt at a time
+    may wait for its turn (the server has few threads, and a flood must not put them
+    all to sleep); another arriving meanwhile is refused at once, to be tried again."""
+
+    def __init__(
+        self,
+        limit: int = FAILURES_PER_MINUTE,
+        spacing: float = SLOWDOWN_SPACING,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.limit = limit
+        self.spacing = spacing
+        self._clock = clock
         self._lock = threading.Lock()
-        self._minute = 0
-        self._failures: dict[str, int] = {}
+        self._failures: deque[float] = deque()  # the last `limit` wrong tokens' times
+        self._next = 0.0  # when the next token may be checked
+        self._waiting = False  # whether an attempt waits for its turn now
 
-    def _roll(self) -> None:
-        minute = int(time.monotonic() // 60)
-        if minute != self._minute:
-            self._minute, self._failures = minute, {}
-
-    def blocked(self, client: str) -> bool:
+    def admit(self) -> float | None:
+        """How long this attempt waits before its token is checked (0: at once); None:
+        another attempt waits already, refuse this one. After a wait, call waited()."""
         with self._lock:
-            self._roll()
-            return self._failures.get(client, 0) >= self.limit
+            now = self._clock()
+            while self._failures and now - self._failures[0] > 60:
+                self._failures.popleft()
+            if len(self._failures) < self.limit:
+                return 0.0
+            wait = max(0.0, self._next - now)
+            if wait > 0 and self._waiting:
+                return None
+            self._next = now + wait + self.spacing
+            self._waiting = wait > 0
+            return wait
 
-    def failed(self, client: str) -> None:
+    def waited(self) -> None:
         with self._lock:
-            self._roll()
-            self._failures[client] = self._failures.get(client, 0) + 1
+            self._waiting = False
+
+    def failed(self) -> None:
+        with self._lock:
+            self._failures.append(self._clock())
+            if len(self._failures) > self.limit:
+                self._failures.popleft()  # the oldest no longer changes anything
 
 
 def token_matches(given: str, token: str) -> bool:

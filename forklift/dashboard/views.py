@@ -77,7 +77,7 @@ class JobView:
             ("available", output.when(j.available_at, now)),
             ("started", output.when(j.started_at, now)),
             ("completed", output.when(j.completed_at, now)),
-            ("worker", j.lease_owner or "-"),
+            ("worker", jobview.worker(d) or "-"),
             ("lease until", output.when(d.lease_until, now)),
             ("last error", cut(jobview.error_text(j), ERROR_CHARS)),
         ]

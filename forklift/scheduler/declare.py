@@ -109,7 +109,7 @@ def schedule(app: App, task: Task[Any, Any] | str, options: ScheduleOptions) -> 
     if name in app.schedules:
         raise ConfigError(f"two schedules are named {name!r} in this app: give one name=...")
     times, cron, every, tz = _timing(options)
-    args = _args(known, task_name, options.get("args", {}))
+    args = _args(known, task_name, options.get("args", {}), app.max_arg_bytes)
     queue = options.get("queue", known.queue if known is not None else "default")
     _check_name("queue", queue)
     priority = options.get("priority", known.priority if known is not None else 0)
@@ -182,9 +182,11 @@ def _timing(options: ScheduleOptions) -> tuple[FireTimes, str | None, int | None
     return times, times.expr, None, tz
 
 
-def _args(task: Task[Any, Any] | None, task_name: str, args: Mapping[str, Any]) -> str:
+def _args(
+    task: Task[Any, Any] | None, task_name: str, args: Mapping[str, Any], max_bytes: int
+) -> str:
     try:
-        text = _json.dumps_args(args)
+        text = _json.dumps_args(args, max_bytes)
         if task is not None:
             task.check_args(args)
     except ArgumentError as exc:

@@ -243,7 +243,8 @@ WITH mine AS (
     {_held_lease}
 )
 UPDATE {schema}.jobs AS j SET
-    state = 'succeeded', completed_at = now(), lease_owner = NULL, lease_until = NULL
+    state = 'succeeded', completed_at = now(), ran_by = j.lease_owner, lease_owner = NULL,
+    lease_until = NULL
 WHERE j.id = ANY(ARRAY(SELECT id FROM mine))
 RETURNING j.id, CASE WHEN j.waited THEN pg_notify('{done_channel}', 'j' || j.id) END;
 
@@ -258,7 +259,8 @@ WITH mine AS (
     {_held_lease}
 )
 UPDATE {schema}.jobs AS j SET
-    state = 'succeeded', completed_at = now(), lease_owner = NULL, lease_until = NULL,
+    state = 'succeeded', completed_at = now(), ran_by = j.lease_owner, lease_owner = NULL,
+    lease_until = NULL,
     result = mine.result,
     progress = coalesce(mine.progress || jsonb_build_object('at', now()), j.progress)
 FROM mine

@@ -64,7 +64,7 @@ class Maintenance:
         dsn: str,
         timeouts: _db.Timeouts,
         config: MaintenanceConfig | None = None,
-        section: Callable[[], AbstractContextManager[bool]] | None = None,
+        section: Callable[[], AbstractContextManager[object]] | None = None,
         sweep: BatchSweep | None = None,
     ) -> None:
         self.store = store

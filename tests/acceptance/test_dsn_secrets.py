@@ -74,15 +74,21 @@ def test_a_malformed_dsn_stops_every_command_with_exit_2_and_no_secret(
         assert_refused(forklift([*command, "--debug"], hostile), debug=True)
 
 
-def test_the_redactor_hides_the_password_of_the_dsn_in_use_wherever_it_appears(
+def test_the_redactor_hides_a_malformed_dsns_password_wherever_it_appears(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(_redact, "_SECRETS", ())  # this test's passwords stay in this test
     _db.remember_secrets("postgresql://u:Hunter2@Tail x@db.example.com/app")
-    _db.remember_secrets("host=db password='quoted zork\\'quux' dbname=app")
+    _db.remember_secrets("host=db password=quoted zork'quux dbname=app")
     text = _db.redact(
         "failed to resolve host 'Tail x@db.example.com'; unexpected spaces in \"Hunter2@Tail "
-        'x"; missing "=" after "quux\'"; quoted zork\'quux'
+        'x"; missing "=" after "zork\'quux"; quoted zork\'quux'
     )
     assert "Hunter2" not in text and "Tail" not in text and "zork'quux" not in text, text
     assert "db.example.com" in text  # what is no password stays
+    # A well-formed DSN's password is hidden where it stands, not as a word elsewhere.
+    _db.remember_secrets("postgresql://u:Sesame42@db.example.com/app")
+    assert (
+        _db.redact("postgresql://u:Sesame42@db/app; Sesame42")
+        == "postgresql://u:***@db/app; Sesame42"
+    )

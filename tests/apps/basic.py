@@ -95,16 +95,16 @@ def give_up(ctx: forklift.JobContext) -> None:
 
 
 @app.task(name="retry_later", max_attempts=2)
-def retry_later(ctx: forklift.JobContext, *, delay: float) -> None:
-    raise forklift.Retry("try again", delay=delay)
+def retry_later(ctx: forklift.JobContext, *, retry_in: float) -> None:
+    raise forklift.Retry("try again", delay=retry_in)
 
 
 @app.task(name="retry_after", max_attempts=2)
-def retry_after(ctx: forklift.JobContext, *, run: float, delay: float) -> None:
+def retry_after(ctx: forklift.JobContext, *, run: float, retry_in: float) -> None:
     """Run `run` seconds (the worker's claim loop is asleep by then), then ask for a
-    retry in `delay` seconds."""
+    retry in `retry_in` seconds."""
     time.sleep(run)
-    raise forklift.Retry("try again", delay=delay)
+    raise forklift.Retry("try again", delay=retry_in)
 
 
 @app.task(name="exit", max_attempts=3)

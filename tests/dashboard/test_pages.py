@@ -4,10 +4,12 @@ dies while the overview is open shows up within 2 s, without a click."""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+from urllib.request import urlopen
 
 import psycopg
 import pytest
@@ -148,3 +150,17 @@ def test_a_job_that_dies_while_the_overview_is_open_appears_within_2s(
         sup.stop(timeout=30)
         print(f"stopped in {time.monotonic() - t:.1f} s")
     w.quiet()
+
+
+def test_the_jobs_header_names_the_database_not_the_filter(
+    dashboard: Dashboard, seeded: Seeded, dash_schema: str
+) -> None:
+    for path in ("/", "/jobs", "/jobs?state=dead&queue=emails"):
+        with urlopen(dashboard(path), timeout=20) as answer:
+            page = answer.read().decode()
+        header = re.search(r'<span class="where">(.*?)</span>', page, re.S)
+        assert header is not None, path
+        assert f"schema {dash_schema}" in header[1] and "JobFilter" not in header[1], (
+            path,
+            header[1],
+        )

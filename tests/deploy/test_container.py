@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import psycopg
 import pytest
 
 import forklift
+from forklift.embedded import Cluster
 from forklift.testing import child_pids, process_title, wait_for
 from tests.acceptance.conftest import wait_state
 from tests.deploy.support import DEPLOY, metrics_port, parse_run, routes, run_config, running
@@ -122,11 +124,43 @@ def _zombies(init: int) -> list[str]:
     return found
 
 
+def _over_tcp(dsn: str) -> bool:
+    host = psycopg.conninfo.conninfo_to_dict(dsn).get("host")
+    return bool(host) and not str(host).startswith("/")
+
+
+@pytest.fixture
+def reachable(dsn: str, schema: str, env: dict[str, str]) -> Iterator[tuple[str, dict[str, str]]]:
+    """The test's database as a contained process can reach it, and its environment:
+    over TCP. The embedded server listens on a Unix socket only, in a directory the
+    container remounts read-only, and connecting to a socket needs write access to it;
+    so with that server the test gets a cluster of its own on a loopback port."""
+    if _over_tcp(dsn):
+        yield dsn, env
+        return
+    with Cluster(prefix="forklift-container-") as cluster:
+        forklift.App(cluster.dsn, schema=schema).migrate()
+        with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+            conn.execute(f"CREATE TABLE {schema}.effects (job_id bigint, key text, n integer)")
+        yield cluster.dsn, {**env, "FORKLIFT_DATABASE_URL": cluster.dsn}
+
+
 def test_as_pid_1_on_a_read_only_root_the_supervisor_reaps_orphans(
-    dsn: str, schema: str, db: psycopg.Connection[Any], env: dict[str, str], tmp_path: Path
+    schema: str, reachable: tuple[str, dict[str, str]], tmp_path: Path
 ) -> None:
     if subprocess.run(_contained(["true"]), capture_output=True).returncode != 0:
         pytest.skip("no PID and mount namespaces here (unshare needs root or CAP_SYS_ADMIN)")
+    dsn, env = reachable
+    db = psycopg.connect(dsn, autocommit=True)
+    try:
+        _reaps_orphans(dsn, schema, db, env, tmp_path)
+    finally:
+        db.close()
+
+
+def _reaps_orphans(
+    dsn: str, schema: str, db: psycopg.Connection[Any], env: dict[str, str], tmp_path: Path
+) -> None:
     args = ["run", "tests.deploy.orphans:app", "--workers", "1"]
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # as the image sets it
     command = _contained([sys.executable, "-m", "forklift", *args])

@@ -13,7 +13,11 @@ import forklift
 from forklift import _db, _sql
 from forklift.admin import AdminStore, JobAdmin
 from forklift.admin.rows import JobFilter
+from forklift.cli import jobview
+from forklift.dashboard import views
 from forklift.store import JobStore
+from forklift.testing import wait_for
+from tests.integration.conftest import RunWorker
 
 Conn = psycopg.Connection[Any]
 
@@ -234,3 +238,30 @@ def test_a_paused_queue_is_skipped_by_the_claim_and_resuming_wakes_it(
         assert [j.id for j in claimed] == [paused_job]
     finally:
         store.pool.close()
+
+
+def test_a_finished_job_says_which_worker_ran_it(
+    app: forklift.App,
+    run_worker: RunWorker,
+    admin: JobAdmin,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`jobs show` and the dashboard said `worker -` for every succeeded job."""
+    worker = run_worker()
+    plain = app.enqueue("noop")  # completed by the plain group commit
+    valued = app.enqueue("square", {"n": 3})  # by the one that writes results
+    failed = app.enqueue("give_up")  # dead: its history names the worker
+    for job_id in (plain, valued, failed):
+        wait_for(
+            lambda: admin.job_get(job_id).job.state in ("succeeded", "dead"),  # noqa: B023
+            timeout=20,
+            what=f"job {job_id} finished",
+        )
+    for job_id in (plain, valued, failed):
+        detail = admin.job_get(job_id)
+        assert jobview.worker(detail) == worker.owner, (job_id, detail)
+        assert jobview.detail_json(detail)["worker"] == worker.owner
+        jobview.print_detail(detail)
+        shown = capsys.readouterr().out
+        assert f"  worker       {worker.owner}\n" in shown, shown
+        assert dict(views.job_view(detail).fields)["worker"] == worker.owner

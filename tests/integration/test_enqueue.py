@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
+import re
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -10,6 +15,7 @@ import psycopg
 import pytest
 
 import forklift
+from tests.apps import basic
 
 
 def count(db: psycopg.Connection[Any], schema: str, where: str = "true") -> int:
@@ -241,16 +247,92 @@ def test_a_job_refused_in_the_callers_transaction_leaves_it_usable(
     assert first > 0
 
 
-def test_task_enqueue_refuses_reserved_parameter_names(app: forklift.App) -> None:
-    @app.task(name="has_queue_param")
-    def has_queue_param(ctx: forklift.JobContext, *, queue: str) -> None:
-        pass
+def _cli_enqueue(env: dict[str, str], args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "forklift", "enqueue", "tests.apps.basic:app", "effect"]
+    return subprocess.run(
+        [*command, "--args", args], env=env, capture_output=True, text=True, timeout=60
+    )
 
-    try:
-        with pytest.raises(forklift.ConfigError, match=r"app\.enqueue"):
-            has_queue_param.enqueue(queue="x")
-    finally:
-        del app.tasks["has_queue_param"]
+
+def test_every_way_to_enqueue_refuses_args_over_the_cap_and_inserts_nothing(
+    app: forklift.App,
+    db: psycopg.Connection[Any],
+    schema: str,
+    env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(app, "max_arg_bytes", 1000, raising=False)
+    big = {"key": "x" * 1000}
+    small = {"key": "y"}
+    over = r"more than the 1,000 a job may take \(App\(max_arg_bytes=\.\.\.\)"
+
+    async def in_a_transaction(call: Any) -> None:
+        async with await psycopg.AsyncConnection.connect(db.info.dsn) as conn:
+            await call(conn)
+
+    def batch_writer() -> None:
+        with app.batch() as b:
+            b.enqueue("effect", **big)
+
+    paths: dict[str, Any] = {
+        "enqueue": lambda: app.enqueue("effect", big),
+        "task.enqueue": lambda: basic.effect.enqueue(key=big["key"]),
+        "enqueue with conn": lambda: app.enqueue("effect", big, conn=db),
+        "enqueue_many": lambda: app.enqueue_many([("effect", small)] * 3 + [("effect", big)]),
+        "enqueue_many with conn": lambda: app.enqueue_many(
+            [("effect", small), forklift.JobSpec("effect", big)], conn=db
+        ),
+        "enqueue_async": lambda: asyncio.run(app.enqueue_async("effect", big)),
+        "enqueue_async with conn": lambda: asyncio.run(
+            in_a_transaction(lambda c: app.enqueue_async("effect", big, conn=c))
+        ),
+        "enqueue_many_async": lambda: asyncio.run(
+            app.enqueue_many_async([("effect", small), ("effect", big)])
+        ),
+        "enqueue_batch": lambda: app.enqueue_batch([("effect", small), ("effect", big)]),
+        "batch writer": batch_writer,
+        "batch callback args": lambda: app.enqueue_batch(
+            [("effect", small)], on_complete="effect", on_complete_args=big
+        ),
+    }
+    accepted = []
+    for name, call in paths.items():
+        try:
+            call()
+            accepted.append(name)
+        except forklift.ArgumentError as exc:
+            assert re.search(over, str(exc)), f"{name}: {exc}"
+    cli = _cli_enqueue({**env, "FORKLIFT_MAX_ARG_BYTES": "1000"}, json.dumps(big))
+    if cli.returncode == 0:
+        accepted.append("forklift enqueue")
+    else:
+        assert "more than the 1,000 a job may take" in cli.stderr, cli.stderr
+    assert accepted == []
+    assert count(db, schema, f"args->>'key' = '{big['key']}'") == 0
+    # Within the cap, every way still enqueues.
+    app.enqueue("effect", {"key": "z" * 900})
+    assert _cli_enqueue(env, json.dumps({"key": "w" * 5000})).returncode == 0
+
+
+def test_app_enqueue_takes_every_option_enqueue_async_takes(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, env: dict[str, str]
+) -> None:
+    command = [sys.executable, "-m", "forklift", "enqueue", "tests.apps.basic:app", "noop"]
+    options = ["--max-crashes", "5", "--max-attempts", "7"]
+    cli = subprocess.run([*command, *options], env=env, capture_output=True, text=True, timeout=60)
+    assert cli.returncode == 0, cli.stderr
+    ids = [
+        int(cli.stdout),
+        app.enqueue("noop", max_crashes=5, max_attempts=7),
+        basic.noop.enqueue(max_crashes=5, max_attempts=7),
+        asyncio.run(app.enqueue_async("noop", max_crashes=5, max_attempts=7)),
+        asyncio.run(basic.noop.enqueue_async(max_crashes=5, max_attempts=7)),
+        *app.enqueue_many([forklift.JobSpec("noop", {}, max_crashes=5, max_attempts=7)]),
+    ]
+    rows = db.execute(
+        f"SELECT max_crashes, max_attempts FROM {schema}.jobs WHERE id = ANY(%s)", (ids,)
+    ).fetchall()
+    assert rows == [(5, 7)] * 6
 
 
 def test_registering_a_name_twice_is_refused(app: forklift.App) -> None:

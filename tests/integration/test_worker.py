@@ -76,7 +76,7 @@ def test_failure_retries_with_backoff_then_dead(
 def test_retry_waits_its_backoff(
     app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
 ) -> None:
-    job_id = app.enqueue("retry_later", {"delay": 1.5})
+    job_id = app.enqueue("retry_later", {"retry_in": 1.5})
     run_worker()
     wait_for(
         lambda: job(db, schema, job_id)["attempts"] == 1 and state_is(db, schema, job_id, "ready"),
@@ -98,7 +98,7 @@ def test_a_retry_starts_when_due_after_the_claims_drained_the_queue(
     """The worker's claims left slots free (the queue drained), and it hears no NOTIFY
     (as behind a transaction pooler); a job that fails puts its retry in line, and the
     loop looks up its due time again rather than sleeping its poll interval (a minute)."""
-    job_id = app.enqueue("retry_after", {"run": 0.3, "delay": 0.5})
+    job_id = app.enqueue("retry_after", {"run": 0.3, "retry_in": 0.5})
     run_worker(poll_interval=60.0, concurrency=2, listen=False)  # its first claim takes it
     wait_for(lambda: state_is(db, schema, job_id, "dead"), timeout=10, what="second attempt")
     row = job(db, schema, job_id)

@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 import forklift
-from forklift import _config, _db
+from forklift import _config, _db, _redact
 
 
 @pytest.mark.parametrize(
@@ -94,6 +94,38 @@ def test_redact_leaves_text_without_passwords_alone(text: str) -> None:
 def test_redact_handles_two_dsns_in_one_message() -> None:
     out = _db.redact("from postgresql://a:one1@h/x to postgresql://b:two2@h/y")
     assert "one1" not in out and "two2" not in out
+
+
+def test_the_password_in_use_is_hidden_where_it_stands_not_inside_other_words(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Password `bench` turned `task=bench_job` into `task=***_job`."""
+    monkeypatch.setattr(_redact, "_SECRETS", ())  # this test's passwords stay in this test
+    _db.remember_secrets("postgresql://bench:bench@127.0.0.1:5432/bench")
+    _db.remember_secrets("host=db user=app password=hunter22 dbname=app")
+    for line in (
+        "job.succeeded task=bench_job queue=bench worker=bench-1 db=bench",
+        "task=hunter22_job note='hunter22 is a word here'",
+    ):
+        assert _db.redact(line) == line
+    assert (
+        _db.redact("cannot connect to postgresql://bench:bench@127.0.0.1/bench: refused")
+        == "cannot connect to postgresql://bench:***@127.0.0.1/bench: refused"
+    )
+    assert _db.redact("host=db password=hunter22 dbname=app") == "host=db password=*** dbname=app"
+
+
+def test_a_malformed_dsns_pieces_are_hidden_as_words_wherever_they_appear(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A DSN that does not parse shows its password's pieces where no pattern finds them
+    (as a host name): those are hidden as whole words, never inside other words."""
+    monkeypatch.setattr(_redact, "_SECRETS", ())
+    _db.remember_secrets("postgresql://u:Hunter2@Tailor x@db.example.com/app")
+    text = _db.redact(
+        "failed to resolve host 'Tailor x@db.example.com' (Hunter2@Tailor) for Tailored_job"
+    )
+    assert text == "failed to resolve host '*** x@db.example.com' (***@***) for Tailored_job"
 
 
 # -- timeouts ----------------------------------------------------------------------------

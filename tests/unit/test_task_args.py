@@ -169,3 +169,72 @@ def test_any_name_is_refused_with_an_argument_error_or_accepted_intact(
 def test_a_ten_kilobyte_key_is_refused_before_the_database_sees_it() -> None:
     with pytest.raises(forklift.ArgumentError, match="10000 characters long; the limit is 512"):
         producer._new_job("noop", {}, idempotency_key="k" * 10_000)
+
+
+@pytest.mark.parametrize(
+    "option",
+    ["delay", "priority", "queue", "run_at", "max_attempts", "max_crashes", "conn",
+     "idempotency_key"],
+)  # fmt: skip
+def test_a_parameter_named_like_an_enqueue_option_is_refused_at_declaration(
+    option: str,
+) -> None:
+    local = forklift.App("postgresql://unused@127.0.0.1/none")
+    namespace: dict[str, Any] = {"forklift": forklift}
+    exec(f"def handler(ctx, *, {option}, other=1): pass", namespace)
+    with pytest.raises(forklift.ConfigError) as refused:
+        local.task(name="clash")(namespace["handler"])
+    message = str(refused.value)
+    assert f"parameter {option!r} is named like an enqueue() option" in message
+    assert f"clash.enqueue({option}=...)" in message and "rename it" in message
+    assert "clash" not in local.tasks
+
+
+def test_every_way_to_enqueue_takes_one_option_set() -> None:
+    from forklift.app import App, JobOptions, JobSpec
+    from forklift.task import ENQUEUE_OPTIONS, Task
+
+    options = set(JobOptions.__annotations__)
+
+    def keywords(fn: Any) -> set[str]:
+        """Its keyword-only parameters, and JobOptions' keys if it takes them as such."""
+        params = inspect.signature(fn).parameters.values()
+        named = {p.name for p in params if p.kind is p.KEYWORD_ONLY}
+        typed = [p for p in params if p.annotation == "Unpack[JobOptions]"]
+        return named | (options if typed else set())
+
+    for way in (App.enqueue, App.enqueue_async, Task.enqueue, Task.enqueue_async):
+        assert keywords(way) == options | {"conn"}, way
+    assert set(ENQUEUE_OPTIONS) == options | {"conn"}
+    assert set(JobSpec.__dataclass_fields__) == options | {"task", "args"}
+
+
+def test_args_over_the_cap_are_refused_by_default_at_one_mebibyte(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from forklift.app import MAX_ARG_BYTES, build_job
+
+    monkeypatch.delenv("FORKLIFT_MAX_ARG_BYTES", raising=False)
+    assert MAX_ARG_BYTES == 1 << 20 == forklift.App().max_arg_bytes
+    at_the_cap = {"a": "x" * (MAX_ARG_BYTES - len('{"a":""}'))}
+    build_job(None, "t", at_the_cap)
+    with pytest.raises(forklift.ArgumentError, match="1,048,577 bytes of JSON, more than"):
+        build_job(None, "t", {"a": "x" * (MAX_ARG_BYTES - len('{"a":""}') + 1)})
+    with pytest.raises(forklift.ArgumentError, match="more than the 1,048,576"):
+        build_job(None, "t", {"a": "é" * (MAX_ARG_BYTES // 2)})  # counted in UTF-8 bytes
+
+
+def test_the_cap_is_set_on_the_app_or_by_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FORKLIFT_MAX_ARG_BYTES", "64")
+    assert forklift.App().max_arg_bytes == 64
+    assert forklift.App(max_arg_bytes=10_000).max_arg_bytes == 10_000
+    local = forklift.App()
+    with pytest.raises(forklift.ArgumentError, match="more than the 64 a job may take"):
+        local._new_job("t", {"a": "x" * 64})
+    monkeypatch.setenv("FORKLIFT_MAX_ARG_BYTES", "lots")
+    with pytest.raises(forklift.ConfigError, match="FORKLIFT_MAX_ARG_BYTES='lots'"):
+        forklift.App()
+    with pytest.raises(forklift.ConfigError, match="max_arg_bytes must be >= 1"):
+        forklift.App(max_arg_bytes=0)
