@@ -257,6 +257,22 @@ async def a_sleep(ctx: forklift.AsyncJobContext, *, seconds: float) -> None:
     await asyncio.sleep(seconds)
 
 
+@app.task(name="a_swallow", max_attempts=1, timeout=0.5)
+async def a_swallow(ctx: forklift.AsyncJobContext, *, key: str) -> str:
+    """Swallow its timeout's CancelledError, then write an effect and return: past its
+    deadline, the attempt must still end in a TimeoutError with that effect rolled back."""
+    try:
+        await asyncio.sleep(30)
+    except asyncio.CancelledError:
+        pass
+    async with ctx.transaction() as conn:
+        await conn.execute(
+            f"INSERT INTO {SCHEMA}.effects (job_id, key, n) VALUES (%s, %s, %s)",
+            (ctx.job_id, key, ctx.attempt),
+        )
+    return "outlived its timeout"
+
+
 # What a_wait saw, in order (this process's, for in-process workers).
 ASYNC_NOTES: list[str] = []
 
