@@ -128,6 +128,24 @@ class LimitStore:
             row = conn.execute(self.q["limit_wake"], params).fetchone()
         return None if row is None or row[0] is None else float(row[0])
 
+    def stopping_renew(self, held: Sequence[tuple[int, int]], owner: str, lease: float) -> set[int]:
+        """Extend the holds of cancelled jobs whose handlers still run at `owner`, as
+        (id, attempt): their limits' slots stay taken. The ids renewed."""
+        params = {
+            "ids": [i for i, _ in held],
+            "attempts": [a for _, a in held],
+            "owner": owner,
+            "lease": lease,
+        }
+        with translated("renewing holds failed", self.where), self.pool.connection() as conn:
+            return {r[0] for r in conn.execute(self.q["job_stopping_renew"], params)}
+
+    def stopping_let_go(self, job_id: int, attempt: int, owner: str) -> None:
+        """A cancelled job's handler stopped at `owner`: its hold ends, its slots free."""
+        params = {"id": job_id, "attempt": attempt, "owner": owner}
+        with translated("ending a hold failed", self.where), self.pool.connection() as conn:
+            conn.execute(self.q["job_stopping_let_go"], params)
+
     def register(self, limits: Mapping[str, Limit | None]) -> None:
         """Declare the task limits the code declares (a worker at boot): write them (the
         last worker to start wins where versions disagree); drop those of tasks that

@@ -57,10 +57,14 @@ WITH held AS (
         SELECT 1 FROM held h
         WHERE h.rate IS NOT NULL OR h.keyed OR h.concurrency IS NULL
            OR h.concurrency < %(lanes)s * %(lane_claim)s + (
-               SELECT count(*) FROM {schema}.jobs j
-               WHERE j.state = 'running'
-                 AND ((h.scope = 'task' AND j.task = h.name)
-                   OR (h.scope = 'queue' AND j.queue = h.name)))
+               SELECT count(*) FROM (
+                   SELECT j.task, j.queue FROM {schema}.jobs j WHERE j.state = 'running'
+                   UNION ALL  -- cancelled, their handlers still stopping (migration 0013)
+                   SELECT j.task, j.queue FROM {schema}.jobs j
+                   WHERE j.stopping_owner IS NOT NULL AND j.stopping_until > now()
+               ) AS j
+               WHERE (h.scope = 'task' AND j.task = h.name)
+                  OR (h.scope = 'queue' AND j.queue = h.name))
     ) AS ok
 ), said AS (
     -- (Declining after completing jobs in its transaction, whose freed slots woke no
@@ -224,9 +228,17 @@ WITH RECURSIVE held AS (
     SELECT h.id, CASE WHEN h.keyed THEN coalesce(j.limit_key, j.args ->> h.key_arg, '')
                       ELSE '' END AS key,
            count(*) AS n
-    FROM {schema}.jobs j
+    FROM (
+        SELECT j.task, j.queue, j.limit_key, j.args FROM {schema}.jobs j
+        WHERE j.state = 'running'
+        UNION ALL
+        -- Cancelled jobs whose handlers may still run (their worker holds them until
+        -- they stop: migration 0013) keep their slots; each index bounds its part.
+        SELECT j.task, j.queue, j.limit_key, j.args FROM {schema}.jobs j
+        WHERE j.stopping_owner IS NOT NULL AND j.stopping_until > now()
+    ) AS j
     JOIN held h ON (h.scope = 'task' AND h.name = j.task) OR (h.scope = 'queue' AND h.name = j.queue)
-    WHERE j.state = 'running' AND h.concurrency IS NOT NULL
+    WHERE h.concurrency IS NOT NULL
     GROUP BY 1, 2
 ), windows AS (
     SELECT h.id, w.key, {schema}.limit_window_used(
@@ -612,7 +624,29 @@ DELETE FROM {schema}.limits AS l
 WHERE l.scope = 'task' AND l.name = ANY(%(names)s::text[])
   AND l.updated_at < now() - make_interval(secs => %(stale)s::float8)
   AND NOT EXISTS (SELECT 1 FROM {schema}.jobs j
-                  WHERE j.state = 'running' AND j.task = l.name AND j.limited);
+                  WHERE j.state = 'running' AND j.task = l.name AND j.limited)
+  AND NOT EXISTS (SELECT 1 FROM {schema}.jobs j
+                  WHERE j.stopping_owner IS NOT NULL AND j.task = l.name AND j.limited);
+
+-- name: job_stopping_renew
+-- Extend the holds of cancelled jobs whose handlers still run here (`owner`'s, at these
+-- attempts): their limits' slots stay taken while they run. Returns the ids renewed.
+UPDATE {schema}.jobs AS j SET
+    stopping_until = now() + make_interval(secs => %(lease)s::float8)
+FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS h(id, attempt)
+WHERE j.id = h.id AND j.attempts = h.attempt AND j.stopping_owner = %(owner)s::text
+RETURNING j.id;
+
+-- name: job_stopping_let_go
+-- A cancelled job's handler stopped here (`owner`'s, at this attempt): its hold ends and
+-- its limits' slots free; its queue's workers are woken, as when a running job ends.
+WITH gone AS (
+    UPDATE {schema}.jobs AS j SET stopping_owner = NULL, stopping_until = NULL
+    WHERE j.id = %(id)s::bigint AND j.attempts = %(attempt)s::integer
+      AND j.stopping_owner = %(owner)s::text
+    RETURNING j.queue, j.limited
+)
+SELECT count(pg_notify('{channel}', g.queue)) FROM gone AS g WHERE g.limited;
 
 -- name: producer_limits
 -- What an enqueue needs: every queue's max_depth, and each limited task with the

@@ -173,11 +173,13 @@ class Attribution:
             )
 
     def _release(self, owner: str, error: str) -> None:
+        self.store.job_let_go_cancelled(owner)
         for gone in self.store.job_release_owner(owner):
             self.totals.job(gone.queue, gone.task, "released")
             emit(log, "job.released", job=gone.id, owner=owner, reason=error)
 
     def _charge(self, owner: str, error: str) -> None:
+        self.store.job_let_go_cancelled(owner)
         count_charged(self.totals, self.store.job_fail_orphaned(owner, error), error, owner)
 
 
