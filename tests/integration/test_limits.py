@@ -449,13 +449,20 @@ def test_a_rolling_deploy_keeps_the_limit_either_version_declares(
     and a version-1 worker still claiming writes it back before its next claim."""
     from forklift.store import limits as limits_module
 
+    version2 = forklift.App(app.dsn, schema=schema)
+
+    @version2.task(name="charge")  # its limit dropped in this version
+    def charge(ctx: forklift.JobContext, *, account: str, cents: int = 0) -> None: ...
+
+    declared = {name: task.limit for name, task in version2.tasks.items()}
     v2 = LimitStore(app.store.pool, app.schema, "test")
-    v2.register({"charge": None, "plain": None})  # starts after version 1
+    v2.register(declared)  # a version-2 worker starts after version 1's
     assert task_limit(db, schema, "charge") == (1, True)
     app.enqueue_many([("charge", {"account": "a", "cents": i}) for i in range(3)])
     assert [a["cents"] for _, a in claim(limits, app, "w1")] == [0]  # one per account
-    v2.register({"charge": None})  # another version-2 child, with one running under it
+    LimitStore(app.store.pool, app.schema, "test").register(declared)  # another one
     assert task_limit(db, schema, "charge") == (1, True)
+    version2.close()
 
     # Version 1 gone for longer than STALE: the version-2 worker's next look drops it,
     # once the job claimed under it has stopped.
