@@ -59,6 +59,8 @@ class Cancels:
         self.lease = lease  # a hold is extended this long, as a lease is
         self.holds = LimitStore(store.pool, store.schema, store.where)
         self._lock = threading.Lock()
+        self._stopped: list[JobContext] = []  # cancelled jobs whose holds are to end
+        self._letting_go = False  # a thread ends them now
 
     def notice(self, payload: str) -> bool:
         """A control-channel notification; True if it cancelled a job held here.
@@ -109,18 +111,30 @@ class Cancels:
 
     def stopped(self, ctx: JobContext) -> None:
         """The outcome of a held job was refused, its handler done (or never started):
-        if an operator's cancel took it, end its hold (its slots free), on a thread of
-        its own (this may be the event loop, or a group commit's thread). A failure
-        leaves the hold to lapse."""
-        threading.Thread(
-            target=self._let_go, args=(ctx,), name="forklift-cancel-let-go", daemon=True
-        ).start()
+        if an operator's cancel took it, end its hold, so its slots free — whether or
+        not the cancel was heard here (a notification can be missed, and the handler
+        return before the next renewal asks); a lease lost to another worker has no
+        hold of ours, and the statement changes nothing. On a thread of this object's
+        own (the caller may be the event loop, or a group commit's thread), one at a
+        time; a failure leaves the hold to lapse."""
+        with self._lock:
+            self._stopped.append(ctx)
+            if self._letting_go:
+                return
+            self._letting_go = True
+        threading.Thread(target=self._let_go, name="forklift-cancel-let-go", daemon=True).start()
 
-    def _let_go(self, ctx: JobContext) -> None:
-        try:
-            self.holds.stopping_let_go(ctx.job_id, ctx.attempt, self.events.owner)
-        except DatabaseError as exc:
-            emit(log, "job.hold_end_failed", logging.WARNING, job=ctx.job_id, error=exc)
+    def _let_go(self) -> None:
+        while True:
+            with self._lock:
+                if not self._stopped:
+                    self._letting_go = False
+                    return
+                ctx = self._stopped.pop(0)
+            try:
+                self.holds.stopping_let_go(ctx.job_id, ctx.attempt, self.events.owner)
+            except DatabaseError as exc:
+                emit(log, "job.hold_end_failed", logging.WARNING, job=ctx.job_id, error=exc)
 
     def heard(self, ctx: JobContext) -> bool:
         """The job was cancelled: tell its handler and the supervisor (once)."""
