@@ -100,8 +100,12 @@ LIMIT %(limit)s;
 -- Cancel ready and running jobs at once, noted in the error history. A running job's
 -- lease is taken from its worker, so the owner fence refuses whatever that worker would
 -- record next (completion, failure, release: its effect rolls back); the worker is told
--- on the control channel, and the job's waiters (app.result()) on theirs. Returns every
--- job found with its state and owner before, whether it was cancelled, and its batch.
+-- on the control channel, and the job's waiters (app.result()) on theirs. Its handler
+-- may run on until it heeds the cancel or is killed (--cancel-grace), so the lease moves
+-- to the job's hold (`stopping_owner`, `stopping_until`: migration 0013), which keeps
+-- its limits' slots taken until the worker says the handler stopped or is found dead.
+-- Returns every job found with its state and owner before, whether it was cancelled,
+-- and its batch.
 WITH old AS (
     SELECT j.id, j.state, j.attempts, j.lease_owner, j.batch_id FROM {schema}.jobs AS j
     WHERE j.id = ANY(%(ids)s::bigint[])
@@ -110,6 +114,8 @@ WITH old AS (
 ), cancelled AS (
     UPDATE {schema}.jobs AS j SET
         state = 'cancelled', completed_at = now(), lease_owner = NULL, lease_until = NULL,
+        stopping_owner = CASE WHEN old.state = 'running' THEN old.lease_owner END,
+        stopping_until = CASE WHEN old.state = 'running' THEN j.lease_until END,
         last_error = 'Cancelled by ' || %(by)s::text,
         errors = j.errors || jsonb_build_object(
             'attempt', j.attempts, 'at', now(), 'worker', old.lease_owner,

@@ -9,6 +9,7 @@ plain one-statement claim (JobStore.job_claim).
 from __future__ import annotations
 
 import enum
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -27,11 +28,15 @@ class LimitStore:
         self.pool = pool
         self.where = where
         self.q = _sql.load("forklift.store", "limits.sql", schema)
+        self._declared: dict[str, Limit | None] = {}  # what `register` was given
+        self._declared_at = 0.0  # when they were last declared (monotonic)
 
     def apply(self, queues: Sequence[str], tasks: Sequence[str]) -> Applying:
         """Whether a claim of these queues and tasks has limits to hold (or jobs stored
         with the key of a limit there is none of any more), and whether they all may be
         held on the shared path."""
+        if self._declared and time.monotonic() - self._declared_at >= DECLARE_EVERY:
+            self._declare(boot=False)
         params = {"queues": list(queues), "tasks": list(tasks), **_LANES}
         with translated("limit lookup failed", self.where), self.pool.connection() as conn:
             row = conn.execute(self.q["limits_apply"], params).fetchone()
@@ -123,17 +128,46 @@ class LimitStore:
             row = conn.execute(self.q["limit_wake"], params).fetchone()
         return None if row is None or row[0] is None else float(row[0])
 
+    def stopping_renew(self, held: Sequence[tuple[int, int]], owner: str, lease: float) -> set[int]:
+        """Extend the holds of cancelled jobs whose handlers still run at `owner`, as
+        (id, attempt): their limits' slots stay taken. The ids renewed."""
+        params = {
+            "ids": [i for i, _ in held],
+            "attempts": [a for _, a in held],
+            "owner": owner,
+            "lease": lease,
+        }
+        with translated("renewing holds failed", self.where), self.pool.connection() as conn:
+            return {r[0] for r in conn.execute(self.q["job_stopping_renew"], params)}
+
+    def stopping_let_go(self, job_id: int, attempt: int, owner: str) -> None:
+        """A cancelled job's handler stopped at `owner`: its hold ends, its slots free."""
+        params = {"id": job_id, "attempt": attempt, "owner": owner}
+        with translated("ending a hold failed", self.where), self.pool.connection() as conn:
+            conn.execute(self.q["job_stopping_let_go"], params)
+
     def register(self, limits: Mapping[str, Limit | None]) -> None:
-        """Write the task limits the code declares; drop those of tasks that declare none
-        (one autocommit statement each: never a lock held across two)."""
+        """Declare the task limits the code declares (a worker at boot): write them (the
+        last worker to start wins where versions disagree); drop those of tasks that
+        declare none, but only once no worker has declared them for STALE seconds (a
+        rolling deploy's other version keeps its limits in force). `apply` declares them
+        again every DECLARE_EVERY seconds. One short transaction per limit: never a lock
+        held across a claim."""
+        self._declared = dict(limits)
+        self._declare(boot=True)
+
+    def _declare(self, *, boot: bool) -> None:
+        self._declared_at = time.monotonic()
+        limits = self._declared
         with translated("limit registration failed", self.where), self.pool.connection() as conn:
-            gone = [name for name, limit in limits.items() if limit is None]
             for name, limit in sorted(limits.items()):
                 if limit is not None:
-                    conn.execute(self.q["limit_windows_reset"], _row(name, limit))
-                    conn.execute(self.q["limit_register"], _row(name, limit))
+                    with conn.transaction():
+                        conn.execute(self.q["limit_declare_lock"], {"name": name})
+                        conn.execute(self.q["limit_register"], _declaring(name, limit, boot))
+            gone = sorted(name for name, limit in limits.items() if limit is None)
             if gone:
-                conn.execute(self.q["limit_unregister"], {"names": gone})
+                conn.execute(self.q["limit_unregister"], {"names": gone, "stale": STALE})
 
 
 class Applying(enum.Enum):
@@ -143,6 +177,12 @@ class Applying(enum.Enum):
     EXACT = "exact"  # lock each limit, then count and claim
     SHARED = "shared"  # far from every limit: the shared path first
 
+
+# A worker declares its tasks' limits again this often (seconds) while it claims; a
+# limit no worker has declared for STALE seconds may be replaced by another version's, or
+# dropped by a worker whose code declares none.
+DECLARE_EVERY = 30.0
+STALE = 600.0
 
 # The shared path: this many claims at once, of at most this many jobs each.
 LANES = 4
@@ -170,6 +210,10 @@ def _params(
         "rekey": REKEY,
         **_LANES,
     }  # fmt: skip
+
+
+def _declaring(name: str, limit: Limit, boot: bool) -> dict[str, Any]:
+    return {**_row(name, limit), "boot": boot, "fresh": DECLARE_EVERY, "stale": STALE}
 
 
 def _row(name: str, limit: Limit) -> dict[str, Any]:

@@ -57,10 +57,14 @@ WITH held AS (
         SELECT 1 FROM held h
         WHERE h.rate IS NOT NULL OR h.keyed OR h.concurrency IS NULL
            OR h.concurrency < %(lanes)s * %(lane_claim)s + (
-               SELECT count(*) FROM {schema}.jobs j
-               WHERE j.state = 'running'
-                 AND ((h.scope = 'task' AND j.task = h.name)
-                   OR (h.scope = 'queue' AND j.queue = h.name)))
+               SELECT count(*) FROM (
+                   SELECT j.task, j.queue FROM {schema}.jobs j WHERE j.state = 'running'
+                   UNION ALL  -- cancelled, their handlers still stopping (migration 0013)
+                   SELECT j.task, j.queue FROM {schema}.jobs j
+                   WHERE j.stopping_owner IS NOT NULL AND j.stopping_until > now()
+               ) AS j
+               WHERE (h.scope = 'task' AND j.task = h.name)
+                  OR (h.scope = 'queue' AND j.queue = h.name))
     ) AS ok
 ), said AS (
     -- (Declining after completing jobs in its transaction, whose freed slots woke no
@@ -224,9 +228,17 @@ WITH RECURSIVE held AS (
     SELECT h.id, CASE WHEN h.keyed THEN coalesce(j.limit_key, j.args ->> h.key_arg, '')
                       ELSE '' END AS key,
            count(*) AS n
-    FROM {schema}.jobs j
+    FROM (
+        SELECT j.task, j.queue, j.limit_key, j.args FROM {schema}.jobs j
+        WHERE j.state = 'running'
+        UNION ALL
+        -- Cancelled jobs whose handlers may still run (their worker holds them until
+        -- they stop: migration 0013) keep their slots; each index bounds its part.
+        SELECT j.task, j.queue, j.limit_key, j.args FROM {schema}.jobs j
+        WHERE j.stopping_owner IS NOT NULL AND j.stopping_until > now()
+    ) AS j
     JOIN held h ON (h.scope = 'task' AND h.name = j.task) OR (h.scope = 'queue' AND h.name = j.queue)
-    WHERE j.state = 'running' AND h.concurrency IS NOT NULL
+    WHERE h.concurrency IS NOT NULL
     GROUP BY 1, 2
 ), windows AS (
     SELECT h.id, w.key, {schema}.limit_window_used(
@@ -560,29 +572,81 @@ FROM (SELECT least(
      WHERE state = 'ready' AND queue = ANY(%(queues)s::text[]) AND available_at > now())
 ) AS at) AS w;
 
--- name: limit_windows_reset
--- A task limit's window changes length: its buckets (hundredths of the old length) mean
--- nothing under the new one, so they go.
-DELETE FROM {schema}.limit_windows AS w
-USING {schema}.limits AS l
-WHERE l.id = w.limit_id AND l.scope = 'task' AND l.name = %(name)s::text
-  AND l.per IS DISTINCT FROM %(per)s::float8;
+-- name: limit_declare_lock
+-- Before limit_register, in its transaction: the limit's lock (limit_lock's, exclusive),
+-- so no claim counts or adds starts under it while its window changes length.
+SELECT pg_advisory_xact_lock(('x' || left(md5('forklift:limit:{schema}:' || l.id), 16))::bit(64)::bigint)
+FROM {schema}.limits l WHERE l.scope = 'task' AND l.name = %(name)s::text;
 
 -- name: limit_register
--- Write a task's limit as the code declares it (a worker at boot); unchanged: no write.
-INSERT INTO {schema}.limits AS l (scope, name, concurrency, rate, per, keyed, key_arg)
-VALUES ('task', %(name)s::text, %(concurrency)s::integer, %(rate)s::integer,
-        %(per)s::float8, %(keyed)s::boolean, %(key_arg)s::text)
-ON CONFLICT (scope, name) DO UPDATE SET
-    concurrency = excluded.concurrency, rate = excluded.rate, per = excluded.per,
-    keyed = excluded.keyed, key_arg = excluded.key_arg, updated_at = now()
-WHERE (l.concurrency, l.rate, l.per, l.keyed, l.key_arg)
-      IS DISTINCT FROM (excluded.concurrency, excluded.rate, excluded.per, excluded.keyed,
-                        excluded.key_arg);
+-- A worker declares a task's limit (at boot, `boot`; then every DECLARE_EVERY while it
+-- claims). `updated_at` is when a worker last declared it as it stands. Written:
+-- - missing: always (a limit is never out of force while a worker declares it);
+-- - the same: only its `updated_at`, at most every `fresh` seconds (one write however
+--   many workers declare it);
+-- - different (another version's): at boot (the last worker to start wins), else only
+--   once no worker has declared the stored one for `stale` seconds.
+-- A change of a rate's window length keeps the starts its window holds, counted as made
+-- now in the new one's newest bucket (never fewer starts than ran in either window).
+WITH old AS (
+    SELECT l.id, l.per FROM {schema}.limits l
+    WHERE l.scope = 'task' AND l.name = %(name)s::text
+), written AS (
+    INSERT INTO {schema}.limits AS l (scope, name, concurrency, rate, per, keyed, key_arg)
+    VALUES ('task', %(name)s::text, %(concurrency)s::integer, %(rate)s::integer,
+            %(per)s::float8, %(keyed)s::boolean, %(key_arg)s::text)
+    ON CONFLICT (scope, name) DO UPDATE SET
+        concurrency = excluded.concurrency, rate = excluded.rate, per = excluded.per,
+        keyed = excluded.keyed, key_arg = excluded.key_arg, updated_at = now()
+    WHERE CASE WHEN (l.concurrency, l.rate, l.per, l.keyed, l.key_arg)
+                    IS NOT DISTINCT FROM (excluded.concurrency, excluded.rate, excluded.per,
+                                          excluded.keyed, excluded.key_arg)
+               THEN l.updated_at < now() - make_interval(secs => %(fresh)s::float8)
+               ELSE %(boot)s::boolean
+                    OR l.updated_at < now() - make_interval(secs => %(stale)s::float8) END
+    RETURNING l.id, l.per
+), clock AS (
+    SELECT extract(epoch FROM clock_timestamp()) AS at
+)
+UPDATE {schema}.limit_windows AS w SET
+    newest = floor(c.at / (n.per / 100))::bigint,
+    counts = {schema}.limit_window_add(NULL, NULL, floor(c.at / (n.per / 100))::bigint,
+        {schema}.limit_window_used(w.newest, w.counts, floor(c.at / (o.per / 100))::bigint))
+FROM old o JOIN written n ON n.id = o.id, clock c
+WHERE w.limit_id = o.id AND o.per IS DISTINCT FROM n.per AND n.per IS NOT NULL
+  AND o.per IS NOT NULL;
 
 -- name: limit_unregister
--- Drop the limits of these tasks (their code declares none any more).
-DELETE FROM {schema}.limits WHERE scope = 'task' AND name = ANY(%(names)s::text[]);
+-- Drop the limits of these tasks (the caller's code declares none), each only once no
+-- worker has declared it for `stale` seconds and no job claimed under it still runs:
+-- during a rolling deploy, the version that declares a limit keeps it in force.
+DELETE FROM {schema}.limits AS l
+WHERE l.scope = 'task' AND l.name = ANY(%(names)s::text[])
+  AND l.updated_at < now() - make_interval(secs => %(stale)s::float8)
+  AND NOT EXISTS (SELECT 1 FROM {schema}.jobs j
+                  WHERE j.state = 'running' AND j.task = l.name AND j.limited)
+  AND NOT EXISTS (SELECT 1 FROM {schema}.jobs j
+                  WHERE j.stopping_owner IS NOT NULL AND j.task = l.name AND j.limited);
+
+-- name: job_stopping_renew
+-- Extend the holds of cancelled jobs whose handlers still run here (`owner`'s, at these
+-- attempts): their limits' slots stay taken while they run. Returns the ids renewed.
+UPDATE {schema}.jobs AS j SET
+    stopping_until = now() + make_interval(secs => %(lease)s::float8)
+FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS h(id, attempt)
+WHERE j.id = h.id AND j.attempts = h.attempt AND j.stopping_owner = %(owner)s::text
+RETURNING j.id;
+
+-- name: job_stopping_let_go
+-- A cancelled job's handler stopped here (`owner`'s, at this attempt): its hold ends and
+-- its limits' slots free; its queue's workers are woken, as when a running job ends.
+WITH gone AS (
+    UPDATE {schema}.jobs AS j SET stopping_owner = NULL, stopping_until = NULL
+    WHERE j.id = %(id)s::bigint AND j.attempts = %(attempt)s::integer
+      AND j.stopping_owner = %(owner)s::text
+    RETURNING j.queue, j.limited
+)
+SELECT count(pg_notify('{channel}', g.queue)) FROM gone AS g WHERE g.limited;
 
 -- name: producer_limits
 -- What an enqueue needs: every queue's max_depth, and each limited task with the

@@ -186,6 +186,7 @@ class Attribution:
             )
 
     def _release(self, owner: str, error: str) -> None:
+        self.store.job_let_go_cancelled(owner)
         for gone in self.store.job_release_owner(owner):
             self.totals.job(gone.queue, gone.task, "released")
             emit(log, "job.released", job=gone.id, owner=owner, reason=error)
@@ -193,12 +194,15 @@ class Attribution:
     def _charge(self, owner: str, error: str, running: tuple[int, ...] | None) -> None:
         """A crash to each job whose handler ran (all it held, if that is not known);
         the others it held were innocent: claimed ahead, or done and waiting for their
-        write. They go back uncharged (run again if their outcome was not written)."""
+        write. They go back uncharged (run again if their outcome was not written), and
+        its cancelled jobs' holds end (_release)."""
         ids = None if running is None else list(running)
         charged = self.store.job_fail_orphaned(owner, error, ids=ids) if ids != [] else []
         count_charged(self.totals, charged, error, owner)
         if running is not None:
             self._release(owner, f"not running when its worker died: {error.splitlines()[0]}")
+        else:
+            self.store.job_let_go_cancelled(owner)
 
 
 class Deaths(Protocol):

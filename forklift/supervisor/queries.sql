@@ -76,6 +76,21 @@ WITH released AS (
 )
 SELECT released.id, released.queue, released.task FROM released, woken;
 
+-- name: job_let_go_cancelled
+-- A dead (or killed) worker process's cancelled jobs, whose handlers may have run on
+-- after the cancel (store/limits.sql, migration 0013): no handler of theirs runs any
+-- more, so their holds end and their limits' slots free; their queues' workers are woken.
+-- Returns how many.
+WITH gone AS (
+    UPDATE {schema}.jobs AS j SET stopping_owner = NULL, stopping_until = NULL
+    WHERE j.stopping_owner = %(owner)s::text
+    RETURNING j.queue, j.limited
+), woken AS (
+    SELECT count(pg_notify('{channel}', q.queue)) AS n
+    FROM (SELECT DISTINCT queue FROM gone WHERE limited) AS q
+)
+SELECT count(*) FROM gone, woken;
+
 -- name: backend_terminate
 -- End every session of one worker process (by its application_name), its effect
 -- transaction among them: once the supervisor killed it or saw it die, nothing of it

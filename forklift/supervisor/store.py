@@ -133,6 +133,13 @@ class SupervisorStore:
                 ReleasedJob(*r) for r in c.execute(self.q["job_release_owner"], {"owner": owner})
             ]
 
+    def job_let_go_cancelled(self, owner: str) -> int:
+        """End the holds of the cancelled jobs a dead (or killed) worker process still
+        held (their handlers ran on after the cancel): their limits' slots free. How many."""
+        with self._conn("letting go of a worker's cancelled jobs failed") as c:
+            row = c.execute(self.q["job_let_go_cancelled"], {"owner": owner}).fetchone()
+        return int(row[0]) if row is not None else 0
+
     def owners_unlocked(self) -> list[str]:
         """The owners of running jobs whose liveness lock (their supervisor's, or their
         own) no session holds now."""

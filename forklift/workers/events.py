@@ -51,6 +51,9 @@ class JobEvents:
         self.wakeup = wakeup
         self.tally = tally
         self.on_job_end = on_job_end
+        # Told of each job whose outcome was refused, its handler done: a cancelled
+        # job's hold on its limits' slots ends (Cancels.stopped).
+        self.on_refused: Callable[[JobContext], None] | None = None
 
     def emit(
         self, event: str, ctx: JobContext, level: int = logging.INFO, **fields: object
@@ -97,6 +100,8 @@ class JobEvents:
 
     def lease_lost(self, ctx: JobContext, effect: str) -> None:
         """Our outcome was refused: the job is someone else's, or an operator's cancel."""
+        if self.on_refused is not None:
+            self.on_refused(ctx)
         if ctx.cancel_requested:
             self.emit("job.cancelled", ctx, logging.WARNING, effect=effect)
             self.end(ctx, Outcome.CANCELLED)

@@ -93,7 +93,10 @@ async def run_async(
 ) -> Result:
     """Run the job's async handler on this event loop, unless refused, for at most
     `timeout` seconds: past it the coroutine is cancelled and the attempt ends in a
-    TimeoutError, worded as the supervisor words a sync handler's (`timed_out`)."""
+    TimeoutError, worded as the supervisor words a sync handler's (`timed_out`) —
+    however the handler ended once its deadline had passed (it may swallow the
+    CancelledError and return, or raise something else): what it did after its
+    deadline is no success, and its effect rolls back."""
     refused = refusal(task, ctx, worker)
     if refused is not None:
         return refused
@@ -103,19 +106,27 @@ async def run_async(
     try:
         async with deadline:
             value = await task.fn(ctx, **job.args)
-    except TimeoutError as exc:
-        if not deadline.expired():
-            return failure(exc)  # the handler's own (an HTTP client's, say)
-        text = f"TimeoutError: {timed_out(job.task, job.id, timeout or 0)}"
-        return Result(False, text, format_traceback(exc), exception=exc)
     except asyncio.CancelledError as exc:  # a cancel (aio.py): its outcome is refused anyway
         running = asyncio.current_task()
         if running is not None:
             running.uncancel()  # handled here: the rest of the job's steps run as usual
-        return failure(exc)
+        return _overran(job.task, job.id, timeout, exc) if deadline.expired() else failure(exc)
     except BaseException as exc:  # a handler's exception never escapes the worker
-        return failure(exc)
+        # (a TimeoutError before the deadline is the handler's own: an HTTP client's, say)
+        return _overran(job.task, job.id, timeout, exc) if deadline.expired() else failure(exc)
+    if deadline.expired():
+        return _overran(job.task, job.id, timeout, None)
     return encoded(value, task.app.max_result_bytes)
+
+
+def _overran(task: str, job_id: int, timeout: float | None, exc: BaseException | None) -> Result:
+    """An async attempt whose deadline passed: a TimeoutError, whatever the handler did
+    after it (`exc`: what it raised; None: it swallowed the cancel and returned)."""
+    text = f"TimeoutError: {timed_out(task, job_id, timeout or 0)}"
+    if exc is None:
+        exc = TimeoutError(text.removeprefix("TimeoutError: "))
+        return Result(False, text, None, exception=exc)
+    return Result(False, text, format_traceback(exc), exception=exc)
 
 
 def call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], max_result_bytes: int) -> Result:

@@ -57,7 +57,8 @@ class Services:
     def __init__(self, deps: ServiceDeps) -> None:
         d, config = deps, deps.config
         self.closing = threading.Event()
-        self.cancels = Cancels(d.store, d.holdings, d.events, d.on_cancel)
+        self.cancels = Cancels(d.store, d.holdings, d.events, d.on_cancel, lease=config.lease)
+        d.events.on_refused = self.cancels.stopped
         self.renewer = LeaseRenewer(
             d.store, d.owner, d.holdings, d.events, d.tally, self.closing,
             RenewerConfig(config.lease), self.cancels,

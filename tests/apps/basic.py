@@ -257,6 +257,25 @@ async def a_sleep(ctx: forklift.AsyncJobContext, *, seconds: float) -> None:
     await asyncio.sleep(seconds)
 
 
+@app.task(name="a_swallow", max_attempts=1, timeout=0.5)
+async def a_swallow(ctx: forklift.AsyncJobContext, *, key: str, then: str = "return") -> str:
+    """Swallow its timeout's CancelledError, write an effect, then return (or, `then` =
+    "raise", raise a RuntimeError): past its deadline, the attempt must still end in a
+    TimeoutError with that effect rolled back."""
+    try:
+        await asyncio.sleep(30)
+    except asyncio.CancelledError:
+        pass
+    async with ctx.transaction() as conn:
+        await conn.execute(
+            f"INSERT INTO {SCHEMA}.effects (job_id, key, n) VALUES (%s, %s, %s)",
+            (ctx.job_id, key, ctx.attempt),
+        )
+        if then == "raise":
+            raise RuntimeError("not the timeout")
+    return "outlived its timeout"
+
+
 # What a_wait saw, in order (this process's, for in-process workers).
 ASYNC_NOTES: list[str] = []
 

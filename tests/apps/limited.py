@@ -121,3 +121,20 @@ def global4(ctx: forklift.JobContext, *, n: int) -> None:
 def rated(ctx: forklift.JobContext, *, n: int) -> None:
     """Twenty starts in any second across every replica."""
     _run(ctx, "rated", "", None)
+
+
+@app.task(name="stubborn", max_attempts=1, limit=forklift.Limit(concurrency=1, key="k"))
+def stubborn(ctx: forklift.JobContext, *, k: str, seconds: float) -> None:
+    """One at a time per `k`, and deaf to a cancel: runs `seconds` whatever happens,
+    writing its run's end every 0.1 s as it goes, so a run killed mid-way ends at its
+    last sign of life (a little before it really stopped: an overlap it shows is real)."""
+    token = uuid.uuid4().hex
+    _write(
+        f"INSERT INTO {SCHEMA}.runs (token, job_id, attempt, task, key, pid, started, ended)"
+        f" VALUES (%s, %s, %s, 'stubborn', %s, %s, clock_timestamp(), clock_timestamp())",
+        (token, ctx.job_id, ctx.attempt, k, os.getpid()),
+    )
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        time.sleep(0.1)
+        _write(f"UPDATE {SCHEMA}.runs SET ended = clock_timestamp() WHERE token = %s", (token,))

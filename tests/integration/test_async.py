@@ -70,6 +70,21 @@ def test_an_async_timeout_cancels_the_coroutine_with_the_supervisors_words(
     assert error == f"TimeoutError: job a_sleep#{job_id} timed out after 0.5 s"
 
 
+@pytest.mark.parametrize("then", ["return", "raise"])
+def test_a_handler_that_swallows_its_timeout_still_ends_in_a_timeout_with_its_effect_undone(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker, then: str
+) -> None:
+    job_id = app.enqueue("a_swallow", {"key": "swallowed", "then": then})
+    run_worker(concurrency=4)
+    wait_for(
+        lambda: states(db, schema, [job_id])[job_id][0] in ("dead", "succeeded"), 15, what="ended"
+    )
+    state, attempts, error, result, _ = states(db, schema, [job_id])[job_id]
+    assert (state, attempts, result) == ("dead", 1, None)
+    assert error == f"TimeoutError: job a_swallow#{job_id} timed out after 0.5 s"
+    assert effects(db, schema) == []
+
+
 def test_a_cancel_wakes_wait_cancelled_and_interrupts_a_handler_that_ignores_it(
     app: forklift.App, dsn: str, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
 ) -> None:

@@ -416,16 +416,69 @@ def test_a_producer_that_does_not_declare_the_task_still_keys_its_jobs(
     assert sorted(claimed) == ["a", "b", "{'id': 7}"]  # one per account
 
 
-def test_a_rate_redeclared_over_another_window_starts_a_fresh_one(
+def test_a_rate_redeclared_over_another_window_keeps_the_starts_it_counted(
     app: forklift.App, limits: LimitStore, db: Db, schema: str
 ) -> None:
-    app.enqueue_many([("call_api", {"n": i}) for i in range(6)])
+    """Two versions declaring different windows take turns writing the limit (a rolling
+    deploy, an old child restarted): each change keeps the starts made, so the rate is
+    never exceeded across it."""
+    app.enqueue_many([("call_api", {"n": i}) for i in range(12)])
     assert len(claim(limits, app, "w1")) == 5
-    windows = f"SELECT count(*) FROM {schema}.limit_windows"
-    limits.register({"call_api": forklift.Limit(rate=5, per=1.0)})  # the same: kept
-    assert db.execute(windows).fetchone() == (1,)
-    limits.register({"call_api": forklift.Limit(rate=5, per=60.0)})
-    assert db.execute(windows).fetchone() == (0,)
+    other = LimitStore(app.store.pool, app.schema, "test")
+    other.register({"call_api": forklift.Limit(rate=5, per=60.0)})
+    assert claim(limits, app, "w1") == []  # the 5 started count in the new window too
+    limits.register({"call_api": forklift.Limit(rate=5, per=1.0)})
+    assert claim(limits, app, "w1") == []  # and back: still counted, as made just now
+    time.sleep(1.1)
+    assert len(claim(limits, app, "w1")) == 5  # the 1 s window moved past them
+
+
+def task_limit(db: Db, schema: str, name: str) -> tuple[Any, ...] | None:
+    return db.execute(
+        f"SELECT concurrency, keyed FROM {schema}.limits WHERE scope = 'task' AND name = %s",
+        (name,),
+    ).fetchone()
+
+
+def test_a_rolling_deploy_keeps_the_limit_either_version_declares(
+    app: forklift.App, limits: LimitStore, db: Db, schema: str
+) -> None:
+    """Version 1 declares charge's limit, version 2 none (or the other way round): a
+    version-2 worker starting after version 1 leaves the limit in force; it goes only
+    once no worker has declared it for STALE seconds and no job claimed under it runs,
+    and a version-1 worker still claiming writes it back before its next claim."""
+    from forklift.store import limits as limits_module
+
+    version2 = forklift.App(app.dsn, schema=schema)
+
+    @version2.task(name="charge")  # its limit dropped in this version
+    def charge(ctx: forklift.JobContext, *, account: str, cents: int = 0) -> None: ...
+
+    declared = {name: task.limit for name, task in version2.tasks.items()}
+    v2 = LimitStore(app.store.pool, app.schema, "test")
+    v2.register(declared)  # a version-2 worker starts after version 1's
+    assert task_limit(db, schema, "charge") == (1, True)
+    app.enqueue_many([("charge", {"account": "a", "cents": i}) for i in range(3)])
+    assert [a["cents"] for _, a in claim(limits, app, "w1")] == [0]  # one per account
+    LimitStore(app.store.pool, app.schema, "test").register(declared)  # another one
+    assert task_limit(db, schema, "charge") == (1, True)
+    version2.close()
+
+    # Version 1 gone for longer than STALE: the version-2 worker's next look drops it,
+    # once the job claimed under it has stopped.
+    db.execute(f"UPDATE {schema}.limits SET updated_at = now() - interval '1 hour'")
+    v2._declared_at -= limits_module.DECLARE_EVERY
+    v2.apply(["default"], ["charge"])
+    assert task_limit(db, schema, "charge") == (1, True)  # its job still runs
+    finish(db, schema, "charge", account="a")
+    v2._declared_at -= limits_module.DECLARE_EVERY
+    v2.apply(["default"], ["charge"])
+    assert task_limit(db, schema, "charge") is None
+
+    # A version-1 worker still alive declares it again before its next claim.
+    limits._declared_at -= limits_module.DECLARE_EVERY
+    assert limits.apply(["default"], sorted(app.tasks)).value == "exact"
+    assert task_limit(db, schema, "charge") == (1, True)
 
 
 def test_the_shared_path_for_a_roomy_limit_never_exceeds_it_either(

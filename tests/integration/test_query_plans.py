@@ -205,6 +205,8 @@ def test_claims_under_limits_read_the_jobs_table_through_its_indexes(
         "limit": 64, "lease": 30.0, "expired": True, "queue": "q1", "upto": 1000,
         "shared": False, "lanes": 4, "lane_claim": 256, "visit": 64, "keys": 32, "rekey": 256,
         "after_queues": ["q0"], "after_tasks": ["t1"], "after_keys": ["k"], "since": 0.01,
+        "names": ["t1", "t3"], "stale": 600.0, "ids": [5, 6], "attempts": [1, 1], "id": 5,
+        "attempt": 1,
     }  # fmt: skip
     scanned = []
     with db.transaction():
@@ -216,6 +218,9 @@ def test_claims_under_limits_read_the_jobs_table_through_its_indexes(
             "limit_wake",
             "producer_limits",
             "queue_depth",
+            "limit_unregister",
+            "job_stopping_renew",
+            "job_stopping_let_go",
         ):
             if "jobs" in set(seq_scans(explain(db, queries[name], params))):
                 scanned.append(name)

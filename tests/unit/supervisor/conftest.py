@@ -28,6 +28,7 @@ class FakeStore(SupervisorStore):
         self.backlog = 0
         self.terminated: list[str] = []  # application names whose sessions were ended
         self.crash_flags: list[bool] = []  # each job_fail_orphaned's `crash`
+        self.let_go: list[str] = []  # owners whose cancelled jobs' holds were ended
 
     def _call(self, name: str, *args: Any) -> None:
         if self.down:
@@ -47,6 +48,12 @@ class FakeStore(SupervisorStore):
         self._call("job_fail_orphaned", owner, error, ids)
         self.crash_flags.append(crash)
         return self.charged
+
+    def job_let_go_cancelled(self, owner: str) -> int:
+        if self.down:
+            raise DatabaseError("job_let_go_cancelled: the database is away")
+        self.let_go.append(owner)  # apart from `calls`: it goes with either of them
+        return 0
 
     def job_release_owner(self, owner: str) -> list[ReleasedJob]:
         self._call("job_release_owner", owner)

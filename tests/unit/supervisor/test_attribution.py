@@ -25,6 +25,8 @@ def test_fail_charges_and_release_gives_back(store: FakeStore) -> None:
         ("default", "render", "released"): 1,
     }
     assert attribution.pending == []
+    # Either way no handler of theirs runs any more: their cancelled jobs' holds end.
+    assert store.let_go == ["o:1:x", "o:2:y"]
 
 
 def test_deferred_attributions_retry_1_s_later_then_doubling_up_to_30_s(store: FakeStore) -> None:
