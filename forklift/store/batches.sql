@@ -173,11 +173,13 @@ ORDER BY id
 LIMIT %(limit)s;
 
 -- name: batch_prune
--- Delete finished batches past the retention of finished jobs, a bounded batch at a time.
+-- Delete finished batches past the retention of finished jobs, a bounded batch at a time;
+-- one whose callback has not finished stays (batch_holds: it reads the batch's row).
 DELETE FROM {schema}.batches
 WHERE id IN (
-    SELECT id FROM {schema}.batches
-    WHERE finished_at < now() - make_interval(secs => %(keep)s::float8)
+    SELECT b.id FROM {schema}.batches AS b
+    WHERE b.finished_at < now() - make_interval(secs => %(keep)s::float8)
+      AND NOT {schema}.batch_holds(b.id)
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 );

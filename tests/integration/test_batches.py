@@ -348,3 +348,117 @@ def test_a_coroutine_returned_by_a_plain_handler_is_no_success(
     with pytest.raises(forklift.JobFailed, match="does not await: its work did not run"):
         app.result(job_id, timeout=30)
     assert row(db, schema, job_id)["attempts"] == 1  # dead at once: a retry would not await
+
+
+# -- retention -----------------------------------------------------------------------------
+
+
+def _end_all(app: forklift.App, queue: str, owner: str = "w:1:x") -> None:
+    """Claim and complete every ready job of `queue` (a worker that returns 2 each)."""
+    while jobs := app.store.job_claim([queue], owner, 100, 30.0, expired=False):
+        app.store.job_complete_many([(j.id, j.attempt, "2", None) for j in jobs], owner)
+
+
+def _members(db: psycopg.Connection[Any], schema: str, batch_id: int) -> int:
+    found = db.execute(f"SELECT count(*) FROM {schema}.jobs WHERE batch_id = %s", (batch_id,))
+    return int(found.fetchone()[0])  # type: ignore[index]
+
+
+def _age(db: psycopg.Connection[Any], schema: str) -> None:
+    """Every finished job and batch as if it ended an hour ago."""
+    db.execute(
+        f"UPDATE {schema}.jobs SET completed_at = now() - interval '1 hour'"
+        " WHERE completed_at IS NOT NULL"
+    )
+    db.execute(
+        f"UPDATE {schema}.batches SET finished_at = now() - interval '1 hour'"
+        " WHERE finished_at IS NOT NULL"
+    )
+
+
+def test_retention_keeps_a_batch_and_its_jobs_until_its_callback_has_finished(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    """A finished batch past retention whose callback has not run yet (or runs again
+    after a failure) keeps its row and every result; once its callback ended, both go."""
+    from forklift.workers.batch_ends import BatchSweep
+
+    batch = app.enqueue_batch(
+        [forklift.JobSpec("square", {"n": n}, queue="kept") for n in range(51)],
+        on_complete=forklift.App.get_task(app, "noop"),
+    )
+    _end_all(app, "kept")
+    BatchSweep(app.batches).run_once()
+    status = batch.status()
+    assert status.finished and status.callback_job_id is not None
+    _age(db, schema)
+    app.store.job_prune(0.0, 0.0, 10_000)
+    app.batches.prune(0.0)
+    kept = _members(db, schema, batch.id)
+    assert kept == 51, f"{51 - kept} of 51 results pruned before the callback ran"
+    assert len(app.get_batch(batch.id).results()) == 51  # and the batch's row
+    # Its callback fails once and waits for its retry: still kept.
+    callback = app.store.job_claim(["default"], "w:2:x", 1, 30.0, expired=False)[0]
+    assert callback.id == status.callback_job_id
+    app.store.job_fail(
+        callback.id, callback.attempt, "w:2:x", dead=False, delay=3600, error="boom", traceback=None
+    )
+    _age(db, schema)
+    app.store.job_prune(0.0, 0.0, 10_000)
+    app.batches.prune(0.0)
+    assert len(app.get_batch(batch.id).results()) == 51
+    db.execute(
+        f"UPDATE {schema}.jobs SET state = 'succeeded', completed_at = now() - interval '1 hour'"
+        " WHERE id = %s",
+        (callback.id,),
+    )
+    app.store.job_prune(0.0, 0.0, 10_000)
+    app.batches.prune(0.0)
+    with pytest.raises(forklift.BatchNotFound):
+        app.get_batch(batch.id)
+    assert _members(db, schema, batch.id) == 0
+
+
+def test_jobs_purge_follows_the_retention_rule_for_a_batch_s_jobs(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    """`jobs purge` of an open batch's dead job would turn its outcome from failed to
+    succeeded and hide the job from its callback: it keeps what retention keeps."""
+    from forklift.admin.jobs import JobAdmin
+    from forklift.workers.batch_ends import BatchSweep
+
+    batch = app.enqueue_batch(
+        [
+            forklift.JobSpec("noop", {}, queue="purged"),
+            forklift.JobSpec("noop", {}, queue="purged", max_attempts=1),
+            forklift.JobSpec("noop", {}, queue="purged", delay=3600),
+        ],
+        on_complete="assemble",
+    )
+    ok, doomed, _later = batch.job_ids
+    for job in app.store.job_claim(["purged"], "w:1:x", 10, 30.0, expired=False):
+        if job.id == ok:
+            app.store.job_complete_many([(job.id, job.attempt, None, None)], "w:1:x")
+        else:
+            app.store.job_fail(
+                job.id, job.attempt, "w:1:x", dead=True, delay=0, error="boom", traceback=None
+            )
+    admin = JobAdmin(app.dsn, schema)
+    purged = admin.job_purge("dead", 0.0, dry_run=False).jobs
+    purged += admin.job_purge("succeeded", 0.0, dry_run=False).jobs
+    assert purged == 0, f"{purged} of the open batch's 2 ended jobs purged"
+    assert admin.job_purge("dead", 0.0, dry_run=True).jobs == 0  # the count says the same
+    db.execute(f"UPDATE {schema}.jobs SET available_at = now() WHERE id = %s", (_later,))
+    _end_all(app, "purged")
+    BatchSweep(app.batches).run_once()
+    status = batch.status()
+    assert (status.outcome, status.succeeded, status.dead) == ("failed", 2, 1)
+    # Finished, its callback not run yet: still kept; once the callback ended, purged.
+    assert admin.job_purge("succeeded", 0.0, dry_run=False).jobs == 0
+    assert status.callback_job_id is not None
+    db.execute(
+        f"UPDATE {schema}.jobs SET state = 'cancelled', completed_at = now() WHERE id = %s",
+        (status.callback_job_id,),
+    )
+    assert admin.job_purge("dead", 0.0, dry_run=False).jobs == 1
+    assert admin.job_purge("succeeded", 0.0, dry_run=False).jobs == 2
