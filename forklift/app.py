@@ -21,7 +21,7 @@ from forklift.errors import ArgumentError, ConfigError, UnknownTaskError
 from forklift.limits import Limit
 from forklift.scheduler import declare
 from forklift.scheduler.schedule import Schedule
-from forklift.store import JobStore, NewJob, short_connection, translated
+from forklift.store import JobStore, NewJob, _steps, short_connection, translated
 from forklift.store.batches import BatchStore
 from forklift.task import Task, check_priority
 
@@ -489,6 +489,7 @@ class App:
             if self._pool is not None and self._pool_pid == os.getpid():
                 if self._store is not None:
                     self._store.waker.close()  # the last enqueues' wake-up first
+                    _steps.flush_asides()  # and their refusals' counts
                 self._pool.close()
             self._pool = None
             self._store = None

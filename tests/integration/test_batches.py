@@ -435,7 +435,7 @@ def test_jobs_purge_follows_the_retention_rule_for_a_batch_s_jobs(
         ],
         on_complete="assemble",
     )
-    ok, doomed, _later = batch.job_ids
+    ok, _doomed, later = batch.job_ids
     for job in app.store.job_claim(["purged"], "w:1:x", 10, 30.0, expired=False):
         if job.id == ok:
             app.store.job_complete_many([(job.id, job.attempt, None, None)], "w:1:x")
@@ -448,7 +448,7 @@ def test_jobs_purge_follows_the_retention_rule_for_a_batch_s_jobs(
     purged += admin.job_purge("succeeded", 0.0, dry_run=False).jobs
     assert purged == 0, f"{purged} of the open batch's 2 ended jobs purged"
     assert admin.job_purge("dead", 0.0, dry_run=True).jobs == 0  # the count says the same
-    db.execute(f"UPDATE {schema}.jobs SET available_at = now() WHERE id = %s", (_later,))
+    db.execute(f"UPDATE {schema}.jobs SET available_at = now() WHERE id = %s", (later,))
     _end_all(app, "purged")
     BatchSweep(app.batches).run_once()
     status = batch.status()
