@@ -438,7 +438,7 @@ class App:
 
     def get_batch(self, batch_id: int) -> Batch:
         """The batch `batch_id` (BatchNotFound if there is none)."""
-        return batch.existing(Batch(batch_id, self.batches, self.listener))
+        return batch.existing(Batch(batch_id, self.batches, self.ends))
 
     def result(self, job_id: int, timeout: float = 30.0) -> Any:
         """The result of job `job_id` once it succeeded (None: its handler returned
@@ -471,9 +471,10 @@ class App:
         """The producer's batch store, on the producer's pool."""
         return BatchStore(self.store.pool.connection, self.schema)
 
-    def listener(self) -> AbstractContextManager[psycopg.Connection[Any]]:
-        """A connection a waiter (result(), Batch.wait()) may LISTEN on."""
-        return _waiting.listener(self.dsn, self.store.pool.connection)()
+    def ends(self) -> _waiting.Ends:
+        """What waiters (result(), Batch.wait()) hear ends by: the process's one LISTEN
+        connection to this database, never one of the producer's pool."""
+        return _waiting.ends(self.dsn)
 
     def migrate(self) -> list[int]:
         """Apply pending schema migrations; return the versions applied."""

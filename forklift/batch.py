@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -69,12 +69,12 @@ class Batch:
         self,
         batch_id: int,
         store: BatchStore,
-        listen: _waiting.Connect,
+        ends: Callable[[], _waiting.Ends],
         job_ids: list[int] | None = None,
     ) -> None:
         self.id = batch_id
         self._store = store
-        self._listen = listen  # where wait() LISTENs (_waiting.listener)
+        self._ends = ends  # what wait() hears the end by (the process's: _waiting.ends)
         self._job_ids = job_ids
 
     def __repr__(self) -> str:
@@ -97,14 +97,15 @@ class Batch:
         """The status once the batch finished, waiting up to `timeout` seconds (woken by
         its end, polling as a fallback); TimeoutError if it did not finish by then."""
 
-        def finished(conn: Conn) -> BatchStatus | None:
+        def finished() -> BatchStatus | None:
             # The batch's row alone until it finished: its jobs are counted once, at the end.
-            row = self._store.get(self.id, conn)
+            row = self._store.get(self.id)
             if row is None:
                 raise BatchNotFound(f"no batch {self.id} (never made, or pruned)")
-            return self.status(conn) if row.finished_at is not None else None
+            return self.status() if row.finished_at is not None else None
 
-        done = _waiting.wait_for_end(self._listen, self._store, f"b{self.id}", finished, timeout)
+        schema, hint = self._store.schema, f"b{self.id}"
+        done = _waiting.wait_for_end(self._ends(), schema, hint, finished, timeout)
         if done is None:
             raise TimeoutError(f"batch {self.id} did not finish within {timeout:g} s")
         return done
@@ -213,7 +214,7 @@ def enqueue_batch(
             batch_id, ids = insert(own)
         if not jobs:
             batches.finish_if_done({batch_id})
-    return Batch(batch_id, batches, app.listener, ids)
+    return Batch(batch_id, batches, app.ends, ids)
 
 
 class BatchWriter(Batch):
@@ -228,7 +229,7 @@ class BatchWriter(Batch):
         self._callback = callback
         self._added: list[int] = []
         self._sealed = False
-        super().__init__(0, app.batches, app.listener)
+        super().__init__(0, app.batches, app.ends)
 
     def __enter__(self) -> BatchWriter:
         with self._app.store.pool.connection() as conn:
@@ -292,8 +293,8 @@ def result(app: App, job_id: int, timeout: float) -> Any:
     """See App.result."""
     store = app.batches
 
-    def ended(conn: Conn) -> tuple[Any] | None:
-        found = store.job_outcome(job_id, conn)
+    def ended() -> tuple[Any] | None:
+        found = store.job_outcome(job_id)
         if found is None:
             raise JobNotFound(f"no job {job_id} (never enqueued, or pruned)")
         state, value, error = found
@@ -305,10 +306,11 @@ def result(app: App, job_id: int, timeout: float) -> Any:
             raise JobCancelled(job_id, error)
         return None
 
-    def mark(conn: Conn) -> None:
-        store.job_wait_mark(job_id, conn)
+    def mark() -> None:
+        store.job_wait_mark(job_id)
 
-    done = _waiting.wait_for_end(app.listener, store, f"j{job_id}", ended, timeout, mark)
+    ends = _waiting.ends(app.dsn)
+    done = _waiting.wait_for_end(ends, store.schema, f"j{job_id}", ended, timeout, mark)
     if done is None:
         raise TimeoutError(f"job {job_id} did not finish within {timeout:g} s")
     return done[0]

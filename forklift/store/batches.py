@@ -200,9 +200,9 @@ class BatchStore:
             return None
         return row[0], None if row[1] is None else json.loads(row[1]), row[2]
 
-    def job_wait_mark(self, job_id: int, conn: Conn) -> None:
-        with translated("marking the job waited for failed"):
-            conn.execute(self.q["job_wait_mark"], {"id": job_id})
+    def job_wait_mark(self, job_id: int, conn: Conn | None = None) -> None:
+        with self._conn("marking the job waited for failed", conn) as c:
+            c.execute(self.q["job_wait_mark"], {"id": job_id})
 
     def done_listen(self, conn: Conn) -> None:
         with translated("listening for ends failed"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from typing import Any
@@ -10,6 +11,7 @@ import psycopg
 import pytest
 
 import forklift
+import forklift.testing
 from forklift.store import ClaimedJob
 from forklift.testing import wait_for
 from tests.integration.conftest import RunWorker
@@ -462,3 +464,113 @@ def test_jobs_purge_follows_the_retention_rule_for_a_batch_s_jobs(
     )
     assert admin.job_purge("dead", 0.0, dry_run=False).jobs == 1
     assert admin.job_purge("succeeded", 0.0, dry_run=False).jobs == 2
+
+
+# -- waiting -------------------------------------------------------------------------------
+
+
+def test_a_hundred_waiting_threads_leave_the_producer_its_connections(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    """100 threads wait (90 for results, 10 for batches) on a producer pool of 4: an
+    enqueue still completes at once, and every wait returns once its job or batch ends."""
+    from forklift.workers.batch_ends import BatchSweep
+
+    jobs = app.enqueue_many(
+        [forklift.JobSpec("square", {"n": n}, queue="waited") for n in range(90)]
+    )
+    batches = [app.enqueue_batch([forklift.JobSpec("noop", {}, queue="waited")]) for _ in range(10)]
+    answers: dict[int, Any] = {}
+    lock = threading.Lock()
+
+    def wait(i: int) -> None:
+        try:
+            found: Any = (
+                app.result(jobs[i], timeout=60)
+                if i < 90
+                else batches[i - 90].wait(timeout=60).outcome
+            )
+        except BaseException as exc:
+            found = exc
+        with lock:
+            answers[i] = found
+
+    threads = [threading.Thread(target=wait, args=(i,), daemon=True) for i in range(100)]
+    for t in threads:
+        t.start()
+    waited = f"SELECT count(*) FROM {schema}.jobs WHERE waited AND queue = 'waited'"
+    with contextlib.suppress(forklift.testing.WaitTimedOut):  # said below, with the enqueue
+        wait_for(lambda: db.execute(waited).fetchone() == (90,), what="90 result waits begun")
+    begun = db.execute(waited).fetchone()
+    time.sleep(0.5)  # the waits settle into their wait
+    began = time.monotonic()
+    try:
+        app.enqueue("noop")
+        outcome = "took"
+    except forklift.DatabaseError:
+        outcome = "failed after"
+    took = time.monotonic() - began
+    assert (outcome, begun) == ("took", (90,)) and took < 1.0, (
+        f"enqueue {outcome} {took:.1f} s while 100 threads waited ({begun} result waits begun)"
+    )
+    _end_all(app, "waited")
+    BatchSweep(app.batches).run_once()  # as a worker's batch ends would
+    for t in threads:
+        t.join(timeout=30)
+    assert len(answers) == 100
+    assert [answers[i] for i in range(90)] == [2] * 90
+    assert [answers[i] for i in range(90, 100)] == ["succeeded"] * 10
+
+
+def test_a_wait_is_woken_by_the_end_not_by_its_fallback_poll(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    """Once the process's LISTEN is in force, an end reaches its waiter as a hint: it
+    returns well before the fallback read (every POLL_HEARD seconds) would come."""
+    from forklift import _waiting
+
+    job_id = app.enqueue("square", {"n": 3}, queue="woken")
+    returned: list[float] = []
+    thread = threading.Thread(
+        target=lambda: returned.append((app.result(job_id, timeout=60), time.monotonic())[1])
+    )
+    thread.start()
+    wait_for(lambda: app.ends().heard(schema), what="the waiters' LISTEN in force")
+    wait_for(lambda: row(db, schema, job_id)["waited"], what="the wait marked the job")
+    time.sleep(0.2)  # into its wait
+    _end_all(app, "woken")
+    ended = time.monotonic()
+    thread.join(timeout=30)
+    assert returned and returned[0] - ended < _waiting.POLL_HEARD / 2
+
+
+def test_a_forked_child_waits_on_a_listener_of_its_own(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    """The parent waited (its listener and thread exist) before the fork: the child's
+    wait makes its own, and the parent's still serves the parent."""
+    import os
+
+    def ended_soon(n: int) -> int:
+        job_id = app.enqueue("square", {"n": n}, queue="forked")
+        threading.Timer(0.3, _end_all, args=(app, "forked")).start()
+        return job_id
+
+    assert app.result(ended_soon(1), timeout=30) == 2  # _end_all's result
+    parents = app.ends()
+    wait_for(lambda: parents.heard(schema), what="the parent's LISTEN in force")
+    job_id = app.enqueue("square", {"n": 5}, queue="forked")
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 if its wait returned on a listener of its own
+        code = 2
+        try:
+            value = app.result(job_id, timeout=30)
+            code = 0 if value == 2 and app.ends() is not parents else 1
+        finally:
+            os._exit(code)
+    wait_for(lambda: row(db, schema, job_id)["waited"], what="the child's wait marked the job")
+    _end_all(app, "forked")
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert app.result(ended_soon(2), timeout=30) == 2
+    assert app.ends() is parents
