@@ -45,8 +45,9 @@ CALLBACK_KEY = "forklift:batch:"
 class BatchStatus:
     """Where a batch stands: its jobs by state (`pending`: ready or running), whether it
     is sealed (no more jobs come) and finished (sealed, none pending; its callback is
-    enqueued), its outcome then ('succeeded', 'failed': some dead, 'cancelled'), and its
-    callback's job id."""
+    enqueued), its outcome then ('succeeded', 'failed': some dead, 'cancelled',
+    'abandoned': its producer left it filling, see BatchWriter), and its callback's job
+    id."""
 
     id: int
     total: int
@@ -222,7 +223,9 @@ class BatchWriter(Batch):
     each `enqueue`/`enqueue_many` committed at once (workers may start on them while
     more are added), sealed when the block ends. If the block raises, the batch is
     cancelled (its ready and running jobs cancelled) and sealed: its callback still runs
-    once, and sees that."""
+    once, and sees that. If its producer dies in the block, maintenance seals the batch
+    once no job was added for `--batch-abandon-after`: it finishes when its jobs have,
+    with the outcome 'abandoned' that its callback sees."""
 
     def __init__(self, app: App, callback: dict[str, Any] | None) -> None:
         self._app = app
@@ -255,7 +258,7 @@ class BatchWriter(Batch):
             if not self._store.add(self.id, len(jobs), conn):
                 raise ArgumentError(
                     f"batch {self.id} takes no more jobs: it was cancelled (forklift batches "
-                    "cancel) or sealed"
+                    "cancel), sealed, or abandoned (no job added for --batch-abandon-after)"
                 )
             ids = self._app.store.job_insert_many(jobs, conn)
         self._added.extend(ids)

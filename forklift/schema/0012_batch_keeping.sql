@@ -1,4 +1,5 @@
--- forklift 0012: a batch's jobs are kept while its callback may read them.
+-- forklift 0012: a batch's jobs are kept while its callback may read them, and a batch
+-- its producer left unsealed is finished as abandoned.
 -- {schema} is replaced by the quoted schema name when the migration is applied.
 
 -- Whether batch `id` still needs its row and its jobs: it has not finished, or its
@@ -14,3 +15,16 @@ LANGUAGE sql STABLE AS $$
                OR EXISTS (SELECT 1 FROM {schema}.jobs AS c
                           WHERE c.id = b.callback_job_id AND c.state IN ('ready', 'running'))))
 $$;
+
+ALTER TABLE {schema}.batches
+    -- The last time its producer added jobs (or made it): a batch left unsealed this
+    -- long after it is abandoned (its producer died inside its `with app.batch()`).
+    ADD COLUMN added_at timestamptz NOT NULL DEFAULT now(),
+    -- When maintenance sealed it as abandoned; it finishes with the outcome 'abandoned'.
+    ADD COLUMN abandoned_at timestamptz,
+    DROP CONSTRAINT batches_outcome,
+    ADD CONSTRAINT batches_outcome
+        CHECK (outcome IS NULL OR outcome IN ('succeeded', 'failed', 'cancelled', 'abandoned'));
+
+-- Batches still filling, by their last enqueue: maintenance's look for abandoned ones.
+CREATE INDEX batches_filling_idx ON {schema}.batches (added_at) WHERE sealed_at IS NULL;

@@ -45,6 +45,7 @@ class BatchRow:
     finished_at: datetime | None
     now: datetime
     callback_state: str | None
+    abandoned_at: datetime | None = None  # sealed by maintenance: its producer left it
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +132,13 @@ class BatchStore:
                 finished[batch_id] = done
         return finished
 
+    def abandon(self, after: float, limit: int) -> list[int]:
+        """Seal, as abandoned, up to `limit` batches still filling `after` seconds after
+        their last enqueue; their ids."""
+        params = {"after": after, "limit": limit}
+        with self._conn("abandoning batches failed") as conn:
+            return [r[0] for r in conn.execute(self.q["batch_abandon"], params)]
+
     def sweep_ids(self, after: int, limit: int) -> list[int]:
         """Sealed batches not finished, in id order after `after`."""
         params = {"after": after, "limit": limit}
@@ -211,7 +219,8 @@ class BatchStore:
     # -- acting ------------------------------------------------------------------------
 
     def cancel(self, batch_id: int, by: str) -> bool:
-        """Mark the batch cancelled; False when it was already, or finished."""
+        """Mark the batch cancelled, and sealed if it was filling; False when it was
+        cancelled already, or finished."""
         with self._conn("cancelling the batch failed") as conn:
             params = {"id": batch_id, "by": by}
             return conn.execute(self.q["batch_cancel"], params).fetchone() is not None

@@ -18,7 +18,7 @@ from tests.acceptance.test_operator_cli import JOB_KEYS, SHOW_KEYS, documented
 BATCH_KEYS = {
     "id", "state", "outcome", "total", "ready", "running", "succeeded", "dead", "cancelled",
     "pending", "done", "percent", "rate_per_second", "eta_seconds", "age_seconds",
-    "created_at", "sealed_at", "cancelled_at", "finished_at", "cancelled_by",
+    "created_at", "sealed_at", "cancelled_at", "finished_at", "abandoned_at", "cancelled_by",
     "callback_task", "callback_job_id", "callback_state",
 }  # fmt: skip
 BATCH_SHOW_KEYS = BATCH_KEYS | {
@@ -217,4 +217,22 @@ def test_jobs_show_says_a_jobs_result_progress_and_batch(
     text = cli(env, "jobs", "show", str(done)).stdout
     [line] = [line for line in text.splitlines() if line.startswith("  result ")]
     assert line.endswith("… (truncated)") and len(line) < 2100
+    app.close()
+
+
+def test_batches_cancel_finishes_a_batch_its_producer_left_filling(
+    env: dict[str, str], dsn: str, schema: str, db: psycopg.Connection[Any]
+) -> None:
+    """A producer died inside `with app.batch()`, its jobs all ended: `batches cancel`
+    seals and finishes the batch now, its callback enqueued once."""
+    app = forklift.App(dsn, schema=schema)
+    left = app.batch(on_complete="assemble").__enter__()
+    ids = left.enqueue_many([("square", {"n": n}) for n in range(2)])
+    set_jobs(db, schema, ids, "state = 'succeeded', completed_at = now()")
+    assert cli_json(env, "batches", "show", str(left.id))["state"] == "filling"
+    text = cli(env, "batches", "cancel", str(left.id)).stdout
+    assert "0 ready and 0 running jobs cancelled; it finished (cancelled)" in text, text
+    shown = cli_json(env, "batches", "show", str(left.id))
+    assert (shown["state"], shown["outcome"], shown["succeeded"]) == ("finished", "cancelled", 2)
+    assert shown["sealed_at"] is not None and shown["callback_job_id"] is not None
     app.close()

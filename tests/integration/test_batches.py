@@ -574,3 +574,61 @@ def test_a_forked_child_waits_on_a_listener_of_its_own(
     assert os.waitstatus_to_exitcode(status) == 0
     assert app.result(ended_soon(2), timeout=30) == 2
     assert app.ends() is parents
+
+
+# -- unsealed batches ----------------------------------------------------------------------
+
+
+def test_a_batch_its_producer_left_unsealed_is_finished_as_abandoned(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
+) -> None:
+    """A producer killed inside `with app.batch()` leaves its batch filling: once no job
+    was added for the sweep's abandon_after, maintenance seals it as abandoned, it
+    finishes when its jobs have, and its callback runs once, seeing the outcome
+    'abandoned'. A batch whose producer still adds jobs is left alone."""
+    from forklift.workers.batch_ends import BatchSweep
+
+    left = app.batch(on_complete="assemble").__enter__()  # its producer dies in the block
+    left.enqueue_many([("square", {"n": 3})] * 2)
+    busy = app.batch(on_complete="assemble").__enter__()
+    worker = run_worker()
+    wait_for(lambda: left.status().succeeded == 2, what="the left batch's jobs done")
+    sweep = BatchSweep(app.batches)
+    sweep.abandon_after = 1.0  # type: ignore[misc]  # the --batch-abandon-after of a test
+    busy_ids = []
+
+    def swept() -> bool:
+        busy_ids.extend(busy.enqueue_many([("noop", {})]))  # still adding: never abandoned
+        sweep.run_once()
+        return left.status().finished
+
+    wait_for(swept, timeout=15, interval=0.2, what="the sweep finished the abandoned batch")
+    status = left.status()
+    assert (status.outcome, status.succeeded, status.sealed) == ("abandoned", 2, True)
+    assert status.callback_job_id is not None
+    app.result(status.callback_job_id, timeout=30)
+    assert [e[1] for e in effects(db, schema)] == [f"batch-{left.id}:abandoned:0:"]
+    assert not busy.status().sealed
+    with pytest.raises(forklift.ArgumentError, match="abandoned"):
+        left.enqueue("noop")
+    busy.__exit__(None, None, None)
+    assert busy.wait(timeout=30).outcome == "succeeded"
+    worker.request_stop(fast=True)
+
+
+def test_batches_cancel_finishes_a_batch_still_filling(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    """An operator's cancel of a filling batch (its producer gone) finishes it now: its
+    open jobs cancelled, its callback enqueued once."""
+    from forklift.admin.batches import BatchAdmin
+
+    b = app.batch(on_complete="assemble").__enter__()
+    b.enqueue_many([forklift.JobSpec("noop", {}, queue="filling")] * 3)
+    _end_all(app, "filling")
+    b.enqueue_many([forklift.JobSpec("noop", {}, queue="filling")])
+    done = BatchAdmin(app.dsn, schema).batch_cancel(b.id)
+    after = done.after
+    assert (after.state, after.row.outcome) == ("finished", "cancelled"), after.state
+    assert (after.count("succeeded"), after.count("cancelled")) == (3, 1)
+    assert after.row.callback_job_id is not None
