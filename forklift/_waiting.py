@@ -109,7 +109,7 @@ class Ends:
                     pause = RECONNECT[0]
                     self._serve(conn)
                     return  # no waiter for IDLE seconds: the connection closes
-            except DatabaseError as exc:
+            except Exception as exc:  # a lost connection, or worse: waiters poll meanwhile
                 with self._lock:
                     self._listening.clear()
                 if self._errors.worth_logging(exc):
