@@ -503,6 +503,8 @@ def test_a_hundred_waiting_threads_leave_the_producer_its_connections(
         wait_for(lambda: db.execute(waited).fetchone() == (90,), what="90 result waits begun")
     begun = db.execute(waited).fetchone()
     time.sleep(0.5)  # the waits settle into their wait
+    listeners = [t for t in threading.enumerate() if t.name == "forklift-waits"]
+    assert len(listeners) <= 1, f"{len(listeners)} listeners for one process's waits"
     began = time.monotonic()
     try:
         app.enqueue("noop")
