@@ -18,6 +18,7 @@ from forklift.errors import DatabaseError
 from forklift.metrics import Tally, Totals
 from forklift.store import JobStore
 from forklift.store.batches import BatchStore, Finished
+from forklift.workers.config import WorkerConfig
 from forklift.workers.holdings import Holdings
 
 log = logging.getLogger(__name__)
@@ -104,6 +105,13 @@ class BatchSweep:
         self.abandon_after = abandon_after
         self._after = 0
         self._next = time.monotonic()
+
+    @classmethod
+    def of(
+        cls, batches: BatchStore, totals: Tally | Totals | None, config: WorkerConfig
+    ) -> BatchSweep:
+        """The sweep a worker's (or a supervisor's) `config` asks for."""
+        return cls(batches, totals, abandon_after=config.batch_abandon_after)
 
     def due(self, now: float) -> bool:
         return now >= self._next

@@ -85,10 +85,8 @@ class Services:
             d.dsn,
             d.timeouts,
             MaintenanceConfig(config.maintenance_interval, config.keep_finished, config.keep_dead),
-            sweep=BatchSweep(
-                BatchStore(d.store.pool.connection, d.store.schema),
-                d.tally,
-                abandon_after=config.batch_abandon_after,
+            sweep=BatchSweep.of(
+                BatchStore(d.store.pool.connection, d.store.schema), d.tally, config
             ),
         )
         self.progress = ProgressWriter(d.store, d.owner, d.holdings, self.closing)

@@ -553,9 +553,12 @@ def test_a_forked_child_waits_on_a_listener_of_its_own(
     wait makes its own, and the parent's still serves the parent."""
     import os
 
+    timers: list[threading.Timer] = []
+
     def ended_soon(n: int) -> int:
         job_id = app.enqueue("square", {"n": n}, queue="forked")
-        threading.Timer(0.3, _end_all, args=(app, "forked")).start()
+        timers.append(threading.Timer(0.3, _end_all, args=(app, "forked")))
+        timers[-1].start()
         return job_id
 
     assert app.result(ended_soon(1), timeout=30) == 2  # _end_all's result
@@ -576,6 +579,8 @@ def test_a_forked_child_waits_on_a_listener_of_its_own(
     assert os.waitstatus_to_exitcode(status) == 0
     assert app.result(ended_soon(2), timeout=30) == 2
     assert app.ends() is parents
+    for timer in timers:  # done with the pool before the app closes it
+        timer.join(timeout=10)
 
 
 # -- unsealed batches ----------------------------------------------------------------------
