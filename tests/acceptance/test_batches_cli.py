@@ -236,3 +236,52 @@ def test_batches_cancel_finishes_a_batch_its_producer_left_filling(
     assert (shown["state"], shown["outcome"], shown["succeeded"]) == ("finished", "cancelled", 2)
     assert shown["sealed_at"] is not None and shown["callback_job_id"] is not None
     app.close()
+
+
+PRODUCER_DIES_IN_ITS_BLOCK = """
+import os, sys
+from tests.apps.basic import app
+with app.batch(on_complete="assemble") as b:
+    b.enqueue_many([("square", {"n": 3})] * 2)
+    print(b.id, flush=True)
+    os.kill(os.getpid(), 9)
+"""
+
+
+def test_forklift_run_finishes_a_batch_whose_producer_was_killed_in_its_block(
+    env: dict[str, str], schema: str, db: psycopg.Connection[Any], forklift_cli: Any
+) -> None:
+    """A producer SIGKILLed inside `with app.batch()`: `forklift run
+    --batch-abandon-after 1s` seals the batch as abandoned once its jobs ran, and its
+    callback runs once, seeing the outcome 'abandoned'."""
+    import subprocess
+    import sys
+
+    from forklift.testing import wait_for
+
+    producer = subprocess.run(
+        [sys.executable, "-c", PRODUCER_DIES_IN_ITS_BLOCK],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert producer.returncode == -9, producer.stderr
+    batch_id = int(producer.stdout.split()[0])
+    sup = forklift_cli(
+        "run", "tests.apps.basic:app", "--workers", "1", "--batch-abandon-after", "1s"
+    )
+
+    def shown() -> dict[str, Any]:
+        return cli_json(env, "batches", "show", str(batch_id))
+
+    wait_for(lambda: shown()["state"] == "finished", timeout=30, what="the batch finished")
+    after = shown()
+    assert (after["outcome"], after["succeeded"], after["abandoned_at"] is not None) == (
+        "abandoned", 2, True,
+    )  # fmt: skip
+    wait_for(
+        lambda: (shown()["callback_job"] or {}).get("state") == "succeeded",
+        timeout=30, what="the callback ran",
+    )  # fmt: skip
+    effects = db.execute(f"SELECT key FROM {schema}.effects").fetchall()
+    assert effects == [(f"batch-{batch_id}:abandoned:0:",)]
+    assert "batch.abandoned" in sup.output()
+    sup.stop_cleanly()
