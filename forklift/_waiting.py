@@ -54,13 +54,15 @@ class Waiter:
 
 class Ends:
     """The process's LISTEN on the ends of jobs and batches in one database (a
-    connection to its session URL), and the thread that reads it; `deaf` when
-    notifications cannot be trusted to arrive (a transaction pooler with no session URL
-    beside it): then no connection is made."""
+    connection to its session URL), and the thread that reads it. `deaf` when
+    notifications cannot be trusted to arrive: a transaction pooler (found by the first
+    connect, or known before) and no session URL beside it (`session`: one was given);
+    then no connection is kept, and waits read on a timer."""
 
-    def __init__(self, dsn: str, *, deaf: bool = False) -> None:
+    def __init__(self, dsn: str, *, deaf: bool = False, session: bool = True) -> None:
         self.dsn = dsn
         self.deaf = deaf
+        self.session = session
         self._lock = threading.Lock()  # guards every field below
         self._waiters: dict[tuple[str, str], set[Waiter]] = {}  # (channel, hint)
         self._schemas: dict[str, int] = {}  # schema: waiters on its channel
@@ -106,6 +108,9 @@ class Ends:
         while True:
             try:
                 with short_connection(self.dsn, _db.Timeouts(), "forklift-wait", "waiting") as conn:
+                    if not self.session and _db.pooled(self.dsn):
+                        self._go_deaf()  # a LISTEN here would land on a lent connection
+                        return
                     pause = RECONNECT[0]
                     self._serve(conn)
                     return  # no waiter for IDLE seconds: the connection closes
@@ -128,6 +133,12 @@ class Ends:
             self._thread = None
             self._listening.clear()
             return True
+
+    def _go_deaf(self) -> None:
+        with self._lock:
+            self.deaf = True
+            self._thread = None
+            self._listening.clear()
 
     def _serve(self, conn: Conn) -> None:
         """LISTEN on every channel waited on, hand each notification to its waiters."""
@@ -163,8 +174,10 @@ def ends(dsn: str) -> Ends:
         if found is None:
             # Through a transaction pooler, with no session URL beside it, a LISTEN lands
             # on whichever server connection the pooler lends: waits read on a timer.
-            deaf = session == dsn and _db.pooled(dsn)
-            found = _ends[session] = Ends(session, deaf=deaf)
+            given = session != dsn
+            found = _ends[session] = Ends(
+                session, deaf=not given and _db.pooled(dsn), session=given
+            )
         return found
 
 
