@@ -270,7 +270,8 @@ def test_forklift_run_finishes_a_batch_whose_producer_was_killed_in_its_block(
     )
 
     def shown() -> dict[str, Any]:
-        return cli_json(env, "batches", "show", str(batch_id))
+        found: dict[str, Any] = cli_json(env, "batches", "show", str(batch_id))
+        return found
 
     wait_for(lambda: shown()["state"] == "finished", timeout=30, what="the batch finished")
     after = shown()

@@ -600,9 +600,8 @@ def test_a_batch_its_producer_left_unsealed_is_finished_as_abandoned(
     busy = app.batch(on_complete="assemble").__enter__()
     worker = run_worker()
     wait_for(lambda: left.status().succeeded == 2, what="the left batch's jobs done")
-    sweep = BatchSweep(app.batches)
-    sweep.abandon_after = 1.0  # type: ignore[misc]  # the --batch-abandon-after of a test
-    busy_ids = []
+    sweep = BatchSweep(app.batches, abandon_after=1.0)  # --batch-abandon-after 1s
+    busy_ids: list[int] = []
 
     def swept() -> bool:
         busy_ids.extend(busy.enqueue_many([("noop", {})]))  # still adding: never abandoned
