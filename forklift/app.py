@@ -21,7 +21,7 @@ from forklift.errors import ArgumentError, ConfigError, UnknownTaskError
 from forklift.limits import Limit
 from forklift.scheduler import declare
 from forklift.scheduler.schedule import Schedule
-from forklift.store import JobStore, NewJob, short_connection, translated
+from forklift.store import JobStore, NewJob, _steps, short_connection, translated
 from forklift.store.batches import BatchStore
 from forklift.task import Task, check_priority
 
@@ -449,7 +449,7 @@ class App:
 
     def get_batch(self, batch_id: int) -> Batch:
         """The batch `batch_id` (BatchNotFound if there is none)."""
-        return batch.existing(Batch(batch_id, self.batches, self.listener))
+        return batch.existing(Batch(batch_id, self.batches, self.ends))
 
     def result(self, job_id: int, timeout: float = 30.0) -> Any:
         """The result of job `job_id` once it succeeded (None: its handler returned
@@ -482,9 +482,10 @@ class App:
         """The producer's batch store, on the producer's pool."""
         return BatchStore(self.store.pool.connection, self.schema)
 
-    def listener(self) -> AbstractContextManager[psycopg.Connection[Any]]:
-        """A connection a waiter (result(), Batch.wait()) may LISTEN on."""
-        return _waiting.listener(self.dsn, self.store.pool.connection)()
+    def ends(self) -> _waiting.Ends:
+        """What waiters (result(), Batch.wait()) hear ends by: the process's one LISTEN
+        connection to this database, never one of the producer's pool."""
+        return _waiting.ends(self.dsn)
 
     def migrate(self) -> list[int]:
         """Apply pending schema migrations; return the versions applied."""
@@ -500,6 +501,7 @@ class App:
             if self._pool is not None and self._pool_pid == os.getpid():
                 if self._store is not None:
                     self._store.waker.close()  # the last enqueues' wake-up first
+                    _steps.flush_asides()  # and their refusals' counts
                 self._pool.close()
             self._pool = None
             self._store = None

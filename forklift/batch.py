@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -45,8 +45,9 @@ CALLBACK_KEY = "forklift:batch:"
 class BatchStatus:
     """Where a batch stands: its jobs by state (`pending`: ready or running), whether it
     is sealed (no more jobs come) and finished (sealed, none pending; its callback is
-    enqueued), its outcome then ('succeeded', 'failed': some dead, 'cancelled'), and its
-    callback's job id."""
+    enqueued), its outcome then ('succeeded', 'failed': some dead, 'cancelled',
+    'abandoned': its producer left it filling, see BatchWriter), and its callback's job
+    id."""
 
     id: int
     total: int
@@ -69,12 +70,12 @@ class Batch:
         self,
         batch_id: int,
         store: BatchStore,
-        listen: _waiting.Connect,
+        ends: Callable[[], _waiting.Ends],
         job_ids: list[int] | None = None,
     ) -> None:
         self.id = batch_id
         self._store = store
-        self._listen = listen  # where wait() LISTENs (_waiting.listener)
+        self._ends = ends  # what wait() hears the end by (the process's: _waiting.ends)
         self._job_ids = job_ids
 
     def __repr__(self) -> str:
@@ -97,14 +98,15 @@ class Batch:
         """The status once the batch finished, waiting up to `timeout` seconds (woken by
         its end, polling as a fallback); TimeoutError if it did not finish by then."""
 
-        def finished(conn: Conn) -> BatchStatus | None:
+        def finished() -> BatchStatus | None:
             # The batch's row alone until it finished: its jobs are counted once, at the end.
-            row = self._store.get(self.id, conn)
+            row = self._store.get(self.id)
             if row is None:
                 raise BatchNotFound(f"no batch {self.id} (never made, or pruned)")
-            return self.status(conn) if row.finished_at is not None else None
+            return self.status() if row.finished_at is not None else None
 
-        done = _waiting.wait_for_end(self._listen, self._store, f"b{self.id}", finished, timeout)
+        schema, hint = self._store.schema, f"b{self.id}"
+        done = _waiting.wait_for_end(self._ends(), schema, hint, finished, timeout)
         if done is None:
             raise TimeoutError(f"batch {self.id} did not finish within {timeout:g} s")
         return done
@@ -213,7 +215,7 @@ def enqueue_batch(
             batch_id, ids = insert(own)
         if not jobs:
             batches.finish_if_done({batch_id})
-    return Batch(batch_id, batches, app.listener, ids)
+    return Batch(batch_id, batches, app.ends, ids)
 
 
 class BatchWriter(Batch):
@@ -221,14 +223,16 @@ class BatchWriter(Batch):
     each `enqueue`/`enqueue_many` committed at once (workers may start on them while
     more are added), sealed when the block ends. If the block raises, the batch is
     cancelled (its ready and running jobs cancelled) and sealed: its callback still runs
-    once, and sees that."""
+    once, and sees that. If its producer dies in the block, maintenance seals the batch
+    once no job was added for `--batch-abandon-after`: it finishes when its jobs have,
+    with the outcome 'abandoned' that its callback sees."""
 
     def __init__(self, app: App, callback: dict[str, Any] | None) -> None:
         self._app = app
         self._callback = callback
         self._added: list[int] = []
         self._sealed = False
-        super().__init__(0, app.batches, app.listener)
+        super().__init__(0, app.batches, app.ends)
 
     def __enter__(self) -> BatchWriter:
         with self._app.store.pool.connection() as conn:
@@ -254,7 +258,7 @@ class BatchWriter(Batch):
             if not self._store.add(self.id, len(jobs), conn):
                 raise ArgumentError(
                     f"batch {self.id} takes no more jobs: it was cancelled (forklift batches "
-                    "cancel) or sealed"
+                    "cancel), sealed, or abandoned (no job added for --batch-abandon-after)"
                 )
             ids = self._app.store.job_insert_many(jobs, conn)
         self._added.extend(ids)
@@ -292,8 +296,8 @@ def result(app: App, job_id: int, timeout: float) -> Any:
     """See App.result."""
     store = app.batches
 
-    def ended(conn: Conn) -> tuple[Any] | None:
-        found = store.job_outcome(job_id, conn)
+    def ended() -> tuple[Any] | None:
+        found = store.job_outcome(job_id)
         if found is None:
             raise JobNotFound(f"no job {job_id} (never enqueued, or pruned)")
         state, value, error = found
@@ -305,10 +309,11 @@ def result(app: App, job_id: int, timeout: float) -> Any:
             raise JobCancelled(job_id, error)
         return None
 
-    def mark(conn: Conn) -> None:
-        store.job_wait_mark(job_id, conn)
+    def mark() -> None:
+        store.job_wait_mark(job_id)
 
-    done = _waiting.wait_for_end(app.listener, store, f"j{job_id}", ended, timeout, mark)
+    ends = _waiting.ends(app.dsn)
+    done = _waiting.wait_for_end(ends, store.schema, f"j{job_id}", ended, timeout, mark)
     if done is None:
         raise TimeoutError(f"job {job_id} did not finish within {timeout:g} s")
     return done[0]

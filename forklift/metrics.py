@@ -59,7 +59,7 @@ WAIT_BUCKETS = (
 
 # Seconds from a batch's last job's end to its callback's enqueue.
 CALLBACK_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 2.0, 5.0, 30.0)
-BATCH_OUTCOMES = ("succeeded", "failed", "cancelled")
+BATCH_OUTCOMES = ("succeeded", "failed", "cancelled", "abandoned")
 
 MAX_TASK_LABELS = 200  # distinct task label values; the rest are counted as OTHER_TASK
 UNKNOWN_TASK = "(unknown)"  # a task the app does not declare (no task name has parentheses

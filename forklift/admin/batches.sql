@@ -6,7 +6,8 @@
 -- name: batch_list_open
 -- The batches not finished yet, newest first, through the open-batches index.
 SELECT b.id, b.total, b.callback->>'task', b.callback_job_id, b.outcome, b.created_at,
-       b.sealed_at, b.cancelled_at, b.cancelled_by, b.finished_at, now(), NULL::text
+       b.sealed_at, b.cancelled_at, b.cancelled_by, b.finished_at, now(), NULL::text,
+       b.abandoned_at
 FROM {schema}.batches AS b
 WHERE b.finished_at IS NULL
 ORDER BY b.id DESC
@@ -17,7 +18,8 @@ LIMIT %(limit)s;
 -- state of each one's callback job (by primary key).
 SELECT b.id, b.total, b.callback->>'task', b.callback_job_id, b.outcome, b.created_at,
        b.sealed_at, b.cancelled_at, b.cancelled_by, b.finished_at, now(),
-       (SELECT j.state::text FROM {schema}.jobs AS j WHERE j.id = b.callback_job_id)
+       (SELECT j.state::text FROM {schema}.jobs AS j WHERE j.id = b.callback_job_id),
+       b.abandoned_at
 FROM {schema}.batches AS b
 WHERE b.finished_at IS NOT NULL
 ORDER BY b.finished_at DESC

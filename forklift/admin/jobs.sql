@@ -141,21 +141,26 @@ ORDER BY old.id;
 SELECT now() - make_interval(secs => %(older)s::float8);
 
 -- name: job_purge_count
--- How many jobs of a finished state completed before the cutoff (counted up to `cap`).
+-- How many jobs of a finished state completed before the cutoff (counted up to `cap`),
+-- but those retention keeps too: a job of a batch that holds its jobs (batch_holds).
 SELECT count(*) FROM (
     SELECT 1 FROM {schema}.jobs AS j
     WHERE j.state = %(state)s::{schema}.job_state AND j.completed_at < %(cutoff)s
+      AND (j.batch_id IS NULL OR NOT {schema}.batch_holds(j.batch_id))
     LIMIT %(cap)s
 ) AS old;
 
 -- name: job_purge_batch
 -- Delete up to `limit` jobs of a finished state completed before the cutoff, oldest
 -- first through the completion-time index (so a batch never rescans the rows earlier
--- batches deleted); rows another transaction holds are skipped, never waited for.
+-- batches deleted); rows another transaction holds are skipped, never waited for. A job
+-- of a batch that holds its jobs (not finished, or its callback not: batch_holds) stays,
+-- as retention leaves it: its callback reads it, its batch's outcome counts it.
 DELETE FROM {schema}.jobs
 WHERE id IN (
     SELECT j.id FROM {schema}.jobs AS j
     WHERE j.state = %(state)s::{schema}.job_state AND j.completed_at < %(cutoff)s
+      AND (j.batch_id IS NULL OR NOT {schema}.batch_holds(j.batch_id))
     ORDER BY j.completed_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED

@@ -35,12 +35,14 @@ examples:
 
 BATCH_KEYS = """\
 id, state (filling: its producer still adds jobs; open: sealed, jobs left; finished),
-outcome (succeeded, failed: some went dead, cancelled; null until finished), total,
+outcome (succeeded, failed: some went dead, cancelled, abandoned: its producer left it
+filling for --batch-abandon-after; null until finished), total,
 ready, running, succeeded, dead, cancelled, pending (ready + running), done (total -
 pending), percent (done of total, or null for a batch of none), rate_per_second (jobs
 ended per second since it was created, or null before any ended), eta_seconds (pending
 jobs at that rate, or null), age_seconds, created_at, sealed_at, cancelled_at,
-finished_at (ISO 8601 UTC, or null), cancelled_by (user@host, or null), callback_task,
+finished_at, abandoned_at (ISO 8601 UTC, or null), cancelled_by (user@host, or null),
+callback_task,
 callback_job_id, callback_state (its callback's task, once enqueued its job id and state;
 null when none)"""
 
@@ -87,9 +89,10 @@ jobs, as `forklift jobs cancel` does (a running job's worker is told to stop and
 handler does not return within `forklift run`'s --cancel-grace, killed). Its jobs that
 ended are kept as they are. Once none of its jobs is open the batch finishes with the
 outcome cancelled, and its callback runs once (it sees the outcome in ctx.batch). A
-batch still filling (its producer's `with app.batch()` block still adds jobs) finishes
-when that block ends. Exit 1 if the batch had finished already (nothing is cancelled) or
-there is no such batch.
+batch still filling (its producer's `with app.batch()` block may add jobs, or its
+producer died in it) is sealed too: its producer's next add is refused, and it finishes
+now. Exit 1 if the batch had finished already (nothing is cancelled) or there is no such
+batch.
 
 examples:
   forklift batches cancel 17
@@ -112,7 +115,8 @@ def batch_json(s: BatchSummary) -> dict[str, Any]:
         "percent": s.percent, "rate_per_second": s.rate, "eta_seconds": s.eta,
         "age_seconds": s.age, "created_at": output.utc(row.created_at),
         "sealed_at": output.utc(row.sealed_at), "cancelled_at": output.utc(row.cancelled_at),
-        "finished_at": output.utc(row.finished_at), "cancelled_by": row.cancelled_by,
+        "finished_at": output.utc(row.finished_at),
+        "abandoned_at": output.utc(row.abandoned_at), "cancelled_by": row.cancelled_by,
         "callback_task": row.callback_task, "callback_job_id": row.callback_job_id,
         "callback_state": row.callback_state,
     }  # fmt: skip
@@ -225,6 +229,7 @@ def detail_lines(d: BatchDetail) -> list[str]:
         f"  sealed       {output.when(row.sealed_at, now)}",
         f"  cancelled    {cancelled}",
         f"  finished     {output.when(row.finished_at, now)}",
+        *([f"  abandoned    {output.when(row.abandoned_at, now)}"] if row.abandoned_at else []),
         f"  last ended   {output.when(s.counts.last_ended, now)}",
         *_callback_lines(d),
     ]
@@ -302,8 +307,6 @@ def cancel_text(batch_id: int, done: BatchCancelled) -> str:
         text += f"; it finished ({row.outcome})"
         if row.callback_job_id is not None:
             text += f", its callback {row.callback_task} enqueued as job {row.callback_job_id}"
-    elif after.state == "filling":
-        text += "; it finishes once its producer's batch block ends"
     else:
         text += f"; {output.plural(after.pending, 'job')} still open"
     return text

@@ -192,6 +192,15 @@ def _add_retention(p: argparse.ArgumentParser) -> None:
         "keep dead jobs (for inspection and retry) this long before pruning them",
         shown="7d",
     )
+    flag(
+        p,
+        "--batch-abandon-after",
+        duration,
+        3600.0,
+        "finish a batch still filling this long after its last enqueue as abandoned (its "
+        "producer died inside `with app.batch()`)",
+        shown="1h",
+    )
 
 
 def add_processes(p: argparse.ArgumentParser) -> None:
@@ -291,6 +300,7 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
         pool=args.pool,
         keep_finished=args.retain_finished,
         keep_dead=args.retain_dead,
+        batch_abandon_after=args.batch_abandon_after,
     )
 
 

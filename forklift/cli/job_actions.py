@@ -51,6 +51,8 @@ Delete finished jobs (succeeded, dead or cancelled) that completed more than
 --older-than ago, in batches of {BATCH}, each its own short transaction that skips rows
 another one holds: workers claiming jobs are never blocked. Retention pruning (`run
 --retain-finished`, `--retain-dead`) does the same on its own; this is for doing it now.
+Like retention, it keeps the jobs of a batch until the batch and its callback have
+finished (the callback reads them; the batch's outcome counts them).
 
 examples:
   forklift jobs purge --state dead --older-than 7d --dry-run

@@ -9,7 +9,11 @@ FastAPI request's own transaction). Neither driver knows anything about jobs.
 
 from __future__ import annotations
 
-import asyncio
+import atexit
+import itertools
+import logging
+import os
+import threading
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -19,6 +23,8 @@ import psycopg
 from psycopg import pq
 
 from forklift.store._boundary import Conn
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Rows = list[tuple[Any, ...]]
@@ -44,7 +50,8 @@ class Copy:
 @dataclass(frozen=True, slots=True)
 class Aside:
     """Execute one statement on the store's own connection, apart from the caller's
-    transaction (what must count even if that one rolls back)."""
+    transaction (what must count even if that one rolls back): soon, from the process's
+    aside thread (see `Asides`), never on the caller's thread."""
 
     sql: str
     params: Mapping[str, Any] | None = None
@@ -70,7 +77,7 @@ def run(steps: Steps[T], conn: Conn, own: OwnConnection) -> T:
                         for row in copied:
                             copy.write_row(row)
                 case Aside(sql, params):
-                    _aside(own, sql, params)
+                    asides().add(own, sql, params)
             step = steps.send(rows)
     except StopIteration as done:
         result: T = done.value
@@ -78,8 +85,7 @@ def run(steps: Steps[T], conn: Conn, own: OwnConnection) -> T:
 
 
 async def run_async(steps: Steps[T], conn: psycopg.AsyncConnection[Any], own: OwnConnection) -> T:
-    """Drive `steps` on the async `conn`; an aside goes to a thread (the store's own
-    connections are sync ones)."""
+    """Drive `steps` on the async `conn`."""
     try:
         step = next(steps)
         while True:
@@ -93,16 +99,103 @@ async def run_async(steps: Steps[T], conn: psycopg.AsyncConnection[Any], own: Ow
                         for row in copied:
                             await copy.write_row(row)
                 case Aside(sql, params):
-                    await asyncio.to_thread(_aside, own, sql, params)
+                    asides().add(own, sql, params)
             step = steps.send(rows)
     except StopIteration as done:
         result: T = done.value
         return result
 
 
-def _aside(own: OwnConnection, sql: str, params: Mapping[str, Any] | None) -> None:
-    with own() as conn:
-        conn.execute(sql, params)
+class Asides:
+    """Runs the asides of this process, in order, from a thread of its own.
+
+    The thread that yields an aside may hold the last free connection of its pool (an
+    enqueue holds one while its steps run): waiting there for a second one would deadlock
+    a pool full of such threads (8 producers refused by a full queue on a pool of 4 all
+    waited the pool's 10 s timeout, and most then failed). So the caller goes on at once
+    (QueueFull is raised without waiting), and this thread takes a connection once one is
+    free, running what is pending on it. A statement that fails is logged and lost: what
+    asides do is count (refused enqueues); a count never holds a job back.
+    """
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()  # guards every field below
+        self._pending: list[tuple[OwnConnection, str, Mapping[str, Any] | None]] = []
+        self._running = False
+        self._thread: threading.Thread | None = None
+
+    def add(self, own: OwnConnection, sql: str, params: Mapping[str, Any] | None) -> None:
+        with self._changed:
+            if len(self._pending) >= MAX_PENDING_ASIDES:
+                log.warning("an aside statement was dropped: %d pending", len(self._pending))
+                return
+            self._pending.append((own, sql, params))
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="forklift-aside", daemon=True
+                )
+                self._thread.start()
+            self._changed.notify_all()
+
+    def flush(self, timeout: float) -> bool:
+        """Wait up to `timeout` s until nothing is pending or running; whether it is so."""
+        with self._changed:
+            return self._changed.wait_for(lambda: not (self._pending or self._running), timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: bool(self._pending))
+                pending, self._pending, self._running = self._pending, [], True
+            try:
+                for own, group in itertools.groupby(pending, key=lambda p: p[0]):
+                    _execute(own, [(sql, params) for _, sql, params in group])
+            finally:
+                with self._changed:
+                    self._running = False
+                    self._changed.notify_all()
+
+
+def _execute(own: OwnConnection, statements: list[tuple[str, Mapping[str, Any] | None]]) -> None:
+    try:
+        with own() as conn:
+            for sql, params in statements:
+                conn.execute(sql, params)
+    except Exception as exc:  # counts lost, never a job
+        log.warning("%d aside statement(s) failed: %s", len(statements), exc)
+
+
+MAX_PENDING_ASIDES = 10_000
+FLUSH_TIMEOUT = 2.0  # seconds App.close and the exit wait for pending asides
+
+_asides: Asides | None = None
+_asides_lock = threading.Lock()
+
+
+def asides() -> Asides:
+    """This process's aside runner (made on first use, in the process that uses it)."""
+    global _asides
+    with _asides_lock:
+        if _asides is None:
+            _asides = Asides()
+        return _asides
+
+
+def flush_asides(timeout: float = FLUSH_TIMEOUT) -> None:
+    """Wait up to `timeout` s for this process's pending asides to run."""
+    if _asides is not None:
+        _asides.flush(timeout)
+
+
+def _forget_after_fork() -> None:
+    # A forked child has none of the parent's threads, and a lock one of them held stays
+    # held: it starts with no aside runner and nothing pending.
+    global _asides, _asides_lock
+    _asides, _asides_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+atexit.register(flush_asides)
 
 
 def _returned_rows(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:

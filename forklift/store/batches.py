@@ -45,6 +45,7 @@ class BatchRow:
     finished_at: datetime | None
     now: datetime
     callback_state: str | None
+    abandoned_at: datetime | None = None  # sealed by maintenance: its producer left it
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +132,13 @@ class BatchStore:
                 finished[batch_id] = done
         return finished
 
+    def abandon(self, after: float, limit: int) -> list[int]:
+        """Seal, as abandoned, up to `limit` batches still filling `after` seconds after
+        their last enqueue; their ids."""
+        params = {"after": after, "limit": limit}
+        with self._conn("abandoning batches failed") as conn:
+            return [r[0] for r in conn.execute(self.q["batch_abandon"], params)]
+
     def sweep_ids(self, after: int, limit: int) -> list[int]:
         """Sealed batches not finished, in id order after `after`."""
         params = {"after": after, "limit": limit}
@@ -200,9 +208,9 @@ class BatchStore:
             return None
         return row[0], None if row[1] is None else json.loads(row[1]), row[2]
 
-    def job_wait_mark(self, job_id: int, conn: Conn) -> None:
-        with translated("marking the job waited for failed"):
-            conn.execute(self.q["job_wait_mark"], {"id": job_id})
+    def job_wait_mark(self, job_id: int, conn: Conn | None = None) -> None:
+        with self._conn("marking the job waited for failed", conn) as c:
+            c.execute(self.q["job_wait_mark"], {"id": job_id})
 
     def done_listen(self, conn: Conn) -> None:
         with translated("listening for ends failed"):
@@ -211,7 +219,8 @@ class BatchStore:
     # -- acting ------------------------------------------------------------------------
 
     def cancel(self, batch_id: int, by: str) -> bool:
-        """Mark the batch cancelled; False when it was already, or finished."""
+        """Mark the batch cancelled, and sealed if it was filling; False when it was
+        cancelled already, or finished."""
         with self._conn("cancelling the batch failed") as conn:
             params = {"id": batch_id, "by": by}
             return conn.execute(self.q["batch_cancel"], params).fetchone() is not None

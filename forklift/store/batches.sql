@@ -10,9 +10,9 @@ VALUES (%(callback)s::jsonb, %(total)s::integer,
 RETURNING id;
 
 -- name: batch_add
--- Count jobs added to an open batch (its one producer adds them); refused once sealed
--- or cancelled.
-UPDATE {schema}.batches SET total = total + %(n)s::integer
+-- Count jobs added to an open batch (its one producer adds them), and when; refused
+-- once sealed (by its producer, an operator's cancel, or as abandoned) or cancelled.
+UPDATE {schema}.batches SET total = total + %(n)s::integer, added_at = now()
 WHERE id = %(id)s::bigint AND sealed_at IS NULL AND cancelled_at IS NULL
 RETURNING id;
 
@@ -71,6 +71,7 @@ WITH open AS (
     UPDATE {schema}.batches AS t SET
         finished_at = now(),
         outcome = CASE WHEN b.cancelled_at IS NOT NULL THEN 'cancelled'
+                       WHEN b.abandoned_at IS NOT NULL THEN 'abandoned'
                        WHEN b.failed THEN 'failed' ELSE 'succeeded' END,
         callback_job_id = (SELECT id FROM callback)
     FROM b
@@ -83,6 +84,21 @@ SELECT outcome, callback_job_id, pg_notify('{done_channel}', 'b' || id) IS NULL,
                                      AND j.state IN ('succeeded', 'dead', 'cancelled')))::float8
 FROM finished;
 
+-- name: batch_abandon
+-- Seal, as abandoned, batches still filling `after` seconds after their last enqueue
+-- (their producer died inside its batch block), a bounded batch at a time through the
+-- filling batches' index; one whose producer is adding jobs now (its row locked) is
+-- skipped, and its add, seen after, keeps it. They finish as any sealed batch does.
+UPDATE {schema}.batches SET sealed_at = now(), abandoned_at = now()
+WHERE id IN (
+    SELECT b.id FROM {schema}.batches AS b
+    WHERE b.sealed_at IS NULL AND b.added_at < now() - make_interval(secs => %(after)s::float8)
+    ORDER BY b.added_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING id;
+
 -- name: batch_sweep
 -- Open sealed batches after `after`, oldest first: what the sweep looks at this round.
 SELECT b.id FROM {schema}.batches AS b
@@ -94,7 +110,8 @@ LIMIT %(limit)s;
 -- One batch: its row, and the database's clock.
 SELECT b.id, b.total, b.callback->>'task', b.callback_job_id, b.outcome, b.created_at,
        b.sealed_at, b.cancelled_at, b.cancelled_by, b.finished_at, now(),
-       (SELECT j.state::text FROM {schema}.jobs AS j WHERE j.id = b.callback_job_id)
+       (SELECT j.state::text FROM {schema}.jobs AS j WHERE j.id = b.callback_job_id),
+       b.abandoned_at
 FROM {schema}.batches AS b
 WHERE b.id = %(id)s::bigint;
 
@@ -153,8 +170,10 @@ ORDER BY j.id
 LIMIT %(limit)s;
 
 -- name: batch_cancel
--- Mark a batch cancelled (who, when); its ready and running jobs are cancelled apart.
-UPDATE {schema}.batches SET cancelled_at = now(), cancelled_by = %(by)s::text
+-- Mark a batch cancelled (who, when) and seal it (a batch still filling, its producer
+-- gone, may then finish); its ready and running jobs are cancelled apart.
+UPDATE {schema}.batches SET cancelled_at = now(), cancelled_by = %(by)s::text,
+                            sealed_at = coalesce(sealed_at, now())
 WHERE id = %(id)s::bigint AND cancelled_at IS NULL AND finished_at IS NULL
 RETURNING id;
 
@@ -173,11 +192,13 @@ ORDER BY id
 LIMIT %(limit)s;
 
 -- name: batch_prune
--- Delete finished batches past the retention of finished jobs, a bounded batch at a time.
+-- Delete finished batches past the retention of finished jobs, a bounded batch at a time;
+-- one whose callback has not finished stays (batch_holds: it reads the batch's row).
 DELETE FROM {schema}.batches
 WHERE id IN (
-    SELECT id FROM {schema}.batches
-    WHERE finished_at < now() - make_interval(secs => %(keep)s::float8)
+    SELECT b.id FROM {schema}.batches AS b
+    WHERE b.finished_at < now() - make_interval(secs => %(keep)s::float8)
+      AND NOT {schema}.batch_holds(b.id)
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 );

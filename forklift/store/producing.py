@@ -8,7 +8,9 @@ the task declared; without it, such jobs share one key. A job enqueued before it
 producer knew the limit is keyed by the first claim under limits that walks past it.
 
 An enqueue into a queue holding its max_depth of ready and scheduled jobs (`forklift
-queues limit Q --max-depth N`) raises QueueFull and inserts nothing.
+queues limit Q --max-depth N`) raises QueueFull at once and inserts nothing; the refusal
+is counted (limits.rejected) from the process's aside thread (_steps.Asides), so however
+many producers are refused together, none waits for a connection or a row lock.
 
 Both are read from the limits table at most once a second per process, so a new limit
 is obeyed within a second and a queue or task without one costs an enqueue a dict
@@ -43,8 +45,8 @@ class ProducerLimits:
 
     def prepare(self, jobs: Sequence[NewJob]) -> Steps[None]:
         """Give `jobs` their limit keys; raise QueueFull if adding them takes a queue
-        past its max_depth (the refusal is counted on the store's own connection: the
-        caller's transaction rolls back)."""
+        past its max_depth (the refusal is counted apart, soon after: the caller's
+        transaction rolls back, and the caller never waits for the count)."""
         yield from self.refresh()
         for job in jobs:
             self.key(job)

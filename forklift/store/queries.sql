@@ -366,7 +366,8 @@ WHERE l.id = w.limit_id
 
 -- name: job_prune
 -- Delete finished jobs past their retention, a bounded batch at a time; a job of a batch
--- that has not finished stays (its callback reads every result).
+-- that holds its jobs (not finished, or its callback not: batch_holds, migration 0012)
+-- stays, as `forklift jobs purge` leaves it.
 DELETE FROM {schema}.jobs
 WHERE id IN (
     SELECT j.id FROM {schema}.jobs AS j
@@ -374,9 +375,7 @@ WHERE id IN (
             AND j.completed_at < now() - make_interval(secs => %(keep_finished)s::float8))
         OR (j.state = 'dead'
             AND j.completed_at < now() - make_interval(secs => %(keep_dead)s::float8)))
-      AND (j.batch_id IS NULL OR NOT EXISTS (
-            SELECT 1 FROM {schema}.batches AS b
-            WHERE b.id = j.batch_id AND b.finished_at IS NULL))
+      AND (j.batch_id IS NULL OR NOT {schema}.batch_holds(j.batch_id))
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 );

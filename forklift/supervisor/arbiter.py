@@ -131,7 +131,7 @@ class Supervisor:
             JobStore(held, app.schema), app.dsn, timeouts,
             MaintenanceConfig(w.maintenance_interval, w.keep_finished, w.keep_dead),
             section=lambda: nullcontext(self.session.maintaining.is_set()),
-            sweep=BatchSweep(BatchStore(held.connection, app.schema), self.totals),
+            sweep=BatchSweep.of(BatchStore(held.connection, app.schema), self.totals, w),
         )  # fmt: skip
         services = [
             DbService("attribution", TICK, self.attribution.retry_pending),

@@ -18,6 +18,7 @@ from forklift.errors import DatabaseError
 from forklift.metrics import Tally, Totals
 from forklift.store import JobStore
 from forklift.store.batches import BatchStore, Finished
+from forklift.workers.config import WorkerConfig
 from forklift.workers.holdings import Holdings
 
 log = logging.getLogger(__name__)
@@ -78,9 +79,15 @@ class BatchEnds:
         _report(finished, self.tally)
 
 
+ABANDON_AFTER = 3600.0  # seconds after its last enqueue a batch still filling is abandoned
+
+
 class BatchSweep:
-    """Every `every` seconds, looks at up to `limit` open sealed batches (from where the
-    last round stopped, so all are looked at in turn) and finishes the done ones."""
+    """Every `every` seconds, seals as abandoned up to `limit` batches still filling
+    `abandon_after` seconds after their last enqueue (their producer died inside its
+    batch block: nothing else would ever seal them), looks at up to `limit` open sealed
+    batches (from where the last round stopped, so all are looked at in turn) and
+    finishes the done ones."""
 
     def __init__(
         self,
@@ -89,13 +96,22 @@ class BatchSweep:
         *,
         every: float = 1.0,
         limit: int = 500,
+        abandon_after: float = ABANDON_AFTER,
     ) -> None:
         self.batches = batches
         self.totals = totals
         self.every = every
         self.limit = limit
+        self.abandon_after = abandon_after
         self._after = 0
         self._next = time.monotonic()
+
+    @classmethod
+    def of(
+        cls, batches: BatchStore, totals: Tally | Totals | None, config: WorkerConfig
+    ) -> BatchSweep:
+        """The sweep a worker's (or a supervisor's) `config` asks for."""
+        return cls(batches, totals, abandon_after=config.batch_abandon_after)
 
     def due(self, now: float) -> bool:
         return now >= self._next
@@ -103,8 +119,14 @@ class BatchSweep:
     def run_once(self) -> int:
         """One round: how many batches it finished."""
         self._next = time.monotonic() + self.every
+        abandoned = self.batches.abandon(self.abandon_after, self.limit)
+        for batch_id in abandoned:
+            emit(
+                log, "batch.abandoned", logging.WARNING, batch=batch_id,
+                reason=f"still filling {self.abandon_after:g} s after its last enqueue",
+            )  # fmt: skip
         ids = self.batches.sweep_ids(self._after, self.limit)
         self._after = ids[-1] if len(ids) == self.limit else 0
-        finished = self.batches.finish_if_done(set(ids))
+        finished = self.batches.finish_if_done(set(ids) | set(abandoned))
         _report(finished, self.totals)
         return len(finished)

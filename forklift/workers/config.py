@@ -39,6 +39,8 @@ class WorkerConfig:
     maintenance_interval: float = 10.0
     keep_finished: float = 86400.0
     keep_dead: float = 7 * 86400.0
+    # A batch still filling this long after its last enqueue is finished as abandoned.
+    batch_abandon_after: float = 3600.0
 
     def __post_init__(self) -> None:
         if not self.queues or any(not q for q in self.queues):

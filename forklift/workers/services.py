@@ -86,7 +86,9 @@ class Services:
             d.dsn,
             d.timeouts,
             MaintenanceConfig(config.maintenance_interval, config.keep_finished, config.keep_dead),
-            sweep=BatchSweep(BatchStore(d.store.pool.connection, d.store.schema), d.tally),
+            sweep=BatchSweep.of(
+                BatchStore(d.store.pool.connection, d.store.schema), d.tally, config
+            ),
         )
         self.progress = ProgressWriter(d.store, d.owner, d.holdings, self.closing)
         self._maintain = config.maintenance

@@ -23,7 +23,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 
-from forklift import _db, _waiting
+from forklift import _db
 from forklift._events import emit
 from forklift._ids import application_name, make_owner
 from forklift._service import Repeats, TestSignal
@@ -91,8 +91,7 @@ def batch_view(app: App, batch_id: int, reads: Reads) -> Batch:
     """A handler's view of a batch (ctx.batch), read where `reads` says (JobContext):
     never on the worker's own connection, which claims and renewals must not wait
     behind."""
-    listen = _waiting.listener(app.dsn, reads)
-    return Batch(batch_id, BatchStore(reads, app.schema), listen)
+    return Batch(batch_id, BatchStore(reads, app.schema), app.ends)
 
 
 def stop_handlers(contexts: list[JobContext]) -> list[JobContext]:

@@ -18,7 +18,7 @@ from tests.acceptance.test_operator_cli import JOB_KEYS, SHOW_KEYS, documented
 BATCH_KEYS = {
     "id", "state", "outcome", "total", "ready", "running", "succeeded", "dead", "cancelled",
     "pending", "done", "percent", "rate_per_second", "eta_seconds", "age_seconds",
-    "created_at", "sealed_at", "cancelled_at", "finished_at", "cancelled_by",
+    "created_at", "sealed_at", "cancelled_at", "finished_at", "abandoned_at", "cancelled_by",
     "callback_task", "callback_job_id", "callback_state",
 }  # fmt: skip
 BATCH_SHOW_KEYS = BATCH_KEYS | {
@@ -218,3 +218,71 @@ def test_jobs_show_says_a_jobs_result_progress_and_batch(
     [line] = [line for line in text.splitlines() if line.startswith("  result ")]
     assert line.endswith("… (truncated)") and len(line) < 2100
     app.close()
+
+
+def test_batches_cancel_finishes_a_batch_its_producer_left_filling(
+    env: dict[str, str], dsn: str, schema: str, db: psycopg.Connection[Any]
+) -> None:
+    """A producer died inside `with app.batch()`, its jobs all ended: `batches cancel`
+    seals and finishes the batch now, its callback enqueued once."""
+    app = forklift.App(dsn, schema=schema)
+    left = app.batch(on_complete="assemble").__enter__()
+    ids = left.enqueue_many([("square", {"n": n}) for n in range(2)])
+    set_jobs(db, schema, ids, "state = 'succeeded', completed_at = now()")
+    assert cli_json(env, "batches", "show", str(left.id))["state"] == "filling"
+    text = cli(env, "batches", "cancel", str(left.id)).stdout
+    assert "0 ready and 0 running jobs cancelled; it finished (cancelled)" in text, text
+    shown = cli_json(env, "batches", "show", str(left.id))
+    assert (shown["state"], shown["outcome"], shown["succeeded"]) == ("finished", "cancelled", 2)
+    assert shown["sealed_at"] is not None and shown["callback_job_id"] is not None
+    app.close()
+
+
+PRODUCER_DIES_IN_ITS_BLOCK = """
+import os, sys
+from tests.apps.basic import app
+with app.batch(on_complete="assemble") as b:
+    b.enqueue_many([("square", {"n": 3})] * 2)
+    print(b.id, flush=True)
+    os.kill(os.getpid(), 9)
+"""
+
+
+def test_forklift_run_finishes_a_batch_whose_producer_was_killed_in_its_block(
+    env: dict[str, str], schema: str, db: psycopg.Connection[Any], forklift_cli: Any
+) -> None:
+    """A producer SIGKILLed inside `with app.batch()`: `forklift run
+    --batch-abandon-after 1s` seals the batch as abandoned once its jobs ran, and its
+    callback runs once, seeing the outcome 'abandoned'."""
+    import subprocess
+    import sys
+
+    from forklift.testing import wait_for
+
+    producer = subprocess.run(
+        [sys.executable, "-c", PRODUCER_DIES_IN_ITS_BLOCK],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert producer.returncode == -9, producer.stderr
+    batch_id = int(producer.stdout.split()[0])
+    sup = forklift_cli(
+        "run", "tests.apps.basic:app", "--workers", "1", "--batch-abandon-after", "1s"
+    )
+
+    def shown() -> dict[str, Any]:
+        found: dict[str, Any] = cli_json(env, "batches", "show", str(batch_id))
+        return found
+
+    wait_for(lambda: shown()["state"] == "finished", timeout=30, what="the batch finished")
+    after = shown()
+    assert (after["outcome"], after["succeeded"], after["abandoned_at"] is not None) == (
+        "abandoned", 2, True,
+    )  # fmt: skip
+    wait_for(
+        lambda: (shown()["callback_job"] or {}).get("state") == "succeeded",
+        timeout=30, what="the callback ran",
+    )  # fmt: skip
+    effects = db.execute(f"SELECT key FROM {schema}.effects").fetchall()
+    assert effects == [(f"batch-{batch_id}:abandoned:0:",)]
+    assert "batch.abandoned" in sup.output()
+    sup.stop_cleanly()

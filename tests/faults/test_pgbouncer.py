@@ -8,6 +8,7 @@ its worker lives, deaths recovered as fast as without a bouncer, singletons excl
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -200,3 +201,37 @@ def test_a_claim_under_limits_holds_through_the_pooler(
     assert errors == []
     assert most <= 2
     assert workload.scalar("SELECT count(*) FROM {s}.jobs WHERE state = 'succeeded'") == 100
+
+
+def test_results_are_waited_for_through_the_pooler_with_or_without_a_session_url(
+    workload: Workload, bouncer: PgBouncer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Waits read their job by short calls through the bouncer; their LISTEN goes to the
+    session URL, or, with none beside a transaction pooler, nowhere (reads on a timer)."""
+    from forklift import _waiting
+
+    direct = workload.dsn if bouncer.mode == "transaction" else bouncer.dsn
+    for session in (None, direct):
+        if session is None:
+            monkeypatch.delenv("FORKLIFT_SESSION_DATABASE_URL", raising=False)
+        else:
+            monkeypatch.setenv("FORKLIFT_SESSION_DATABASE_URL", session)
+        app = forklift.App(bouncer.dsn, schema=workload.schema)
+        job_id = app.enqueue("noop", queue="waited")
+
+        def finish(job_id: int = job_id) -> None:
+            with psycopg.connect(workload.dsn, autocommit=True) as db:
+                db.execute(
+                    f"UPDATE {workload.schema}.jobs SET state = 'succeeded', completed_at = now(),"
+                    " result = '7' WHERE queue = 'waited' AND state = 'ready'"
+                )
+                db.execute(f"SELECT pg_notify('{workload.schema}_done', 'j' || %s)", (job_id,))
+
+        timer = threading.Timer(1.0, finish)
+        timer.start()
+        assert app.result(job_id, timeout=30) == 7
+        timer.join()
+        if session is None and bouncer.mode == "transaction":
+            deaf = functools.partial(getattr, _waiting.ends(bouncer.dsn), "deaf")
+            wait_for(deaf, what="the waits' listener found the pooler")
+        app.close()

@@ -456,3 +456,47 @@ def test_an_insert_by_plain_sql_still_wakes_its_queue_and_quiet_does_not_outlive
             f"INSERT INTO {schema}.jobs (queue, task, args) VALUES ('sql', 'noop', '{{}}')"
         )
         assert _heard(listener, 1) == ["sql"]
+
+
+def test_a_full_queue_refuses_many_concurrent_producers_at_once(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    """Eight threads enqueue at once into a full queue, on a producer pool of 4: each is
+    refused with QueueFull at once (none waits for a second connection while holding
+    one), and every refusal is counted."""
+    import threading
+    import time
+
+    from forklift.testing import wait_for
+
+    db.execute(
+        f"INSERT INTO {schema}.limits (scope, name, max_depth) VALUES ('queue', 'default', 1)"
+    )
+    app.enqueue("noop")
+    barrier = threading.Barrier(8)
+    outcomes: list[tuple[str, float]] = []
+
+    def produce(bulk: bool) -> None:
+        barrier.wait()
+        began = time.monotonic()
+        try:
+            if bulk:
+                app.enqueue_many([("noop", {}), ("noop", {})])
+            else:
+                app.enqueue("noop")
+            outcomes.append(("enqueued", time.monotonic() - began))
+        except Exception as exc:
+            outcomes.append((type(exc).__name__, time.monotonic() - began))
+
+    threads = [threading.Thread(target=produce, args=(i % 2 == 0,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    kinds = sorted(kind for kind, _ in outcomes)
+    slowest = max(took for _, took in outcomes)
+    assert kinds == ["QueueFull"] * 8 and slowest < 2.0, f"{kinds}, slowest {slowest:.1f} s"
+    wait_for(
+        lambda: db.execute(f"SELECT rejected FROM {schema}.limits").fetchone() == (12,),
+        what="every refused job counted",
+    )

@@ -106,3 +106,16 @@ def test_past_the_cap_further_task_names_fold_into_other() -> None:
     totals.declare(["late"])  # a reload's declarations do not lift the cap
     totals.job("default", "late", "succeeded")
     assert ("default", OTHER_TASK, "succeeded") in totals.jobs
+
+
+def test_every_batch_outcome_a_child_reports_is_counted() -> None:
+    """An abandoned batch finished by a worker's sweep reaches the supervisor's sums (a
+    delta with an outcome it did not know would be refused whole, its jobs with it)."""
+    totals = Totals()
+    tally = Tally()
+    for outcome in ("succeeded", "failed", "cancelled", "abandoned"):
+        tally.batch(outcome, 0.01)
+    deltas = tally.take()
+    assert deltas is not None
+    totals.add(json.loads(json.dumps(deltas)))
+    assert totals.batches == {"succeeded": 1, "failed": 1, "cancelled": 1, "abandoned": 1}
