@@ -110,8 +110,12 @@ FROM STDIN;
 -- lost. One statement. The expiry scan is gated: workers ask for it now and then, not
 -- on every claim, since it walks every running row. Paused queues are skipped, and so are
 -- the jobs of limited tasks (a limit's key stored: the claim under limits takes them).
-WITH ready AS (
-    SELECT c.id, c.priority, c.available_at
+-- It locks no job it does not take (a job locked here is one another claim skips): the
+-- queues' lines are merged unlocked (`line`), then each queue's share of the first
+-- `limit` is locked (`ready`, past what other claims hold), and what a queue could not
+-- give, others' next in line give (`topped`).
+WITH line AS (
+    SELECT c.id, c.priority, c.available_at, q.name AS queue
     FROM unnest(%(queues)s::text[]) AS q(name),
     LATERAL (
         SELECT j.id, j.priority, j.available_at
@@ -120,7 +124,6 @@ WITH ready AS (
           AND j.available_at <= now()
         ORDER BY j.priority DESC, j.available_at, j.id
         LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
     ) AS c
     WHERE q.name NOT IN (SELECT p.queue FROM {schema}.paused_queues AS p)
 ), expired AS (
@@ -133,8 +136,40 @@ WITH ready AS (
     ORDER BY j.priority DESC, j.available_at, j.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+), share AS (
+    -- Each queue's place among the first `limit` in line, the lost jobs counted in.
+    SELECT f.queue, count(*) AS n FROM (
+        SELECT l.queue, l.priority, l.available_at, l.id FROM line AS l
+        UNION ALL SELECT NULL, e.priority, e.available_at, e.id FROM expired AS e
+        ORDER BY priority DESC, available_at, id
+        LIMIT %(limit)s
+    ) AS f
+    WHERE f.queue IS NOT NULL
+    GROUP BY f.queue
+), ready AS (
+    SELECT c.id, c.priority, c.available_at
+    FROM share AS s,
+    LATERAL (
+        SELECT j.id, j.priority, j.available_at
+        FROM {schema}.jobs j
+        WHERE j.state = 'ready' AND j.limit_key IS NULL AND j.queue = s.queue
+          AND j.available_at <= now()
+        ORDER BY j.priority DESC, j.available_at, j.id
+        LIMIT s.n
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+), topped AS (
+    SELECT j.id, j.priority, j.available_at
+    FROM {schema}.jobs j
+    WHERE j.id = ANY(ARRAY(SELECT l.id FROM line AS l
+                           WHERE l.id NOT IN (SELECT r.id FROM ready AS r)))
+      AND j.state = 'ready' AND j.limit_key IS NULL AND j.available_at <= now()
+    ORDER BY j.priority DESC, j.available_at, j.id
+    LIMIT (SELECT coalesce(sum(s.n), 0) FROM share AS s) - (SELECT count(*) FROM ready)
+    FOR UPDATE SKIP LOCKED
 ), picked AS (
-    SELECT id FROM (SELECT * FROM expired UNION ALL SELECT * FROM ready) AS p
+    SELECT id FROM (SELECT * FROM expired UNION ALL SELECT * FROM ready
+                    UNION ALL SELECT * FROM topped) AS p
     ORDER BY priority DESC, available_at, id
     LIMIT %(limit)s
 )
