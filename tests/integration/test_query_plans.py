@@ -22,6 +22,7 @@ CHUNK = 1_000_000  # finished rows per INSERT while filling
 # A query added without an entry here fails on its missing parameters, not silently.
 PARAMS: dict[str, list[dict[str, Any]]] = {
     "queue_finished": [{"window": 60.0}, {"window": 3600.0}],
+    "queue_depth": [{"cap": 10_000}],
     "queue_pause": [{"queue": "q1", "by": "op@host"}],
     "queue_resume": [{"queue": "q1"}],
     "queue_limit_lock": [{"queue": "q1"}],
@@ -418,3 +419,19 @@ def test_hot_statements_are_bounded_by_an_index_whatever_other_queues_hold(
         for name in ("job_claim_limited", "job_claim_shared"):
             read[name] = walked(db, limits[name], params)
     assert {name: n for name, n in read.items() if n > BOUND} == {}
+
+
+def test_queue_depth_reads_a_capped_count_whatever_the_queues_hold(
+    db: psycopg.Connection[Any], schema: str
+) -> None:
+    """The queue gauges (every second, per replica and per dashboard tab) counted every
+    ready, running and dead job of every queue: with a million in another queue, they
+    read that million each time. Counted up to the cap, they read a few times the cap,
+    and say exactly what a queue under the cap holds."""
+    fill_elsewhere(db, schema)
+    cap = 1_000
+    sql = _sql.load("forklift.admin", "queries.sql", schema)["queue_depth"]
+    assert walked(db, sql, {"cap": cap}) <= 10 * cap + BOUND  # (rows each node produced)
+    rows = {r[0]: r[1:5] for r in db.execute(sql, {"cap": cap})}
+    assert rows["other"] == (cap, cap, 0, cap)  # each: `cap` or more
+    assert rows["q1"] == (15, 5, 0, 0)  # exact, under the cap
