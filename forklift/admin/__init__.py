@@ -30,10 +30,15 @@ __all__ = [
     "checked_queue",
 ]
 
+# Due, scheduled and dead jobs a queue's statistics count up to (more read as this many).
+DEPTH_CAP = 10_000
+
 
 @dataclass(frozen=True)
 class QueueStats:
-    """One queue, as `forklift status` and the queue gauges show it."""
+    """One queue, as `forklift status` and the queue gauges show it. Its due, scheduled
+    and dead counts stop at the cap they were read with (DEPTH_CAP): that count means
+    "that many or more"."""
 
     queue: str
     ready: int  # due now
@@ -102,18 +107,25 @@ class AdminStore:
         return self.connector.conn(what)
 
     def queue_stats(
-        self, *, throughput: bool = True, hour: bool = True, include: Sequence[str] = ()
+        self,
+        *,
+        throughput: bool = True,
+        hour: bool = True,
+        include: Sequence[str] = (),
+        cap: int = DEPTH_CAP,
     ) -> list[QueueStats]:
         """Per-queue counts, sorted by queue; queues in `include` appear even when empty.
 
         The counts by state come from the partial indexes, whatever the finished rows
-        retained. `throughput` adds what finished in the last minute and, with `hour`, the
+        retained; due, scheduled and dead stop at `cap` (the metrics, `top` and the
+        dashboard read them every second or so: a backlog of millions costs what one of
+        `cap` does). `throughput` adds what finished in the last minute and, with `hour`, the
         last hour: ranges of the completion-time index, whose cost grows with the jobs
         finished in them (so the metrics endpoint leaves both out, `top` the hour).
         Paused and limited queues appear too.
         """
         with self._conn("reading queue statistics failed") as conn:
-            rows = conn.execute(self.q["queue_depth"]).fetchall()
+            rows = conn.execute(self.q["queue_depth"], {"cap": cap}).fetchall()
             minute = self._finished(conn, 60.0) if throughput else {}
             last_hour = self._finished(conn, 3600.0) if throughput and hour else {}
             paused = {r[0] for r in conn.execute(self.q["queue_paused_list"])}

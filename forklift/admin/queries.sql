@@ -3,34 +3,76 @@
 
 -- name: queue_depth
 -- Per queue: due, scheduled, running and dead jobs, and the oldest due job's age (NULL:
--- nothing due). Each state is counted through its own partial indexes (ready: from the
--- two claim indexes alone, limited jobs' and the others'; running; dead: from the
--- dead-per-queue index alone), so the finished rows retention keeps are never read.
-SELECT per.queue, sum(per.due)::bigint, sum(per.later)::bigint, sum(per.running)::bigint,
-       sum(per.dead)::bigint, extract(epoch FROM now() - min(per.oldest))::float8
-FROM (
-    SELECT j.queue,
-           count(*) FILTER (WHERE j.available_at <= now()) AS due,
-           count(*) FILTER (WHERE j.available_at > now()) AS later,
-           0 AS running, 0 AS dead,
-           min(j.available_at) FILTER (WHERE j.available_at <= now()) AS oldest
-    FROM {schema}.jobs AS j WHERE j.state = 'ready' AND j.limit_key IS NULL GROUP BY j.queue
+-- nothing due). Due, scheduled and dead are each counted up to `cap` (a count of `cap`
+-- means `cap` or more): whatever a queue's backlog or the dead jobs retained, a call
+-- reads at most 5 x `cap` index entries a queue. The queues come from a loose scan
+-- of each index (a probe per queue), the counts from ranges of the due-time indexes
+-- (migration 0011) and of the dead-per-queue index, read from the indexes alone; the
+-- running jobs are read whole (as many as the workers have slots). (Each count is in
+-- index order: a count under a LIMIT alone was planned as a table scan expected to stop
+-- early, and walked the other queue's half a million rows.)
+WITH RECURSIVE ready(queue) AS (
+    (SELECT j.queue FROM {schema}.jobs AS j WHERE j.state = 'ready' AND j.limit_key IS NULL
+     ORDER BY j.queue LIMIT 1)
     UNION ALL
-    SELECT j.queue,
-           count(*) FILTER (WHERE j.available_at <= now()),
-           count(*) FILTER (WHERE j.available_at > now()),
-           0, 0, min(j.available_at) FILTER (WHERE j.available_at <= now())
-    FROM {schema}.jobs AS j WHERE j.state = 'ready' AND j.limit_key IS NOT NULL
-    GROUP BY j.queue
+    SELECT (SELECT j.queue FROM {schema}.jobs AS j
+            WHERE j.state = 'ready' AND j.limit_key IS NULL AND j.queue > r.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM ready AS r WHERE r.queue IS NOT NULL
+), limited(queue) AS (
+    (SELECT j.queue FROM {schema}.jobs AS j
+     WHERE j.state = 'ready' AND j.limit_key IS NOT NULL ORDER BY j.queue LIMIT 1)
     UNION ALL
-    SELECT j.queue, 0, 0, count(*), 0, NULL
-    FROM {schema}.jobs AS j WHERE j.state = 'running' GROUP BY j.queue
+    SELECT (SELECT j.queue FROM {schema}.jobs AS j
+            WHERE j.state = 'ready' AND j.limit_key IS NOT NULL AND j.queue > r.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM limited AS r WHERE r.queue IS NOT NULL
+), dead(queue) AS (
+    (SELECT j.queue FROM {schema}.jobs AS j WHERE j.state = 'dead' ORDER BY j.queue LIMIT 1)
     UNION ALL
-    SELECT j.queue, 0, 0, 0, count(*), NULL
-    FROM {schema}.jobs AS j WHERE j.state = 'dead' GROUP BY j.queue
-) AS per
-GROUP BY per.queue
-ORDER BY per.queue;
+    SELECT (SELECT j.queue FROM {schema}.jobs AS j
+            WHERE j.state = 'dead' AND j.queue > d.queue ORDER BY j.queue LIMIT 1)
+    FROM dead AS d WHERE d.queue IS NOT NULL
+), running AS (
+    SELECT j.queue, count(*) AS n FROM {schema}.jobs AS j
+    WHERE j.state = 'running' GROUP BY j.queue
+), queues(queue) AS (
+    SELECT queue FROM ready WHERE queue IS NOT NULL
+    UNION SELECT queue FROM limited WHERE queue IS NOT NULL
+    UNION SELECT queue FROM dead WHERE queue IS NOT NULL
+    UNION SELECT queue FROM running
+)
+SELECT q.queue,
+       least(%(cap)s::integer, (
+           SELECT count(*) FROM (SELECT FROM {schema}.jobs AS j
+               WHERE j.state = 'ready' AND j.limit_key IS NULL AND j.queue = q.queue
+                 AND j.available_at <= now()
+               ORDER BY j.available_at LIMIT %(cap)s::integer) AS c) + (
+           SELECT count(*) FROM (SELECT FROM {schema}.jobs AS j
+               WHERE j.state = 'ready' AND j.limit_key IS NOT NULL AND j.queue = q.queue
+                 AND j.available_at <= now()
+               ORDER BY j.available_at LIMIT %(cap)s::integer) AS c)),
+       least(%(cap)s::integer, (
+           SELECT count(*) FROM (SELECT FROM {schema}.jobs AS j
+               WHERE j.state = 'ready' AND j.limit_key IS NULL AND j.queue = q.queue
+                 AND j.available_at > now()
+               ORDER BY j.available_at LIMIT %(cap)s::integer) AS c) + (
+           SELECT count(*) FROM (SELECT FROM {schema}.jobs AS j
+               WHERE j.state = 'ready' AND j.limit_key IS NOT NULL AND j.queue = q.queue
+                 AND j.available_at > now()
+               ORDER BY j.available_at LIMIT %(cap)s::integer) AS c)),
+       coalesce((SELECT r.n FROM running AS r WHERE r.queue = q.queue), 0),
+       (SELECT count(*) FROM (SELECT FROM {schema}.jobs AS j
+            WHERE j.state = 'dead' AND j.queue = q.queue LIMIT %(cap)s::integer) AS c),
+       extract(epoch FROM now() - least(
+           (SELECT j.available_at FROM {schema}.jobs AS j
+            WHERE j.state = 'ready' AND j.limit_key IS NULL AND j.queue = q.queue
+              AND j.available_at <= now() ORDER BY j.available_at LIMIT 1),
+           (SELECT j.available_at FROM {schema}.jobs AS j
+            WHERE j.state = 'ready' AND j.limit_key IS NOT NULL AND j.queue = q.queue
+              AND j.available_at <= now() ORDER BY j.available_at LIMIT 1)))::float8
+FROM queues AS q
+ORDER BY q.queue;
 
 -- name: queue_finished
 -- Per queue: jobs that succeeded and that went dead in the last `window` seconds, a range

@@ -191,11 +191,11 @@ class JobStore:
             rows = conn.execute(self.q["job_trace_contexts"], {"ids": list(ids)}).fetchall()
         return [(int(r[0]), r[1]) for r in rows]
 
-    def job_next_available(self, queues: Sequence[str]) -> float | None:
-        """Seconds until the next ready job of `queues` is due; None if there is none."""
+    def job_next_available(self, queues: Sequence[str], since: float = 0.0) -> float | None:
+        """Seconds until a job a plain claim `since` s ago could take falls due; None: none."""
+        params = {"queues": list(queues), "since": since}
         with translated("next-available lookup failed", self.where), self.pool.connection() as conn:
-            row = conn.execute(self.q["job_next_available"], {"queues": list(queues)}).fetchone()
-        return None if row is None else float(row[0])
+            return _seconds(conn.execute(self.q["job_next_available"], params).fetchone())
 
     def lease_renew_many(
         self, held: Sequence[tuple[int, int]], owner: str, lease: float
@@ -400,6 +400,10 @@ def completion(
     if not any(d[2] is not None or d[3] is not None for d in done):
         return q["job_complete_many"], {**_leases(done), "owner": owner}
     return q["job_complete_many_values"], {**_leases(done, results=2, progress=3), "owner": owner}
+
+
+def _seconds(row: Sequence[Any] | None) -> float | None:
+    return None if row is None else float(row[0])
 
 
 def _leases(held: Sequence[tuple[Any, ...]], **columns: int) -> dict[str, list[Any]]:

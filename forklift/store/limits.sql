@@ -556,7 +556,9 @@ FROM cut_short AS s LEFT JOIN claimed AS c ON true;
 -- freed concurrency slot notifies). A window counts if it was full when the claim ran,
 -- `since` seconds ago (the worker's own clock; no skew): one that has freed since then
 -- gives 0, claim again now, rather than nothing, which would sleep a whole poll
--- interval while the window stands open.
+-- interval while the window stands open. A delayed job counts if it fell due after the
+-- claim: one due before, it passed over (held back by a full key), and one due since
+-- gives 0. Each queue's next is one probe of each due-time index (migration 0011).
 SELECT CASE WHEN w.at IS NOT NULL THEN greatest(0, w.at) END::float8
 FROM (SELECT least(
     (SELECT min({schema}.limit_window_frees(w.newest, w.counts, l.per / 100))
@@ -568,8 +570,19 @@ FROM (SELECT least(
        AND {schema}.limit_window_used(w.newest, w.counts,
              floor((extract(epoch FROM clock_timestamp()) - %(since)s::float8)
                    / (l.per / 100))::bigint) >= l.rate),
-    (SELECT extract(epoch FROM min(available_at) - now()) FROM {schema}.jobs
-     WHERE state = 'ready' AND queue = ANY(%(queues)s::text[]) AND available_at > now())
+    (SELECT extract(epoch FROM min(f.available_at) - now())
+     FROM unnest(%(queues)s::text[]) AS q(name),
+     LATERAL (
+        (SELECT j.available_at FROM {schema}.jobs j
+         WHERE j.state = 'ready' AND j.limit_key IS NULL AND j.queue = q.name
+           AND j.available_at > now() - make_interval(secs => %(since)s::float8)
+         ORDER BY j.available_at LIMIT 1)
+        UNION ALL
+        (SELECT j.available_at FROM {schema}.jobs j
+         WHERE j.state = 'ready' AND j.limit_key IS NOT NULL AND j.queue = q.name
+           AND j.available_at > now() - make_interval(secs => %(since)s::float8)
+         ORDER BY j.available_at LIMIT 1)
+     ) AS f)
 ) AS at) AS w;
 
 -- name: limit_declare_lock

@@ -110,8 +110,12 @@ FROM STDIN;
 -- lost. One statement. The expiry scan is gated: workers ask for it now and then, not
 -- on every claim, since it walks every running row. Paused queues are skipped, and so are
 -- the jobs of limited tasks (a limit's key stored: the claim under limits takes them).
-WITH ready AS (
-    SELECT c.id, c.priority, c.available_at
+-- It locks no job it does not take (a job locked here is one another claim skips): the
+-- queues' lines are merged unlocked (`line`), then each queue's share of the first
+-- `limit` is locked (`ready`, past what other claims hold), and what a queue could not
+-- give, others' next in line give (`topped`).
+WITH line AS (
+    SELECT c.id, c.priority, c.available_at, q.name AS queue
     FROM unnest(%(queues)s::text[]) AS q(name),
     LATERAL (
         SELECT j.id, j.priority, j.available_at
@@ -120,7 +124,6 @@ WITH ready AS (
           AND j.available_at <= now()
         ORDER BY j.priority DESC, j.available_at, j.id
         LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
     ) AS c
     WHERE q.name NOT IN (SELECT p.queue FROM {schema}.paused_queues AS p)
 ), expired AS (
@@ -133,8 +136,40 @@ WITH ready AS (
     ORDER BY j.priority DESC, j.available_at, j.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+), share AS (
+    -- Each queue's place among the first `limit` in line, the lost jobs counted in.
+    SELECT f.queue, count(*) AS n FROM (
+        SELECT l.queue, l.priority, l.available_at, l.id FROM line AS l
+        UNION ALL SELECT NULL, e.priority, e.available_at, e.id FROM expired AS e
+        ORDER BY priority DESC, available_at, id
+        LIMIT %(limit)s
+    ) AS f
+    WHERE f.queue IS NOT NULL
+    GROUP BY f.queue
+), ready AS (
+    SELECT c.id, c.priority, c.available_at
+    FROM share AS s,
+    LATERAL (
+        SELECT j.id, j.priority, j.available_at
+        FROM {schema}.jobs j
+        WHERE j.state = 'ready' AND j.limit_key IS NULL AND j.queue = s.queue
+          AND j.available_at <= now()
+        ORDER BY j.priority DESC, j.available_at, j.id
+        LIMIT s.n
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+), topped AS (
+    SELECT j.id, j.priority, j.available_at
+    FROM {schema}.jobs j
+    WHERE j.id = ANY(ARRAY(SELECT l.id FROM line AS l
+                           WHERE l.id NOT IN (SELECT r.id FROM ready AS r)))
+      AND j.state = 'ready' AND j.limit_key IS NULL AND j.available_at <= now()
+    ORDER BY j.priority DESC, j.available_at, j.id
+    LIMIT (SELECT coalesce(sum(s.n), 0) FROM share AS s) - (SELECT count(*) FROM ready)
+    FOR UPDATE SKIP LOCKED
 ), picked AS (
-    SELECT id FROM (SELECT * FROM expired UNION ALL SELECT * FROM ready) AS p
+    SELECT id FROM (SELECT * FROM expired UNION ALL SELECT * FROM ready
+                    UNION ALL SELECT * FROM topped) AS p
     ORDER BY priority DESC, available_at, id
     LIMIT %(limit)s
 )
@@ -160,11 +195,12 @@ RETURNING {_claimed};
 -- every run (a generic plan knows no limit and scans a whole backlog: 22 ms a claim of
 -- one among 1,000,000 ready jobs, against 0.5 ms), and job_claim's planning was half
 -- the time an idle worker took to claim a new job (0.5 of 1.0 ms, fsync included).
--- A claim that did not fill also says, in a last column of each row, when the next ready
--- job of the queue is due (as job_next_available, the jobs it took left out: the
--- statement's snapshot still sees them ready). The worker then sleeps until then without
--- a lookup of its own, which kept the GIL from the thread starting the job it had just
--- claimed (0.1 ms of a job's start). A claim that filled does not look.
+-- A claim that did not fill also says, in a last column of each row, when the next job
+-- it could take falls due (as job_next_available: a job due now that it did not take is
+-- another claim's, or under a limit; the jobs it took, which its snapshot still sees
+-- ready, are due now too). The worker then sleeps until then without a lookup of its own,
+-- which kept the GIL from the thread starting the job it had just claimed (0.1 ms of a
+-- job's start). A claim that filled does not look.
 WITH picked AS (
     SELECT j.id
     FROM {schema}.jobs j
@@ -184,10 +220,10 @@ UPDATE {schema}.jobs AS j SET
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND {_claim_commit}
 RETURNING {_claimed},
     CASE WHEN (SELECT count(*) FROM picked) < %(limit)s THEN (
-        SELECT greatest(0, extract(epoch FROM n.available_at - now()))::float8
+        SELECT extract(epoch FROM n.available_at - now())::float8
         FROM {schema}.jobs AS n
-        WHERE n.state = 'ready' AND n.queue = %(queue)s::text
-          AND n.id <> ALL(ARRAY(SELECT id FROM picked))
+        WHERE n.state = 'ready' AND n.limit_key IS NULL AND n.queue = %(queue)s::text
+          AND n.available_at > now()
         ORDER BY n.available_at
         LIMIT 1
     ) END;
@@ -214,12 +250,23 @@ j.id, j.queue, j.task, j.args, j.idempotency_key, j.priority, j.attempts,
     greatest(0, extract(epoch FROM now() - j.available_at))::float8, j.batch_id
 
 -- name: job_next_available
--- Seconds until the earliest ready job of the given queues, paused ones left out, is due
--- (database clock).
-SELECT greatest(0, extract(epoch FROM available_at - now()))::float8 FROM {schema}.jobs
-WHERE state = 'ready' AND queue = ANY(%(queues)s::text[])
-  AND queue NOT IN (SELECT p.queue FROM {schema}.paused_queues AS p)
-ORDER BY available_at
+-- Seconds until the next job a plain claim of the given queues could take falls due,
+-- paused queues left out (database clock; no row: none). Only jobs due after the claim
+-- this follows, `since` seconds ago (the worker's clock): one due by then that the claim
+-- did not take was another claim's or under a limit (not the plain claim's), and
+-- answering "now" for it would have the worker claim and look again without end.
+-- Through jobs_ready_due_idx, one probe per queue whatever other queues hold.
+SELECT greatest(0, extract(epoch FROM f.available_at - now()))::float8
+FROM unnest(%(queues)s::text[]) AS q(name),
+LATERAL (
+    SELECT j.available_at FROM {schema}.jobs j
+    WHERE j.state = 'ready' AND j.limit_key IS NULL AND j.queue = q.name
+      AND j.available_at > now() - make_interval(secs => %(since)s::float8)
+    ORDER BY j.available_at
+    LIMIT 1
+) AS f
+WHERE q.name NOT IN (SELECT p.queue FROM {schema}.paused_queues AS p)
+ORDER BY f.available_at
 LIMIT 1;
 
 -- name: lease_renew_many

@@ -103,4 +103,4 @@ class Claimer:
         if self._due is not None:  # the last claim looked, in its own round trip
             (due, at), self._due = self._due, None
             return None if due is None else max(0.0, due - (time.monotonic() - at))
-        return self.store.job_next_available(self.queues)
+        return self.store.job_next_available(self.queues, since)

@@ -22,6 +22,7 @@ CHUNK = 1_000_000  # finished rows per INSERT while filling
 # A query added without an entry here fails on its missing parameters, not silently.
 PARAMS: dict[str, list[dict[str, Any]]] = {
     "queue_finished": [{"window": 60.0}, {"window": 3600.0}],
+    "queue_depth": [{"cap": 10_000}],
     "queue_pause": [{"queue": "q1", "by": "op@host"}],
     "queue_resume": [{"queue": "q1"}],
     "queue_limit_lock": [{"queue": "q1"}],
@@ -326,3 +327,116 @@ def test_a_write_over_many_leases_looks_each_up_once_in_a_generic_plan(
     assert row is not None
     plan = row[0][0]["Plan"]
     assert rows_walked(plan) <= 40 * LEASES, json.dumps(plan, indent=1)  # not LEASES²
+
+
+# -- bounded whatever other queues hold ----------------------------------------------
+
+ELSEWHERE = 1_000_000  # jobs of another queue
+
+
+def fill_elsewhere(db: psycopg.Connection[Any], schema: str) -> None:
+    """`ELSEWHERE` jobs in queue `other`, due before anything of q1's: 40% ready and due,
+    20% ready and due under a limit's key (held back), 20% ready and due later, 10% dead,
+    10% succeeded; and a few of each kind in q1 (the queue asked about). Then VACUUM
+    ANALYZE, as autovacuum would."""
+    db.execute(
+        f"""INSERT INTO {schema}.jobs
+            (queue, task, state, attempts, limit_key, available_at, completed_at)
+        SELECT 'other', 't' || (i %% 7), k.state::{schema}.job_state,
+               CASE WHEN k.state = 'ready' THEN 0 ELSE 1 END,
+               CASE WHEN i %% 10 IN (4, 5) THEN 'k' || (i %% 3) END,
+               now() + make_interval(secs => CASE WHEN i %% 10 IN (6, 7) THEN 600 + i
+                                                  ELSE -3600 - i END),
+               CASE WHEN k.state <> 'ready' THEN now() - make_interval(secs => i) END
+        FROM generate_series(1, %(n)s::integer) AS i,
+        LATERAL (SELECT CASE WHEN i %% 10 = 8 THEN 'dead' WHEN i %% 10 = 9 THEN 'succeeded'
+                             ELSE 'ready' END AS state) AS k""",
+        {"n": ELSEWHERE},
+    )
+    db.execute(
+        f"""INSERT INTO {schema}.jobs (queue, task, limit_key, available_at)
+        SELECT 'q1', 't' || (i % 7), CASE WHEN i % 3 = 0 THEN 'k' END,
+               now() + make_interval(secs => CASE WHEN i % 4 = 0 THEN 60 ELSE -i END)
+        FROM generate_series(1, 20) AS i"""
+    )
+    db.execute(f"VACUUM ANALYZE {schema}.jobs")
+
+
+def rows_read(plan: dict[str, Any]) -> int:
+    """Rows every node of an EXPLAIN ANALYZE plan produced or read and threw away (by a
+    filter), over all its loops: what a statement walked."""
+    loops = int(plan.get("Actual Loops", 1))
+    own = sum(
+        int(plan.get(k, 0))
+        for k in ("Actual Rows", "Rows Removed by Filter", "Rows Removed by Join Filter")
+    )
+    return own * loops + sum(rows_read(child) for child in plan.get("Plans", []))
+
+
+def walked(db: psycopg.Connection[Any], sql: str, params: dict[str, Any]) -> int:
+    """Rows `sql` walks when run (in a transaction rolled back: claims write)."""
+    with db.transaction(force_rollback=True):
+        row = db.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params).fetchone()
+    assert row is not None
+    return rows_read(row[0][0]["Plan"])
+
+
+BOUND = 2_000  # rows a hot statement may walk here: q1's few, a claim's limit, no more
+
+
+def test_hot_statements_are_bounded_by_an_index_whatever_other_queues_hold(
+    db: psycopg.Connection[Any], schema: str
+) -> None:
+    """A worker's claims and its idle lookups (with and without limits), the producer's
+    depth check and the autoscaler's backlog, on a queue with a few jobs beside a million
+    of another queue (due sooner, held back under a limit, delayed, finished): each walks
+    a few rows, not the other queue's. The next-due lookups walked every ready job of
+    every queue due sooner (50 ms an idle wait at 300,000)."""
+    fill_elsewhere(db, schema)
+    db.execute(
+        f"INSERT INTO {schema}.limits (scope, name, concurrency, keyed, key_arg)"
+        " VALUES ('task', 't1', 1, true, 'k'), ('task', 't2', 3, false, NULL)"
+    )
+    store = _sql.load("forklift.store", "queries.sql", schema)
+    limits = _sql.load("forklift.store", "limits.sql", schema)
+    supervisor = _sql.load("forklift.supervisor", "queries.sql", schema)
+    params = {
+        "queue": "q1", "queues": ["q1"], "tasks": ["t1", "t2", "t3"], "owner": "host:1:w",
+        "limit": 128, "lease": 30.0, "expired": False, "alone": True, "since": 0.01,
+        "upto": 1000, "cap": 10_000, "shared": False, "lanes": 4, "lane_claim": 256,
+        "visit": 64, "keys": 32, "rekey": 256, "after_queues": ["q1"], "after_tasks": ["t1"],
+        "after_keys": ["k"],
+    }  # fmt: skip
+    statements: list[tuple[str, str, dict[str, Any]]] = [
+        ("job_claim_one", store["job_claim_one"], {}),
+        ("job_claim_one limit 1", store["job_claim_one"], {"limit": 1}),
+        ("job_claim one queue, expired", store["job_claim"], {"expired": True}),
+        ("job_claim two queues", store["job_claim"], {"queues": ["q1", "q2"]}),
+        ("job_next_available", store["job_next_available"], {}),
+        ("limits_apply", limits["limits_apply"], {}),
+        ("limit_wake", limits["limit_wake"], {}),
+        ("queue_depth (producer)", limits["queue_depth"], {}),
+        ("job_backlog", supervisor["job_backlog"], {}),
+    ]
+    read = {name: walked(db, sql, {**params, **extra}) for name, sql, extra in statements}
+    with db.transaction(force_rollback=True):
+        db.execute(limits["limit_lock"], params)
+        for name in ("job_claim_limited", "job_claim_shared"):
+            read[name] = walked(db, limits[name], params)
+    assert {name: n for name, n in read.items() if n > BOUND} == {}
+
+
+def test_queue_depth_reads_a_capped_count_whatever_the_queues_hold(
+    db: psycopg.Connection[Any], schema: str
+) -> None:
+    """The queue gauges (every second, per replica and per dashboard tab) counted every
+    ready, running and dead job of every queue: with a million in another queue, they
+    read that million each time. Counted up to the cap, they read a few times the cap,
+    and say exactly what a queue under the cap holds."""
+    fill_elsewhere(db, schema)
+    cap = 1_000
+    sql = _sql.load("forklift.admin", "queries.sql", schema)["queue_depth"]
+    assert walked(db, sql, {"cap": cap}) <= 10 * cap + BOUND  # (rows each node produced)
+    rows = {r[0]: r[1:5] for r in db.execute(sql, {"cap": cap})}
+    assert rows["other"] == (cap, cap, 0, cap)  # each: `cap` or more
+    assert rows["q1"] == (15, 5, 0, 0)  # exact, under the cap
