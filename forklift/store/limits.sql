@@ -37,6 +37,20 @@ WHERE (l.concurrency IS NOT NULL OR l.rate IS NOT NULL)
   AND ((l.scope = 'task' AND l.name = ANY(%(tasks)s::text[]))
     OR (l.scope = 'queue' AND l.name = ANY(%(queues)s::text[])));
 
+-- name: _owner_vouched
+-- A fragment, not a query: whether the liveness lock vouching for the lease owner of job
+-- `j` is held now; the same test as queries.sql's `_owner_vouched` (see there), which
+-- keeps a live worker's jobs through an outage longer than their lease.
+(('x' || left(encode(sha256(convert_to(
+        'forklift:liveness:' || btrim('{schema}', '"') || ':' || CASE
+            WHEN strpos(j.lease_owner, '@') = 0 THEN j.lease_owner
+            ELSE split_part(j.lease_owner, ':', 1) || ':'
+                 || replace(split_part(j.lease_owner, '@', 2), '.', ':') END,
+        'UTF8')), 'hex'), 16))::bit(64) >> 1)::bigint IN (
+    SELECT (l.classid::bigint << 32) | l.objid::bigint FROM pg_locks AS l
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+
 -- name: job_claim_shared
 -- job_claim on the shared path, after limit_lock (shared): the plain claim of up to
 -- `lane_claim` jobs (none under a limit it does not hold), taken only if a lane was free
@@ -113,6 +127,7 @@ WITH held AS (
       AND j.queue NOT IN (SELECT u.name FROM unheld u WHERE u.scope = 'queue')
       AND j.task NOT IN (SELECT u.name FROM unheld u WHERE u.scope = 'task')
       AND j.attempts < j.max_attempts AND j.queue = ANY(%(queues)s::text[])
+      AND NOT {_owner_vouched}
     ORDER BY j.priority DESC, j.available_at, j.id
     LIMIT least(%(limit)s, %(lane_claim)s)
     FOR UPDATE SKIP LOCKED
@@ -350,6 +365,7 @@ WITH RECURSIVE held AS (
     WHERE %(expired)s::boolean AND j.state = 'running' AND j.lease_until < now()
       AND j.queue NOT IN (SELECT p.queue FROM {schema}.paused_queues AS p)
       AND j.attempts < j.max_attempts AND j.queue = ANY(%(queues)s::text[])
+      AND NOT {_owner_vouched}
     ORDER BY j.priority DESC, j.available_at, j.id
     LIMIT %(limit)s
 ), candidates AS (

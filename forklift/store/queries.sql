@@ -22,6 +22,27 @@ LATERAL (
         FOR UPDATE
     ) AS j
 
+-- name: _owner_vouched
+-- A fragment, not a query: whether some session holds, now, the liveness lock that
+-- vouches for the lease owner of job `j` (its supervisor's for a child,
+-- `host:pid:nonce@spid.snonce`, else its own: _ids.liveness_holder), keyed as
+-- _locks.lock_key keys it: the first 63 bits of the SHA-256 of
+-- `forklift:liveness:<schema>:<holder>`. An expired lease whose owner is vouched for is
+-- a live worker's that was cut off for longer than its lease (an outage): its renewer
+-- takes the lease back on its return, so the job is neither re-run nor dead-lettered
+-- meanwhile (DESIGN invariant 14). Asked only of rows whose lease already ran out: its
+-- cost puts it after every cheaper test, and pg_locks is read once per statement (a
+-- hashed subplan), only when such a row is met.
+(('x' || left(encode(sha256(convert_to(
+        'forklift:liveness:' || btrim('{schema}', '"') || ':' || CASE
+            WHEN strpos(j.lease_owner, '@') = 0 THEN j.lease_owner
+            ELSE split_part(j.lease_owner, ':', 1) || ':'
+                 || replace(split_part(j.lease_owner, '@', 2), '.', ':') END,
+        'UTF8')), 'hex'), 16))::bit(64) >> 1)::bigint IN (
+    SELECT (l.classid::bigint << 32) | l.objid::bigint FROM pg_locks AS l
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+
 -- name: job_insert
 -- Insert one job; with an idempotency key already taken, insert nothing.
 INSERT INTO {schema}.jobs
@@ -130,6 +151,7 @@ WITH ready AS (
     WHERE %(expired)s::boolean AND j.state = 'running' AND j.lease_until < now()
       AND j.queue NOT IN (SELECT p.queue FROM {schema}.paused_queues AS p)
       AND j.attempts < j.max_attempts AND j.queue = ANY(%(queues)s::text[])
+      AND NOT {_owner_vouched}
     ORDER BY j.priority DESC, j.available_at, j.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -326,7 +348,8 @@ WITH mine AS (
 SELECT released.id FROM released, woken;
 
 -- name: job_rescue_exhausted
--- Expired leases with no attempts left go dead (lost to a vanished worker).
+-- Expired leases with no attempts left go dead (lost to a vanished worker; a worker
+-- whose liveness lock is held again after an outage keeps its jobs).
 UPDATE {schema}.jobs AS j SET
     state = 'dead', completed_at = now(), lease_owner = NULL, lease_until = NULL,
     last_error = 'LeaseExpired: lease of ' || j.lease_owner || ' expired, no attempts left',
@@ -334,8 +357,9 @@ UPDATE {schema}.jobs AS j SET
         'attempt', j.attempts, 'at', now(), 'worker', j.lease_owner,
         'error', 'LeaseExpired: lease of ' || j.lease_owner || ' expired, no attempts left')
 WHERE j.id IN (
-    SELECT id FROM {schema}.jobs
-    WHERE state = 'running' AND lease_until < now() AND attempts >= max_attempts
+    SELECT j.id FROM {schema}.jobs AS j
+    WHERE j.state = 'running' AND j.lease_until < now() AND j.attempts >= j.max_attempts
+      AND NOT {_owner_vouched}
     LIMIT 1000
     FOR UPDATE SKIP LOCKED
 )
