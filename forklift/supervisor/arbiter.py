@@ -116,6 +116,7 @@ class Supervisor:
             self.fanout,
             totals=self.totals,
             close_in_child=self.ops.close_in_child,
+            vouch=self.session.vouch,
         )
 
     def _db_services(

@@ -15,6 +15,7 @@ from typing import NoReturn
 from forklift.app import App
 from forklift.metrics import Tally
 from forklift.shared_counts import SharedCounts
+from forklift.shared_vouch import SharedVouch
 from forklift.store import ClaimedJob
 from forklift.supervisor.config import SupervisorConfig
 from forklift.supervisor.reports import Reporter
@@ -48,6 +49,8 @@ class ChildSpec:
     # Its claim loop's self-pipe (read, write), whose write end the parent's session
     # thread has too: a new job's NEWS (session.HintFanout).
     wake_fds: tuple[int, int] | None = None
+    # Whether its supervisor's liveness lock is held now: it claims only while it is.
+    vouch: SharedVouch | None = None
 
 
 def child_main(app: App, config: SupervisorConfig, spec: ChildSpec) -> NoReturn:
@@ -84,6 +87,7 @@ def _run(app: App, config: SupervisorConfig, spec: ChildSpec) -> int:
         hints_fd=spec.hint_fd,
         wakeup=Wakeup(spec.wake_fds) if spec.wake_fds is not None else None,
         on_waiting=title.waiting,
+        vouch=spec.vouch,
     )
     _handle_signals(worker)
     soft_limit = int(config.max_memory_per_child * 2**20) if config.max_memory_per_child else None

@@ -15,6 +15,7 @@ from forklift._ids import child_owner
 from forklift.app import App
 from forklift.metrics import Totals
 from forklift.shared_counts import SharedCounts
+from forklift.shared_vouch import SharedVouch
 from forklift.supervisor.boot import ChildSpec, child_main
 from forklift.supervisor.child import Child, Children
 from forklift.supervisor.config import SupervisorConfig
@@ -34,6 +35,7 @@ class Spawner:
         *,
         totals: Totals,
         close_in_child: Callable[[], None],
+        vouch: SharedVouch | None = None,
     ) -> None:
         self.config = config
         self.children = children
@@ -42,6 +44,7 @@ class Spawner:
         self.supervisor_id = ""  # set by the supervisor's run(): children's owners name it
         self.totals = totals  # where the children's metric reports are summed
         self.close_in_child = close_in_child
+        self.vouch = vouch  # whether the session's liveness lock vouches for the children
 
     def spawn(self, app: App, total: int, generation: int, index: int | None = None) -> Child:
         """Fork a child running `app` in slot `index` (default: the lowest free one); the
@@ -72,7 +75,9 @@ class Spawner:
             os.close(read_fd)
             os.close(hint_write)
             owner = child_owner(self.supervisor_id, os.getpid(), nonce)
-            spec = ChildSpec(index, total, owner, write_fd, parent_pid, hint_read, counts, wake_fds)
+            spec = ChildSpec(
+                index, total, owner, write_fd, parent_pid, hint_read, counts, wake_fds, self.vouch
+            )
             self._become_child(app, spec)
         os.close(write_fd)
         os.close(hint_read)

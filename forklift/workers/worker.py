@@ -32,6 +32,7 @@ from forklift.backoff import Backoff, Streak
 from forklift.batch import Batch
 from forklift.errors import DatabaseError, SchemaMissing
 from forklift.metrics import Tally
+from forklift.shared_vouch import SharedVouch
 from forklift.store import Claim, ClaimedJob, Completion
 from forklift.store.batches import BatchStore
 from forklift.store.limits import Applying
@@ -127,10 +128,12 @@ class Worker:
         hints_fd: int | None = None,
         on_waiting: Callable[[str | None], None] | None = None,
         wakeup: Wakeup | None = None,
+        vouch: SharedVouch | None = None,
     ) -> None:
         self.app = app
         self._waiting = Waiting(on_waiting)
         self.hints_fd = hints_fd  # a supervisor's child: its hints pipe (services.py)
+        self.vouch = vouch  # a supervisor's child: whether its supervisor's lock is held
         self.config = config or WorkerConfig()
         self.owner = owner or ""
         self.on_job_start = on_job_start
@@ -199,6 +202,7 @@ class Worker:
             ServiceDeps(
                 cfg, self.store, self.app.dsn, self._timeouts, self.owner, self.holdings,
                 self.events, self._wakeup, self.tally, self.on_job_cancel, hints, self.ends,
+                self.vouch,
             )
         )  # fmt: skip
         self.runs = JobRuns(
