@@ -176,6 +176,7 @@ class Supervisor:
         )
         try:
             self.maintain_count()  # the first children: forked with no other thread (spawner.py)
+            self.ops.start_session()  # its lock vouches for them: they claim once it is held
             self.ops.start(self.served().routes)
             self._loop()
         finally:
