@@ -39,9 +39,12 @@ WHERE (l.concurrency IS NOT NULL OR l.rate IS NOT NULL)
 
 -- name: _owner_vouched
 -- A fragment, not a query: whether the liveness lock vouching for the lease owner of job
--- `j` is held now; the same test as queries.sql's `_owner_vouched` (see there), which
+-- `j` is held now (or its lease ran out while the server was down, and the server started
+-- under 5 s ago); the same test as queries.sql's `_owner_vouched` (see there), which
 -- keeps a live worker's jobs through an outage longer than their lease.
-(('x' || left(encode(sha256(convert_to(
+((j.lease_until < pg_postmaster_start_time()
+      AND now() < pg_postmaster_start_time() + interval '5 seconds')
+  OR (('x' || left(encode(sha256(convert_to(
         'forklift:liveness:' || btrim('{schema}', '"') || ':' || CASE
             WHEN strpos(j.lease_owner, '@') = 0 THEN j.lease_owner
             ELSE split_part(j.lease_owner, ':', 1) || ':'
@@ -49,7 +52,7 @@ WHERE (l.concurrency IS NOT NULL OR l.rate IS NOT NULL)
         'UTF8')), 'hex'), 16))::bit(64) >> 1)::bigint IN (
     SELECT (l.classid::bigint << 32) | l.objid::bigint FROM pg_locks AS l
     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())))
 
 -- name: job_claim_shared
 -- job_claim on the shared path, after limit_lock (shared): the plain claim of up to

@@ -30,10 +30,15 @@ LATERAL (
 -- `forklift:liveness:<schema>:<holder>`. An expired lease whose owner is vouched for is
 -- a live worker's that was cut off for longer than its lease (an outage): its renewer
 -- takes the lease back on its return, so the job is neither re-run nor dead-lettered
--- meanwhile (DESIGN invariant 14). Asked only of rows whose lease already ran out: its
--- cost puts it after every cheaper test, and pg_locks is read once per statement (a
--- hashed subplan), only when such a row is met.
-(('x' || left(encode(sha256(convert_to(
+-- meanwhile (DESIGN invariant 14). A lease that ran out while the server was down
+-- counts as vouched for in the first 5 s after the server started: every session began
+-- anew, and a live supervisor whose session is back a moment after a peer's (a slow
+-- connect) must not lose its workers' jobs to that peer. Asked only of rows whose lease
+-- already ran out: its cost puts it after every cheaper test, and pg_locks is read once
+-- per statement (a hashed subplan), only when such a row is met.
+((j.lease_until < pg_postmaster_start_time()
+      AND now() < pg_postmaster_start_time() + interval '5 seconds')
+  OR (('x' || left(encode(sha256(convert_to(
         'forklift:liveness:' || btrim('{schema}', '"') || ':' || CASE
             WHEN strpos(j.lease_owner, '@') = 0 THEN j.lease_owner
             ELSE split_part(j.lease_owner, ':', 1) || ':'
@@ -41,7 +46,7 @@ LATERAL (
         'UTF8')), 'hex'), 16))::bit(64) >> 1)::bigint IN (
     SELECT (l.classid::bigint << 32) | l.objid::bigint FROM pg_locks AS l
     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())))
 
 -- name: job_insert
 -- Insert one job; with an idempotency key already taken, insert nothing.

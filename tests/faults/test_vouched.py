@@ -80,6 +80,57 @@ def test_an_outage_longer_than_the_lease_charges_no_live_worker(
         fleet.kill()
 
 
+def test_after_a_restart_a_peer_waits_for_owners_whose_locks_come_back_late(
+    cluster: Cluster,
+    workload: Workload,
+    proxy: Proxy,
+    producer: forklift.App,
+    tmp_path: Path,
+    runs_log: Path,
+) -> None:
+    # Supervisor A runs three 20 s jobs; B, idle beside it, is back the moment the
+    # database restarts, A's session (its liveness lock) 0.6 s later, within a peer's
+    # second sighting (supervisor/deaths.py): A's workers are alive all along, and a
+    # peer back first must not take their expired leases.
+    args = ["--lease", "6s", "--grace", "5s"]
+    a = sleepers_fleet(workload, tmp_path, ["--workers", "3", *args], runs_log, workload.dsn)
+    a.env["FORKLIFT_SESSION_DATABASE_URL"] = proxy.dsn_through(workload.dsn)
+    b = sleepers_fleet(workload, tmp_path, ["--workers", "2", *args], runs_log, workload.dsn)
+    b.app = "tests.faults.sleepers:app"
+    try:
+        a.start()
+        a.wait_ready()
+        producer.enqueue_many(
+            [
+                forklift.JobSpec("sleeper", {"key": f"k{i}", "seconds": 20.0}, max_attempts=n)
+                for i, n in enumerate([3, 3, 1])
+            ]
+        )
+        wait_for(lambda: len(sleepers.runs(runs_log)) == 3, 20, 0.05, "three handlers running")
+        b.start()
+        b.wait_ready()
+        proxy.cut()
+        cluster.stop("fast")
+        time.sleep(9.0)
+        cluster.start()
+        time.sleep(0.6)
+        proxy.restore()
+        wait_for(lambda: workload.unfinished() == 0, 60, 0.2, "every job finished")
+        found = sleepers.runs(runs_log)
+        twice = sleepers.overlapping(found)
+        dead = workload.scalar(
+            "SELECT array_agg(args->>'key' ORDER BY id) FROM {s}.jobs WHERE state = 'dead'"
+        )
+        assert (twice, dead) == ([], None), (found, states(workload), a.output()[-4000:])
+        assert states(workload) == {"succeeded": 3}
+        a.check_alive()
+        b.check_alive()
+    finally:
+        proxy.restore()
+        a.kill()
+        b.kill()
+
+
 def claimed_since(workload: Workload, since: object) -> int:
     return int(workload.scalar("SELECT count(*) FROM {s}.jobs WHERE started_at > %s", since) or 0)
 
