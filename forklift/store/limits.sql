@@ -38,21 +38,23 @@ WHERE (l.concurrency IS NOT NULL OR l.rate IS NOT NULL)
     OR (l.scope = 'queue' AND l.name = ANY(%(queues)s::text[])));
 
 -- name: _owner_vouched
--- A fragment, not a query: whether the liveness lock vouching for the lease owner of job
--- `j` is held now (or its lease ran out while the server was down, and the server started
--- under 5 s ago); the same test as queries.sql's `_owner_vouched` (see there), which
--- keeps a live worker's jobs through an outage longer than their lease.
+-- A fragment, not a query: whether the lease owner of job `j`, whose lease ran out, is a
+-- live worker back from an outage (its liveness lock taken again since), or the server
+-- restarted under 5 s ago; the same test as queries.sql's `_owner_vouched` (see there).
 ((j.lease_until < pg_postmaster_start_time()
       AND now() < pg_postmaster_start_time() + interval '5 seconds')
-  OR (('x' || left(encode(sha256(convert_to(
-        'forklift:liveness:' || btrim('{schema}', '"') || ':' || CASE
-            WHEN strpos(j.lease_owner, '@') = 0 THEN j.lease_owner
-            ELSE split_part(j.lease_owner, ':', 1) || ':'
-                 || replace(split_part(j.lease_owner, '@', 2), '.', ':') END,
-        'UTF8')), 'hex'), 16))::bit(64) >> 1)::bigint IN (
-    SELECT (l.classid::bigint << 32) | l.objid::bigint FROM pg_locks AS l
+  OR EXISTS (
+    SELECT 1 FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid
     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())))
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND ((l.classid::bigint << 32) | l.objid::bigint) = (('x' || left(encode(sha256(convert_to(
+            'forklift:liveness:' || btrim('{schema}', '"') || ':' || CASE
+                WHEN strpos(j.lease_owner, '@') = 0 THEN j.lease_owner
+                ELSE split_part(j.lease_owner, ':', 1) || ':'
+                     || replace(split_part(j.lease_owner, '@', 2), '.', ':') END,
+            'UTF8')), 'hex'), 16))::bit(64) >> 1)::bigint
+      AND a.backend_start > j.lease_until
+      AND a.backend_start > now() - interval '60 seconds'))
 
 -- name: job_claim_shared
 -- job_claim on the shared path, after limit_lock (shared): the plain claim of up to

@@ -1,7 +1,8 @@
-"""An expired lease whose owner is still vouched for (its liveness lock held: the worker
-is alive, cut off for longer than its lease by an outage) is neither re-claimed nor
-dead-lettered; one whose lock is free is (DESIGN invariants 4 and 14). Every path that
-takes an expired lease: the plain claim, both claims under limits, the rescue."""
+"""An expired lease whose owner is vouched for again (its liveness lock taken back since
+the lease ran out: the worker is alive, cut off for longer than its lease by an outage)
+is neither re-claimed nor dead-lettered; one whose lock is free, or held since before
+(a frozen worker), is (DESIGN invariants 4 and 14). Every path that takes an expired
+lease: the plain claim, both claims under limits, the rescue."""
 
 from __future__ import annotations
 
@@ -86,6 +87,22 @@ def test_the_claim_takes_an_expired_lease_only_once_its_owner_is_vouched_for_by_
     supervisor.close()  # the child's supervisor is gone: now the child's job is lost
     taken = app.store.job_claim(["default"], "peer:1:ff", 10, 30.0, expired=True)
     assert [j.id for j in taken] == [child]
+
+
+def test_a_lock_held_since_before_the_lease_ran_out_vouches_for_nothing(
+    app: forklift.App, db: Db, schema: str, vouch: Callable[[str], Db]
+) -> None:
+    # A worker frozen (SIGSTOP) or wedged keeps its session, and its lock, but renews
+    # nothing: it was not cut off, and its lease expires as ever.
+    (job_id,) = app.enqueue_many([("plain", {})])
+    vouch(ALONE)
+    db.execute(
+        f"UPDATE {schema}.jobs SET state = 'running', attempts = 1, lease_owner = %s,"
+        " started_at = now(), lease_until = clock_timestamp() WHERE id = %s",
+        (ALONE, job_id),
+    )
+    taken = app.store.job_claim(["default"], "peer:1:ff", 10, 30.0, expired=True)
+    assert [j.id for j in taken] == [job_id]
 
 
 def test_a_live_owner_renews_its_expired_lease_and_completes_its_job(
