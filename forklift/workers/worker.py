@@ -86,6 +86,11 @@ def effect_statement(app: App, job: ClaimedJob, config: WorkerConfig) -> float:
 # against a database that is down fails at once (connection refused, or "starting up");
 # a short cap is what lets work resume within a second of the database's return.
 CLAIM_RETRY = Backoff(base=0.1, factor=2.0, max=0.5, jitter=0.0)
+# Back from an outage, a worker looks at expired leases only this long after its last
+# failed claim, or after its liveness lock is back: the locks of live peers cut off with
+# it are back by then too (a session retakes its lock within a fifth of a second of the
+# database answering), so their expired leases are theirs again, not this worker's.
+EXPIRY_AFTER_OUTAGE = 1.5
 
 
 def batch_view(app: App, batch_id: int, reads: Reads) -> Batch:
@@ -251,6 +256,7 @@ class Worker:
             # Nothing is claimed without the liveness lock: a peer that finds it free
             # would charge whatever this worker claimed.
             if not self.services.wait_vouched(0.5):
+                next_expiry_check = max(next_expiry_check, time.monotonic() + EXPIRY_AFTER_OUTAGE)
                 continue
             self._wakeup.clear()  # wake-ups from now on are news to the claim below
             expired = time.monotonic() >= next_expiry_check
@@ -272,6 +278,7 @@ class Worker:
                 continue
             except DatabaseError as exc:
                 delay = claim_errors.failed()
+                next_expiry_check = max(next_expiry_check, began + delay + EXPIRY_AFTER_OUTAGE)
                 if repeats.worth_logging(exc):  # an outage: said once, then every 30 s
                     emit(log, "worker.claim_failed", logging.WARNING, error=exc, retry_in=delay)
                 self._wakeup.wait(delay)

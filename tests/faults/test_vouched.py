@@ -26,7 +26,9 @@ def runs_log(tmp_path: Path) -> Path:
 def sleepers_fleet(
     workload: Workload, tmp_path: Path, args: list[str], runs_log: Path, dsn: str
 ) -> Fleet:
-    fleet = Fleet.for_workload(workload, tmp_path, args, dsn, app="tests.faults.sleepers:app")
+    logdir = tmp_path / f"fleet-{len(list(tmp_path.glob('fleet-*')))}"  # one per fleet
+    logdir.mkdir()
+    fleet = Fleet.for_workload(workload, logdir, args, dsn, app="tests.faults.sleepers:app")
     fleet.env[sleepers.LOG_ENV] = str(runs_log)
     return fleet
 
@@ -80,7 +82,9 @@ def test_an_outage_longer_than_the_lease_charges_no_live_worker(
         fleet.kill()
 
 
-def test_after_a_restart_a_peer_waits_for_owners_whose_locks_come_back_late(
+@pytest.mark.parametrize("outage", ["restart", "network"])
+def test_after_an_outage_a_peer_waits_for_owners_whose_locks_come_back_late(
+    outage: str,
     cluster: Cluster,
     workload: Workload,
     proxy: Proxy,
@@ -89,14 +93,19 @@ def test_after_a_restart_a_peer_waits_for_owners_whose_locks_come_back_late(
     runs_log: Path,
 ) -> None:
     # Supervisor A runs three 20 s jobs; B, idle beside it, is back the moment the
-    # database restarts, A's session (its liveness lock) 0.6 s later, within a peer's
-    # second sighting (supervisor/deaths.py): A's workers are alive all along, and a
-    # peer back first must not take their expired leases.
+    # outage ends (the server restarted, or the network healed), A's session (its
+    # liveness lock) 0.6 s later, within a peer's second sighting (supervisor/deaths.py):
+    # A's workers are alive all along, and a peer back first must not take their
+    # expired leases.
     args = ["--lease", "6s", "--grace", "5s"]
-    a = sleepers_fleet(workload, tmp_path, ["--workers", "3", *args], runs_log, workload.dsn)
+    network = Proxy.to(cluster.dsn)  # everything but A's session: the workers' network
+    a = sleepers_fleet(
+        workload, tmp_path, ["--workers", "3", *args], runs_log, network.dsn_through(workload.dsn)
+    )
     a.env["FORKLIFT_SESSION_DATABASE_URL"] = proxy.dsn_through(workload.dsn)
-    b = sleepers_fleet(workload, tmp_path, ["--workers", "2", *args], runs_log, workload.dsn)
-    b.app = "tests.faults.sleepers:app"
+    b = sleepers_fleet(
+        workload, tmp_path, ["--workers", "2", *args], runs_log, network.dsn_through(workload.dsn)
+    )
     try:
         a.start()
         a.wait_ready()
@@ -110,9 +119,14 @@ def test_after_a_restart_a_peer_waits_for_owners_whose_locks_come_back_late(
         b.start()
         b.wait_ready()
         proxy.cut()
-        cluster.stop("fast")
-        time.sleep(9.0)
-        cluster.start()
+        if outage == "restart":
+            cluster.stop("fast")
+            time.sleep(9.0)
+            cluster.start()
+        else:
+            network.cut()
+            time.sleep(9.0)
+            network.restore()
         time.sleep(0.6)
         proxy.restore()
         wait_for(lambda: workload.unfinished() == 0, 60, 0.2, "every job finished")
@@ -127,6 +141,7 @@ def test_after_a_restart_a_peer_waits_for_owners_whose_locks_come_back_late(
         b.check_alive()
     finally:
         proxy.restore()
+        network.cut()
         a.kill()
         b.kill()
 
