@@ -41,7 +41,7 @@ WHERE (l.concurrency IS NOT NULL OR l.rate IS NOT NULL)
 -- A fragment, not a query: whether the lease owner of job `j`, whose lease ran out, is a
 -- live worker back from an outage (its liveness lock taken again since), or the server
 -- restarted under 5 s ago; the same test as queries.sql's `_owner_vouched` (see there).
-((j.lease_until < pg_postmaster_start_time()
+((j.lease_until < pg_postmaster_start_time() - interval '1 second'
       AND now() < pg_postmaster_start_time() + interval '5 seconds')
   OR EXISTS (
     SELECT 1 FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid

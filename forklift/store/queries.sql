@@ -33,13 +33,13 @@ LATERAL (
 -- vouches for nothing: that owner was not cut off but froze or wedged (SIGSTOP), and its
 -- lease expires as ever. The lock's key is _locks.lock_key's: the first 63 bits of the
 -- SHA-256 of `forklift:liveness:<schema>:<holder>`. A lease that ran out while the server
--- was down counts as vouched for in the server's first 5 s: every session began anew,
--- and a live supervisor whose session is back a moment after a peer's (a slow connect)
--- must not lose its workers' jobs to that peer. Asked only of rows whose lease already
--- ran out: its cost puts it after every cheaper test. (The sessions' start times are
--- read from pg_stat_activity: forklift's processes share one role, whose sessions'
--- columns every one of them may read.)
-((j.lease_until < pg_postmaster_start_time()
+-- was down (a second or more before it started) counts as vouched for in the server's
+-- first 5 s: every session began anew, and a live supervisor whose session is back a
+-- moment after a peer's (a slow connect) must not lose its workers' jobs to that peer.
+-- Asked only of rows whose lease already ran out: its cost puts it after every cheaper
+-- test. (The sessions' start times are read from pg_stat_activity: forklift's processes
+-- share one role, whose sessions' columns every one of them may read.)
+((j.lease_until < pg_postmaster_start_time() - interval '1 second'
       AND now() < pg_postmaster_start_time() + interval '5 seconds')
   OR EXISTS (
     SELECT 1 FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid
