@@ -116,6 +116,7 @@ class Supervisor:
             self.fanout,
             totals=self.totals,
             close_in_child=self.ops.close_in_child,
+            vouch=self.session.vouch,
         )
 
     def _db_services(
@@ -175,6 +176,7 @@ class Supervisor:
         )
         try:
             self.maintain_count()  # the first children: forked with no other thread (spawner.py)
+            self.ops.start_session()  # its lock vouches for them: they claim once it is held
             self.ops.start(self.served().routes)
             self._loop()
         finally:

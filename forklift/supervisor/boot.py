@@ -16,6 +16,7 @@ from typing import NoReturn
 from forklift.app import App
 from forklift.metrics import Tally
 from forklift.shared_counts import SharedCounts
+from forklift.shared_vouch import SharedVouch
 from forklift.store import ClaimedJob
 from forklift.supervisor.config import SupervisorConfig
 from forklift.supervisor.reports import Reporter
@@ -52,6 +53,8 @@ class ChildSpec:
     wake_fds: tuple[int, int] | None = None
     handlers: RunningHandlers | None = None  # which of its jobs' handlers run, shared
     crash_log: int | None = None  # where faulthandler writes a native crash's stack
+    # Whether its supervisor's liveness lock is held now: it claims only while it is.
+    vouch: SharedVouch | None = None
 
 
 def child_main(app: App, config: SupervisorConfig, spec: ChildSpec) -> NoReturn:
@@ -93,6 +96,7 @@ def _run(app: App, config: SupervisorConfig, spec: ChildSpec) -> int:
         hints_fd=spec.hint_fd,
         wakeup=Wakeup(spec.wake_fds) if spec.wake_fds is not None else None,
         on_waiting=title.waiting,
+        vouch=spec.vouch,
     )
     _handle_signals(worker)
     soft_limit = int(config.max_memory_per_child * 2**20) if config.max_memory_per_child else None

@@ -83,6 +83,7 @@ class OpsServer:
         self._listener: socket.socket | None = None
         self._http: HttpServer | None = None
         self._threads: list[threading.Thread] = []
+        self._session_started = False
         self.bound: tuple[str, int] | None = None
 
     def bind(self) -> None:
@@ -104,10 +105,17 @@ class OpsServer:
 
             self._http = HttpServer(self._listener)
             self._http.serve(routes)
-        if self.session is not None:
-            self._spawn_thread("forklift-session", self.session.run)
+        self.start_session()
         if self.db is not None:
             self._spawn_thread("forklift-db", self.db.run)
+
+    def start_session(self) -> None:
+        """Start the session thread, if not yet: the children claim nothing until its
+        liveness lock is held (shared_vouch.py), so it starts as soon as they are forked,
+        before what only the parent serves is imported and built (a second at boot)."""
+        if self.session is not None and not self._session_started:
+            self._session_started = True
+            self._spawn_thread("forklift-session", self.session.run)
 
     def _spawn_thread(self, name: str, target: Callable[..., object], *args: object) -> None:
         thread = threading.Thread(target=target, args=args, name=name, daemon=True)

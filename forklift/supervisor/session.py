@@ -24,6 +24,7 @@ import psycopg
 
 from forklift import _db, _locks, _sql
 from forklift._events import emit
+from forklift.shared_vouch import SharedVouch
 from forklift.workers.wakeup import NEWS
 
 log = logging.getLogger(__name__)
@@ -106,6 +107,7 @@ class SupervisorSession:
         queues: Sequence[str],
         fanout: HintFanout,
         config: SessionConfig | None = None,
+        vouch: SharedVouch | None = None,
     ) -> None:
         self.dsn = dsn
         self.timeouts = timeouts
@@ -115,6 +117,9 @@ class SupervisorSession:
         self.config = config or SessionConfig()
         self.supervisor_id = ""  # set before start()
         self.held = threading.Event()  # the liveness lock is held
+        # The same, told to the children (mapped here, before any fork): each tick that
+        # finds the session alive confirms it; they claim only while it is fresh.
+        self.vouch = vouch or SharedVouch()
         self.maintaining = threading.Event()  # the maintenance lock is held
         self.error: str | None = None  # why the session is down, for readiness
         self._q = _sql.load("forklift.store", "queries.sql", schema)
@@ -143,6 +148,7 @@ class SupervisorSession:
             except psycopg.Error as exc:
                 self._lost(exc)
             finally:
+                self.vouch.withdraw()
                 self.held.clear()
                 self.maintaining.clear()
 
@@ -152,6 +158,7 @@ class SupervisorSession:
         conn.execute(self._q["control_listen"])
         conn.execute(self._q["channel_listen"])
         self.held.set()
+        self.vouch.confirm()
         if self.error is not None:
             emit(log, "supervisor.session_back")
         self.error = None
@@ -162,6 +169,7 @@ class SupervisorSession:
                 self._forward(note.channel, note.payload)
             if not self._only_notified(conn):
                 raise psycopg.OperationalError("the supervisor's session ended")
+            self.vouch.confirm()  # the session lives, and with it the lock
             now = time.monotonic()
             if now >= next_ping:
                 next_ping = now + self.config.ping_every

@@ -15,6 +15,7 @@ from forklift._ids import child_owner
 from forklift.app import App
 from forklift.metrics import Totals
 from forklift.shared_counts import SharedCounts
+from forklift.shared_vouch import SharedVouch
 from forklift.supervisor.boot import ChildSpec, child_main
 from forklift.supervisor.child import Child, Children
 from forklift.supervisor.config import SupervisorConfig
@@ -46,6 +47,7 @@ class Spawner:
         *,
         totals: Totals,
         close_in_child: Callable[[], None],
+        vouch: SharedVouch | None = None,
     ) -> None:
         self.config = config
         self.children = children
@@ -54,6 +56,7 @@ class Spawner:
         self.supervisor_id = ""  # set by the supervisor's run(): children's owners name it
         self.totals = totals  # where the children's metric reports are summed
         self.close_in_child = close_in_child
+        self.vouch = vouch  # whether the session's liveness lock vouches for the children
 
     def spawn(self, app: App, total: int, generation: int, index: int | None = None) -> Child:
         """Fork a child running `app` in slot `index` (default: the lowest free one); the
@@ -89,7 +92,7 @@ class Spawner:
             owner = child_owner(self.supervisor_id, os.getpid(), nonce)
             spec = ChildSpec(
                 index, total, owner, write_fd, parent_pid, hint_read, counts, wake_fds,
-                handlers, crash_log,
+                handlers, crash_log, self.vouch,
             )  # fmt: skip
             self._become_child(app, spec)
         own_process_group(pid)

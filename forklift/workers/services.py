@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from forklift import _db
 from forklift._ids import application_name
 from forklift.metrics import Tally
+from forklift.shared_vouch import SharedVouch
 from forklift.store import ClaimedJob, JobStore
 from forklift.store.batches import BatchStore
 from forklift.workers.batch_ends import BatchEnds, BatchSweep
@@ -44,6 +45,7 @@ class ServiceDeps:
     # lock vouches for it. None: a worker on its own, which LISTENs and locks itself.
     hints: PipeSource | None = None
     ends: BatchEnds | None = None  # told the batches of jobs completed
+    vouch: SharedVouch | None = None  # a supervisor's child: whether its lock is held now
 
 
 class Services:
@@ -93,6 +95,7 @@ class Services:
         self.progress = ProgressWriter(d.store, d.owner, d.holdings, self.closing)
         self._maintain = config.maintenance
         session_dsn = _db.session_dsn(d.dsn)
+        self._vouch = d.vouch
         self.liveness = (
             LivenessLock(
                 session_dsn, d.timeouts, d.store.schema, d.owner, application_name(d.owner)
@@ -110,9 +113,13 @@ class Services:
         )
 
     def wait_vouched(self, timeout: float) -> bool:
-        """Whether a liveness lock vouches for this worker: its own, held (waiting up to
-        `timeout` s for it), or its supervisor's (not this process's to see)."""
-        return self.liveness is None or self.liveness.wait_held(timeout)
+        """Whether a liveness lock vouches for this worker, waiting up to `timeout` s for
+        it: its own, held on its own session; or, a supervisor's child, its supervisor's,
+        as the supervisor's session last confirmed it (shared_vouch.py). A child told
+        nothing of its supervisor's lock (built without one, in a test) is vouched for."""
+        if self.liveness is not None:
+            return self.liveness.wait_held(timeout)
+        return self._vouch is None or self._vouch.wait(timeout)
 
     def start(self) -> None:
         threads = [

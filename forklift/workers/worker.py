@@ -32,6 +32,7 @@ from forklift.backoff import Backoff, Streak
 from forklift.batch import Batch
 from forklift.errors import DatabaseError, SchemaMissing
 from forklift.metrics import Tally
+from forklift.shared_vouch import SharedVouch
 from forklift.store import Claim, ClaimedJob, Completion
 from forklift.store.batches import BatchStore
 from forklift.store.limits import Applying
@@ -85,6 +86,11 @@ def effect_statement(app: App, job: ClaimedJob, config: WorkerConfig) -> float:
 # against a database that is down fails at once (connection refused, or "starting up");
 # a short cap is what lets work resume within a second of the database's return.
 CLAIM_RETRY = Backoff(base=0.1, factor=2.0, max=0.5, jitter=0.0)
+# Back from an outage, a worker looks at expired leases only this long after its last
+# failed claim, or after its liveness lock is back: the locks of live peers cut off with
+# it are back by then too (a session retakes its lock within a fifth of a second of the
+# database answering), so their expired leases are theirs again, not this worker's.
+EXPIRY_AFTER_OUTAGE = 1.5
 
 
 def batch_view(app: App, batch_id: int, reads: Reads) -> Batch:
@@ -139,10 +145,12 @@ class Worker:
         on_waiting: Callable[[str | None], None] | None = None,
         wakeup: Wakeup | None = None,
         on_job_return: Callable[[ClaimedJob], None] | None = None,
+        vouch: SharedVouch | None = None,
     ) -> None:
         self.app = app
         self._waiting = Waiting(on_waiting)
         self.hints_fd = hints_fd  # a supervisor's child: its hints pipe (services.py)
+        self.vouch = vouch  # a supervisor's child: whether its supervisor's lock is held
         self.config = config or WorkerConfig()
         self.owner = owner or ""
         self.on_job_start = on_job_start
@@ -212,6 +220,7 @@ class Worker:
             ServiceDeps(
                 cfg, self.store, self.app.dsn, self._timeouts, self.owner, self.holdings,
                 self.events, self._wakeup, self.tally, self.on_job_cancel, hints, self.ends,
+                self.vouch,
             )
         )  # fmt: skip
         self.runs = JobRuns(
@@ -261,6 +270,7 @@ class Worker:
             # Nothing is claimed without the liveness lock: a peer that finds it free
             # would charge whatever this worker claimed.
             if not self.services.wait_vouched(0.5):
+                next_expiry_check = max(next_expiry_check, time.monotonic() + EXPIRY_AFTER_OUTAGE)
                 continue
             self._wakeup.clear()  # wake-ups from now on are news to the claim below
             expired = time.monotonic() >= next_expiry_check
@@ -282,6 +292,7 @@ class Worker:
                 continue
             except DatabaseError as exc:
                 delay = claim_errors.failed()
+                next_expiry_check = max(next_expiry_check, began + delay + EXPIRY_AFTER_OUTAGE)
                 if repeats.worth_logging(exc):  # an outage: said once, then every 30 s
                     emit(log, "worker.claim_failed", logging.WARNING, error=exc, retry_in=delay)
                 self._wakeup.wait(delay)
