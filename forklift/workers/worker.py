@@ -43,6 +43,7 @@ from forklift.workers.connections import WorkerConnections, detect_pooler
 from forklift.workers.context import AsyncJobContext, JobContext, Reads
 from forklift.workers.events import JobEvents
 from forklift.workers.holdings import Holdings
+from forklift.workers.idle import IdleSleep
 from forklift.workers.listener import PipeSource
 from forklift.workers.pacing import Pacing
 from forklift.workers.prefetch import Prefetch
@@ -91,6 +92,25 @@ CLAIM_RETRY = Backoff(base=0.1, factor=2.0, max=0.5, jitter=0.0)
 # it are back by then too (a session retakes its lock within a fifth of a second of the
 # database answering), so their expired leases are theirs again, not this worker's.
 EXPIRY_AFTER_OUTAGE = 1.5
+
+
+class ExpiryScan:
+    """When the claim next looks at expired leases: every half lease, and never sooner
+    than EXPIRY_AFTER_OUTAGE after this worker was cut off (its claim failed, or nothing
+    vouched for it)."""
+
+    def __init__(self, lease: float) -> None:
+        self.lease = lease
+        self.next = time.monotonic()
+
+    def due(self) -> bool:
+        return time.monotonic() >= self.next
+
+    def scanned(self) -> None:
+        self.next = time.monotonic() + self.lease / 2
+
+    def cut_off(self, until: float) -> None:
+        self.next = max(self.next, until + EXPIRY_AFTER_OUTAGE)
 
 
 def batch_view(app: App, batch_id: int, reads: Reads) -> Batch:
@@ -231,6 +251,8 @@ class Worker:
                 self.on_job_return,
             )
         )  # fmt: skip
+        completer = self.services.completer
+        self.sleep = IdleSleep(cfg, self.claimer, self.pacing, completer, self._wakeup)
         self.services.start()
         emit(
             log,
@@ -254,9 +276,8 @@ class Worker:
     # -- claiming -----------------------------------------------------------------------
 
     def _claim_loop(self) -> None:
-        cfg = self.config
         assert self._wakeup is not None
-        next_expiry_check = time.monotonic()
+        expiry = ExpiryScan(self.config.lease)
         claim_errors = Streak(CLAIM_RETRY)
         repeats = Repeats()  # the same error every 30 s, not every retry
         while not self._stopping:
@@ -270,10 +291,10 @@ class Worker:
             # Nothing is claimed without the liveness lock: a peer that finds it free
             # would charge whatever this worker claimed.
             if not self.services.wait_vouched(0.5):
-                next_expiry_check = max(next_expiry_check, time.monotonic() + EXPIRY_AFTER_OUTAGE)
+                expiry.cut_off(time.monotonic())
                 continue
             self._wakeup.clear()  # wake-ups from now on are news to the claim below
-            expired = time.monotonic() >= next_expiry_check
+            expired = expiry.due()
             try:
                 began = self._claimed_at = time.monotonic()
                 claim, free = self._claim(free, expired)
@@ -292,14 +313,14 @@ class Worker:
                 continue
             except DatabaseError as exc:
                 delay = claim_errors.failed()
-                next_expiry_check = max(next_expiry_check, began + delay + EXPIRY_AFTER_OUTAGE)
+                expiry.cut_off(began + delay)
                 if repeats.worth_logging(exc):  # an outage: said once, then every 30 s
                     emit(log, "worker.claim_failed", logging.WARNING, error=exc, retry_in=delay)
                 self._wakeup.wait(delay)
                 continue
             claim_errors.succeeded()
             if expired:
-                next_expiry_check = time.monotonic() + cfg.lease / 2
+                expiry.scanned()
             if self._stopping:
                 # Invariant: a graceful stop starts no new work. Give these back at once.
                 self.recorder.release([self._adopt(j) for j in jobs], "claimed while stopping")
@@ -308,13 +329,9 @@ class Worker:
             self.runs.dispatch([self._adopt(job) for job in jobs])
             self.services.completer.let_go()  # what the claim went ahead of, if it did
             if len(jobs) < free and not claim.again and not claim.shared:
-                wait = self._idle_wait()
                 if not jobs:
                     self.idle.emit(None)
-                if self._slots_are_news():
-                    self._wakeup.wait(wait)
-                else:
-                    self._wait_for_news(wait)
+                self.sleep.sleep(self._claimed_at)
 
     def _claim(self, free: int, expired: bool) -> tuple[Claim, int]:
         """Claim up to `free` jobs, or more: the successes queued for group commit
@@ -370,31 +387,6 @@ class Worker:
             return
         if self.prefetch.overdue(self.holdings.longest_running(time.monotonic())):
             self.recorder.give_back_waiting("waited too long for a slot", self.runs.hand_over)
-
-    def _wait_for_news(self, timeout: float) -> None:
-        assert self._wakeup is not None
-        completer = self.services.completer
-        completer.no_claim_coming(True)
-        try:
-            self._wakeup.wait_for_news(timeout)
-        finally:
-            completer.no_claim_coming(False)
-
-    def _slots_are_news(self) -> bool:
-        """Whether a slot freeing is reason to claim again after a claim that drained the
-        queue: under limits (a job ending may free its key for a held-back one) or
-        counting jobs toward max_jobs (the loop notices it is done)."""
-        return self.claimer.applying is not Applying.NONE or self.config.max_jobs is not None
-
-    def _idle_wait(self) -> float:
-        """Sleep until the next delayed job is due, or the poll interval, whichever first."""
-        try:
-            due_in = self.claimer.due_in(since=time.monotonic() - self._claimed_at)
-        except DatabaseError:
-            return self.config.poll_interval
-        if due_in is None:
-            return self.pacing.busy_wait()
-        return self.pacing.busy_wait(min(self.config.poll_interval, due_in + 0.001))
 
     def _adopt(self, job: ClaimedJob) -> JobContext:
         task = self.app.tasks.get(job.task)

@@ -109,12 +109,9 @@ def test_after_an_outage_a_peer_waits_for_owners_whose_locks_come_back_late(
     try:
         a.start()
         a.wait_ready()
-        producer.enqueue_many(
-            [
-                forklift.JobSpec("sleeper", {"key": f"k{i}", "seconds": 20.0}, max_attempts=n)
-                for i, n in enumerate([3, 3, 1])
-            ]
-        )
+        specs = [forklift.JobSpec("sleeper", {"key": f"k{i}", "seconds": 20.0}, max_attempts=n)
+                 for i, n in enumerate([3, 3, 1])]  # fmt: skip
+        producer.enqueue_many(specs)
         wait_for(lambda: len(sleepers.runs(runs_log)) == 3, 20, 0.05, "three handlers running")
         b.start()
         b.wait_ready()
