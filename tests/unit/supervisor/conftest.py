@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from forklift import _db
-from forklift.admin import AdminStore, QueueStats
+from forklift.admin import DEPTH_CAP, AdminStore, QueueStats
 from forklift.backoff import Backoff
 from forklift.errors import DatabaseError
 from forklift.supervisor.child import Child, Children
@@ -83,7 +83,12 @@ class FakeAdmin(AdminStore):
             raise DatabaseError("database unreachable: it is away")
 
     def queue_stats(
-        self, *, throughput: bool = True, hour: bool = True, include: Sequence[str] = ()
+        self,
+        *,
+        throughput: bool = True,
+        hour: bool = True,
+        include: Sequence[str] = (),
+        cap: int = DEPTH_CAP,
     ) -> list[QueueStats]:
         if self.down:
             raise DatabaseError("reading queue statistics failed: it is away")
