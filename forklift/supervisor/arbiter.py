@@ -61,6 +61,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TICK = 0.25
+MAINTAINER = "forklift-maintenance"  # the application_name of maintenance's connection
 
 
 class Supervisor:
@@ -88,8 +89,9 @@ class Supervisor:
         self.notifier = Notifier()
         self.totals = Totals(app.tasks)  # other task names share one label
         timeouts = _db.Timeouts.for_lease(cfg.worker.lease)
-        # The parent's two connections: the database thread's, and the session's. Both
-        # go to the session URL when there is one (the workers' URL may be a pooler's).
+        # The parent's connections: the database thread's, the session's, and (on the
+        # replica that maintains) maintenance's. All go to the session URL when there is
+        # one (the workers' URL may be a pooler's).
         session_dsn = _db.session_dsn(app.dsn)
         held = HeldConnection(session_dsn, timeouts, "forklift-supervisor")
         self.store = SupervisorStore(app.dsn, app.schema, timeouts, held)
@@ -100,13 +102,16 @@ class Supervisor:
         news_of = cfg.worker.queues if cfg.worker.listen else ()
         self.session = SupervisorSession(session_dsn, timeouts, app.schema, news_of, self.fanout)
         self.board = SnapshotBoard(Snapshot(last_tick=time.monotonic()))
-        self.db = DbThread(self._db_services(cfg, held, timeouts))
+        self.db = DbThread(self._db_services(cfg))
+        self.maintenance = self._maintenance(cfg, HeldConnection(session_dsn, timeouts, MAINTAINER))
         deaths = OnDbThread(self.attribution, self.db.submit)
         self.restarts = RestartSchedule(self.notifier)
         settle = functools.partial(settle_unanswered, self.db.submit, self.store, self.totals)
         self.reaper = Reaper(self.children, deaths, self.totals, self.restarts, settle=settle)
         self.police = Police(cfg, self.children, deaths)
-        self.ops = OpsServer(cfg.metrics_addr, self.registry, self.db, self.session)
+        self.ops = OpsServer(
+            cfg.metrics_addr, self.registry, self.db, self.session, maintenance=self.maintenance
+        )
         self._held, self._timeouts = held, timeouts  # for served()
         self._served: Served | None = None
         self.spawner = Spawner(
@@ -118,30 +123,33 @@ class Supervisor:
             close_in_child=self.ops.close_in_child,
         )
 
-    def _db_services(
-        self, cfg: SupervisorConfig, held: HeldConnection, timeouts: _db.Timeouts
-    ) -> list[DbService]:
+    def _db_services(self, cfg: SupervisorConfig) -> list[DbService]:
         """What the database thread runs on its own schedule, each on the held connection."""
-        app = self.app
         self.scaling = Scaling(cfg, self.store)
         self.registry = ProcessRegistry(self.store, self.board)
         self.vanished = VanishedOwners(self.store, self.totals, me=lambda: self.identity.id)
-        w = cfg.worker
-        maintenance = Maintenance(
-            JobStore(held, app.schema), app.dsn, timeouts,
-            MaintenanceConfig(w.maintenance_interval, w.keep_finished, w.keep_dead),
-            section=lambda: nullcontext(self.session.maintaining.is_set()),
-            sweep=BatchSweep(BatchStore(held.connection, app.schema), self.totals),
-        )  # fmt: skip
-        services = [
+        return [
             DbService("attribution", TICK, self.attribution.retry_pending),
             DbService("vanished", self.vanished.config.every, self.vanished.run_once),
             DbService("registry", self.registry.config.every, self.registry.run_once),
             DbService("autoscale", AUTOSCALE_EVERY, self.scaling.read_backlog),
         ]
-        if w.maintenance:
-            services.append(DbService("maintenance", 0.5, maintenance.run_due))
-        return services
+
+    def _maintenance(self, cfg: SupervisorConfig, held: HeldConnection) -> DbThread | None:
+        """Maintenance on a thread and a connection of its own (DESIGN invariant 25): a
+        VACUUM or a prune of a big table takes minutes, while deaths must be charged,
+        schedules fired and the probes refreshed within a second. Its connection opens
+        on the replica that holds the maintenance lock only."""
+        w = cfg.worker
+        if not w.maintenance:
+            return None
+        maintenance = Maintenance(
+            JobStore(held, self.app.schema), self.app.dsn, held.timeouts,
+            MaintenanceConfig(w.maintenance_interval, w.keep_finished, w.keep_dead),
+            section=lambda: nullcontext(self.session.maintaining.is_set()),
+            sweep=BatchSweep(BatchStore(held.connection, self.app.schema), self.totals),
+        )  # fmt: skip
+        return DbThread([DbService("maintenance", 0.5, maintenance.run_due)], cancel=held.cancel)
 
     def served(self) -> Served:
         """What only the parent serves (served.py): built once, after the first fork."""

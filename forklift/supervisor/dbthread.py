@@ -39,8 +39,12 @@ class DbService:
 class DbThread:
     """`submit()` from any thread; `run()` on the thread until `stop()`."""
 
-    def __init__(self, services: Sequence[DbService] = ()) -> None:
+    def __init__(
+        self, services: Sequence[DbService] = (), cancel: Callable[[], None] | None = None
+    ) -> None:
         self.services = tuple(services)
+        self._cancel = cancel  # cancels the statement running on the thread's connection
+        self._cancelled = threading.Event()  # by a stop: its error is no news
         self._work: queue.SimpleQueue[tuple[str, Callable[[], object]] | None] = queue.SimpleQueue()
         self._due = [0.0] * len(self.services)
         self._stopped = threading.Event()
@@ -59,6 +63,12 @@ class DbThread:
     def stop(self) -> None:
         """Stop once what was submitted before has run."""
         self._work.put(None)
+
+    def cancel(self) -> None:
+        """Cancel the statement running now, if any (a VACUUM that would outlive a stop)."""
+        if self._cancel is not None:
+            self._cancelled.set()
+            self._cancel()
 
     def run(self) -> None:
         while not self._stopped.is_set():
@@ -109,6 +119,8 @@ class DbThread:
                 emit(log, "supervisor.waiting_for_migrate", logging.WARNING, error=exc)
             return
         except ForkliftError as exc:
+            if self._cancelled.is_set():
+                return
             # An outage fails every service the same way underneath: said once for all
             # of them, then every 30 s, not once per service and round.
             if self._repeats.worth_logging(exc.__cause__ or exc):

@@ -1,7 +1,8 @@
 """The supervisor's helper threads: the HTTP server (/metrics, /healthz, /readyz; http.py,
-answered from memory), the one
-database thread (every statement the parent runs; dbthread.py) and the session thread
-(the liveness lock, LISTEN, the maintenance lock; session.py).
+answered from memory), the database thread (the statements that must be prompt:
+charging deaths, the registry, schedules, the probes; dbthread.py), the maintenance
+thread (what may take minutes: prunes, VACUUM; its own connection) and the session
+thread (the liveness lock, LISTEN, the maintenance lock; session.py).
 
 None of them shares a lock with the loop across I/O: the loop submits database work and
 goes on; they read only the published snapshot (see snapshot.py), never the loop's live
@@ -75,11 +76,14 @@ class OpsServer:
         registry: ProcessRegistry,
         db: DbThread | None = None,
         session: SupervisorSession | None = None,
+        *,
+        maintenance: DbThread | None = None,
     ) -> None:
         self.addr = parse_addr(addr) if addr else None
         self.registry = registry
         self.db = db
         self.session = session
+        self.maintenance = maintenance
         self._listener: socket.socket | None = None
         self._http: HttpServer | None = None
         self._threads: list[threading.Thread] = []
@@ -108,6 +112,8 @@ class OpsServer:
             self._spawn_thread("forklift-session", self.session.run)
         if self.db is not None:
             self._spawn_thread("forklift-db", self.db.run)
+        if self.maintenance is not None:
+            self._spawn_thread("forklift-maintenance", self.maintenance.run)
 
     def _spawn_thread(self, name: str, target: Callable[..., object], *args: object) -> None:
         thread = threading.Thread(target=target, args=args, name=name, daemon=True)
@@ -125,7 +131,11 @@ class OpsServer:
         """Stop the threads: the database thread after what the loop submitted (its last
         attributions among them) and the deregistration. Within `timeout` s whatever the
         database does: what is left then dies with the process (leases and the liveness
-        lock cover it)."""
+        lock cover it). A maintenance statement under way is cancelled: a VACUUM may run
+        for minutes."""
+        if self.maintenance is not None:
+            self.maintenance.stop()
+            self.maintenance.cancel()
         if self._http is not None:
             self._http.stop()
         elif self._listener is not None:
