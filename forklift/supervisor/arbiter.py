@@ -29,7 +29,7 @@ from forklift import _db
 from forklift._conns import HeldConnection
 from forklift._events import emit
 from forklift.app import App
-from forklift.errors import DatabaseError
+from forklift.errors import ForkliftError
 from forklift.metrics import Totals
 from forklift.store import JobStore
 from forklift.store.batches import BatchStore
@@ -41,6 +41,7 @@ from forklift.supervisor.deaths import Attribution, OnDbThread, VanishedOwners
 from forklift.supervisor.ops import OpsServer
 from forklift.supervisor.police import Police
 from forklift.supervisor.reaper import Reaper, settle_unanswered
+from forklift.supervisor.refusals import BootCheck
 from forklift.supervisor.registry import ProcessRegistry
 from forklift.supervisor.restarts import RestartSchedule
 from forklift.supervisor.scaling import AUTOSCALE_EVERY, Scaling
@@ -102,7 +103,11 @@ class Supervisor:
         news_of = cfg.worker.queues if cfg.worker.listen else ()
         self.session = SupervisorSession(session_dsn, timeouts, app.schema, news_of, self.fanout)
         self.board = SnapshotBoard(Snapshot(last_tick=time.monotonic()))
-        self.db = DbThread(self._db_services(cfg))
+        # Asked on the database thread, never before the port is bound or the first fork:
+        # a database that never answers must not delay /healthz (DESIGN invariant 15).
+        self.boot = BootCheck(app.dsn, timeouts, held.connection, cfg.refused_grace)
+        self.failure: ForkliftError | None = None  # why the supervisor gave up, if it did
+        self.db = DbThread([DbService("boot", 0.5, self.boot.run_once), *self._db_services(cfg)])
         self.maintenance = self._maintenance(cfg, HeldConnection(session_dsn, timeouts, MAINTAINER))
         deaths = OnDbThread(self.attribution, self.db.submit)
         self.restarts = RestartSchedule(self.notifier)
@@ -164,7 +169,8 @@ class Supervisor:
     # -- the loop -----------------------------------------------------------------------
 
     def run(self) -> int:
-        self.refuse_a_pooler_alone()
+        """Until stopped: 0; or the error that made it give up (a pooler's URL with no
+        session URL, a database that refuses forklift since the start)."""
         self.identity = Identity.new(self.config.worker.queues, time.monotonic())
         self.session.supervisor_id = self.identity.id  # its liveness lock vouches for all
         self.spawner.supervisor_id = self.identity.id
@@ -183,21 +189,17 @@ class Supervisor:
         )
         try:
             self.maintain_count()  # the first children: forked with no other thread (spawner.py)
+            from forklift.supervisor.http import boot_routes  # waitress: the parent's only
+
+            self.ops.serve(boot_routes())  # alive from now on, whatever the database does
             self.ops.start(self.served().routes)
             self._loop()
         finally:
             self.ops.stop()  # and deregisters this supervisor and its workers
         emit(log, "supervisor.stopped", pid=os.getpid())
+        if self.failure is not None:
+            raise self.failure
         return 0
-
-    def refuse_a_pooler_alone(self) -> None:
-        """ConfigError if the workers' URL leads through a pooler and no session URL was
-        given. A database not answering yet is no reason to refuse: the children find out
-        at their boot."""
-        try:
-            _db.needs_session_url(self.app.dsn, self.store.timeouts, "forklift run")
-        except DatabaseError as exc:
-            emit(log, "supervisor.pooler_unknown", logging.WARNING, error=exc)
 
     def _loop(self) -> None:
         while True:
@@ -209,6 +211,7 @@ class Supervisor:
             self.wait()
             self.read_reports()
             self.dispatch_signals()
+            self.give_up_if_refused()
             self.reaper.reap(stopping=self.stopping is not None)
             if self.stopping and not self.children:
                 return
@@ -222,6 +225,14 @@ class Supervisor:
             self.police.enforce_deadline(now)
             self.roll_reload()
             self.autoscale(now)
+
+    def give_up_if_refused(self) -> None:
+        """Stop now (exit 1, one line naming the cause) if the boot check found what no
+        retry fixes: a pooler's URL without a session URL, or a database refusing
+        forklift since the start for longer than --refused-grace."""
+        if self.boot.fatal is not None and self.failure is None:
+            self.failure = self.boot.fatal
+            self.stop(fast=True)
 
     def publish(self) -> None:
         """Publish what the ops threads may see of this tick (health, readiness, registry)."""

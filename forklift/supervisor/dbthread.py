@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from forklift._events import emit
 from forklift._service import Repeats
 from forklift.errors import ForkliftError, SchemaMissing
+from forklift.supervisor.refusals import refusal
 
 log = logging.getLogger(__name__)
 
@@ -122,9 +123,14 @@ class DbThread:
             if self._cancelled.is_set():
                 return
             # An outage fails every service the same way underneath: said once for all
-            # of them, then every 30 s, not once per service and round.
+            # of them, then every 30 s, not once per service and round. A refusal no
+            # retry fixes (authentication, no such database) is an operator's to fix.
             if self._repeats.worth_logging(exc.__cause__ or exc):
-                emit(log, f"{name}.failed", logging.WARNING, error=exc)
+                refused = refusal(exc)
+                if refused is not None:
+                    emit(log, "supervisor.database_refuses", logging.ERROR, error=refused)
+                else:
+                    emit(log, f"{name}.failed", logging.WARNING, error=exc)
             return
         except Exception:  # a bug: logged, outlived
             log.exception("%s: round failed; next round as usual", name)

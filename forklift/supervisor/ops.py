@@ -102,18 +102,26 @@ class OpsServer:
         """Start the threads (binding first, if bind() was not called); the HTTP server
         answers `routes` (http.routes_for: what they answer is read from the database off
         the request path, by the probes' refresh on the database thread)."""
-        self.bind()
-        if self._listener is not None and self._http is None:
-            from forklift.supervisor.http import HttpServer  # waitress: the parent's only
-
-            self._http = HttpServer(self._listener)
-            self._http.serve(routes)
+        self.serve(routes)
         if self.session is not None:
             self._spawn_thread("forklift-session", self.session.run)
         if self.db is not None:
             self._spawn_thread("forklift-db", self.db.run)
         if self.maintenance is not None:
             self._spawn_thread("forklift-maintenance", self.maintenance.run)
+
+    def serve(self, routes: dict[str, Route]) -> None:
+        """Answer `routes` on the bound port: the HTTP server starts now, or takes them in
+        place of the ones it answered until now (binding first, if bind() was not
+        called)."""
+        self.bind()
+        if self._listener is None:
+            return
+        if self._http is None:
+            from forklift.supervisor.http import HttpServer  # waitress: the parent's only
+
+            self._http = HttpServer(self._listener)
+        self._http.serve(routes)
 
     def _spawn_thread(self, name: str, target: Callable[..., object], *args: object) -> None:
         thread = threading.Thread(target=target, args=args, name=name, daemon=True)
