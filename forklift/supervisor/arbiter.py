@@ -153,6 +153,7 @@ class Supervisor:
             MaintenanceConfig(w.maintenance_interval, w.keep_finished, w.keep_dead),
             section=lambda: nullcontext(self.session.maintaining.is_set()),
             sweep=BatchSweep(BatchStore(held.connection, self.app.schema), self.totals),
+            vacuum_on=held.connection,
         )  # fmt: skip
         return DbThread([DbService("maintenance", 0.5, maintenance.run_due)], cancel=held.cancel)
 
