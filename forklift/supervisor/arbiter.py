@@ -155,7 +155,8 @@ class Supervisor:
             sweep=BatchSweep(BatchStore(held.connection, self.app.schema), self.totals),
             vacuum_on=held.connection,
         )  # fmt: skip
-        return DbThread([DbService("maintenance", 0.5, maintenance.run_due)], cancel=held.cancel)
+        services = [DbService("maintenance", 0.5, maintenance.run_due)]
+        return DbThread(services, cancel=held.cancel, missing=self.db.missing)
 
     def served(self) -> Served:
         """What only the parent serves (served.py): built once, after the first fork."""

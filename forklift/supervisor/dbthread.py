@@ -37,11 +37,31 @@ class DbService:
     run_once: Callable[[], object]
 
 
+class MissingSchema:
+    """Whether rounds find forklift's tables missing (before `forklift migrate`), said in
+    one line for every service of every thread that shares it, then once every 30 s."""
+
+    def __init__(self) -> None:
+        self._repeats = Repeats()
+        self._at = float("-inf")  # when a round last found the schema missing
+
+    def found(self, exc: SchemaMissing) -> None:
+        self._at = time.monotonic()
+        if self._repeats.worth_logging(SchemaMissing("schema missing")):
+            emit(log, "supervisor.waiting_for_migrate", logging.WARNING, error=exc)
+
+    def recently(self) -> bool:
+        return time.monotonic() - self._at < MISSING_FOR
+
+
 class DbThread:
     """`submit()` from any thread; `run()` on the thread until `stop()`."""
 
     def __init__(
-        self, services: Sequence[DbService] = (), cancel: Callable[[], None] | None = None
+        self,
+        services: Sequence[DbService] = (),
+        cancel: Callable[[], None] | None = None,
+        missing: MissingSchema | None = None,
     ) -> None:
         self.services = tuple(services)
         self._cancel = cancel  # cancels the statement running on the thread's connection
@@ -50,8 +70,7 @@ class DbThread:
         self._due = [0.0] * len(self.services)
         self._stopped = threading.Event()
         self._repeats = Repeats()
-        self._missing = Repeats()  # "run forklift migrate": once for every service
-        self._missing_at = float("-inf")  # when a round last found the schema missing
+        self.missing = missing or MissingSchema()  # "run forklift migrate": once for all
 
     def add(self, services: Sequence[DbService]) -> None:
         """More services, before run()."""
@@ -107,7 +126,7 @@ class DbThread:
 
     def waiting_for_migrate(self) -> bool:
         """Whether a round found forklift's tables missing in the last few seconds."""
-        return time.monotonic() - self._missing_at < MISSING_FOR
+        return self.missing.recently()
 
     def _attempt(self, name: str, work: Callable[[], object]) -> None:
         try:
@@ -115,9 +134,7 @@ class DbThread:
         except SchemaMissing as exc:
             # Before `forklift migrate` every service fails so, each on its own table:
             # one line for the whole supervisor, then one every 30 s.
-            self._missing_at = time.monotonic()
-            if self._missing.worth_logging(SchemaMissing("schema missing")):
-                emit(log, "supervisor.waiting_for_migrate", logging.WARNING, error=exc)
+            self.missing.found(exc)
             return
         except ForkliftError as exc:
             if self._cancelled.is_set():
