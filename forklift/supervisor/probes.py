@@ -52,7 +52,7 @@ class Probes:
         self.queues = tuple(queues)  # served here: the only queues with gauges
         self._stats: _Cached[list[QueueStats]] = _Cached()
         self._db_ready: _Cached[bool] = _Cached()
-        self._db_problem = "database not checked yet"
+        self._db_problem = "database has not answered yet"
         self._prefetched: list[Prefetched] = []
         self._said = Repeats()  # the same database problem again: every 30 s
 
