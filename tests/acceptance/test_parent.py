@@ -74,9 +74,10 @@ def test_a_long_vacuum_delays_no_death_charge_and_no_probe(
     db.execute(f"DELETE FROM {schema}.jobs")
     db.execute("SELECT pg_stat_force_next_flush()")
     env["FORKLIFT_DATABASE_URL"] = slow_vacuum_dsn
-    sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "1")
+    sup = forklift_cli("run", "tests.apps.prompt:app", "--workers", "1")
     url = metrics_url(sup)
     wait_for(lambda: vacuum_running(db, schema), timeout=30, what="the maintenance VACUUM")
+    ticks = f"SELECT count(*) FROM {schema}.jobs WHERE task = 'tick'"
     app = forklift.App(dsn, schema=schema)
     try:
         job_id = app.enqueue("sleep", {"seconds": 60})
@@ -90,17 +91,22 @@ def test_a_long_vacuum_delays_no_death_charge_and_no_probe(
             what="the killed child's job charged and run again",
         )
         charged_in = time.monotonic() - killed
-        # /readyz through a VACUUM longer than the probes' staleness bound (10 s).
+        # /readyz and a one-second schedule through a VACUUM longer than the probes'
+        # staleness bound (10 s).
         not_ready = []
+        watched, fired = time.monotonic(), scalar(db, ticks)
         while (took := vacuum_running(db, schema) or 0.0) < 14.0:
             status, body = get(url + "/readyz")
             if status != 200:
                 not_ready.append(body.strip())
             assert took > 0.0, "the VACUUM ended before the test could watch /readyz"
             time.sleep(0.2)
+        fired, watched = scalar(db, ticks) - fired, time.monotonic() - watched
         assert vacuum_running(db, schema), "the VACUUM must outlast the window watched"
+        print(f"death charged in {charged_in:.2f} s; {fired} ticks in {watched:.1f} s")
         assert charged_in < 2.0, f"death charged {charged_in:.1f} s after the kill"
         assert not_ready == []
+        assert fired >= watched - 3, f"{fired} fires of a one-second schedule in {watched:.0f} s"
     finally:
         db.execute(
             "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE query LIKE %s",
