@@ -16,11 +16,12 @@ _URL = re.compile(r"forklift dashboard: http://([\d.]+):(\d+)/ ")
 def test_drip_fed_connections_freeze_no_dashboard(env: dict[str, str], tmp_path: Path) -> None:
     proc = ForkliftProcess(["dashboard", "--bind", "127.0.0.1:0"], env, tmp_path / "dash.log")
     try:
-        host, port = wait_for(
-            lambda: _URL.search(proc.output()) or proc.check_alive(),
-            timeout=20,
-            what="the dashboard's address",
-        ).groups()
+
+        def address() -> re.Match[str] | None:
+            proc.check_alive()  # raises, with its output, if it exited
+            return _URL.search(proc.output())
+
+        host, port = wait_for(address, timeout=20, what="the dashboard's address").groups()
         url = f"http://{host}:{port}/healthz"
         assert probe(url)[0] == 200
         with hostile_clients(host, int(port), drips=220, idle=50):

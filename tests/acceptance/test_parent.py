@@ -50,12 +50,13 @@ def slow_vacuum_dsn(dsn: str) -> Iterator[str]:
 
 def vacuum_running(db: psycopg.Connection[Any], schema: str) -> float | None:
     """For how long the maintenance VACUUM of `schema`'s jobs has run, None if it is not."""
-    return scalar(
+    took = scalar(
         db,
         "SELECT max(extract(epoch FROM now() - query_start)) FROM pg_stat_activity "
         "WHERE query LIKE %s AND state = 'active'",
         f"VACUUM%{schema}%.jobs%",
     )
+    return None if took is None else float(took)
 
 
 def test_a_long_vacuum_delays_no_death_charge_and_no_probe(

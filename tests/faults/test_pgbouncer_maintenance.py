@@ -42,18 +42,15 @@ def test_a_worker_behind_a_transaction_pooler_vacuums_the_jobs_table(
     )
     worker = ForkliftProcess(["worker", "tests.faults.workload:app"], env, tmp_path / "w.log")
     try:
-        wait_for(
-            lambda: (
-                workload.scalar(
-                    "SELECT vacuum_count FROM pg_stat_user_tables"
-                    " WHERE relid = '{s}.jobs'::regclass"
-                )
-                or worker.check_alive()
-                or "maintenance.failed" in worker.output()
-            ),
-            timeout=30,
-            what="the jobs table vacuumed",
-        )
+
+        def vacuumed_or_failed() -> bool:
+            worker.check_alive()  # raises, with its output, if it exited
+            count = workload.scalar(
+                "SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = '{s}.jobs'::regclass"
+            )
+            return bool(count) or "maintenance.failed" in worker.output()
+
+        wait_for(vacuumed_or_failed, timeout=30, what="the jobs table vacuumed")
         assert "maintenance.failed" not in worker.output(), worker.output()[-2000:]
         assert "transaction block" not in worker.output()
         assert worker.stop(timeout=30) == 0
