@@ -191,6 +191,7 @@ class Supervisor:
         )
         try:
             self.maintain_count()  # the first children: forked with no other thread (spawner.py)
+            self.ops.start_session()  # their liveness lock, before anything slower
             from forklift.supervisor.http import boot_routes  # waitress: the parent's only
 
             self.ops.serve(boot_routes())  # alive from now on, whatever the database does

@@ -87,6 +87,7 @@ class OpsServer:
         self._listener: socket.socket | None = None
         self._http: HttpServer | None = None
         self._threads: list[threading.Thread] = []
+        self._session_thread: threading.Thread | None = None
         self.bound: tuple[str, int] | None = None
 
     def bind(self) -> None:
@@ -103,12 +104,17 @@ class OpsServer:
         answers `routes` (http.routes_for: what they answer is read from the database off
         the request path, by the probes' refresh on the database thread)."""
         self.serve(routes)
-        if self.session is not None:
-            self._spawn_thread("forklift-session", self.session.run)
+        self.start_session()
         if self.db is not None:
             self._spawn_thread("forklift-db", self.db.run)
         if self.maintenance is not None:
             self._spawn_thread("forklift-maintenance", self.maintenance.run)
+
+    def start_session(self) -> None:
+        """Start the session thread (once): the liveness lock that vouches for the
+        children is taken as soon as they exist, not after the probes are built."""
+        if self.session is not None and self._session_thread is None:
+            self._session_thread = self._spawn_thread("forklift-session", self.session.run)
 
     def serve(self, routes: dict[str, Route]) -> None:
         """Answer `routes` on the bound port: the HTTP server starts now, or takes them in
@@ -123,10 +129,13 @@ class OpsServer:
             self._http = HttpServer(self._listener)
         self._http.serve(routes)
 
-    def _spawn_thread(self, name: str, target: Callable[..., object], *args: object) -> None:
+    def _spawn_thread(
+        self, name: str, target: Callable[..., object], *args: object
+    ) -> threading.Thread:
         thread = threading.Thread(target=target, args=args, name=name, daemon=True)
         thread.start()
         self._threads.append(thread)
+        return thread
 
     def close_in_child(self) -> None:
         """After fork: the child must keep none of the HTTP server's sockets."""
