@@ -72,6 +72,15 @@ class HeldConnection:
                     self._conn = None
                 raise
 
+    def cancel(self) -> None:
+        """Cancel the statement the held connection runs now, if any (from any thread)."""
+        conn = self._conn
+        if conn is not None and not conn.closed:
+            try:
+                conn.cancel_safe(timeout=2.0)
+            except (psycopg.Error, OSError):
+                pass  # ended anyway, or the statement ends on its own bound
+
     def open(self, wait: bool = False, timeout: float = 30.0) -> None:
         """As a pool's: here the connection opens on first use."""
 

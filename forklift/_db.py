@@ -223,7 +223,10 @@ def detect_pooler(dsn: str, timeouts: Timeouts) -> bool:
         found = row is not None and row[0] == "0"
     except psycopg.OperationalError as exc:
         if "unsupported startup parameter" not in str(exc):
-            raise DatabaseError(f"cannot connect to PostgreSQL at {describe(dsn)}") from exc
+            cause = " ".join(str(exc).split()) or type(exc).__name__
+            raise DatabaseError(
+                f"cannot connect to PostgreSQL at {describe(dsn)}: {redact(cause)}"
+            ) from exc
         found = True
     _POOLED[dsn] = found
     return found

@@ -248,6 +248,15 @@ def add_policing(p: argparse.ArgumentParser) -> None:
     )
     flag(
         p,
+        "--refused-grace",
+        duration,
+        10.0,
+        "at boot, exit 1 if the database refuses forklift (wrong password, no such role or "
+        "database) for this long; later, such errors are logged and /readyz says why",
+        shown="10s",
+    )
+    flag(
+        p,
         "--kill-grace",
         duration,
         3.0,
@@ -315,6 +324,7 @@ def supervisor_config(args: argparse.Namespace) -> SupervisorConfig:
         child_timeout=args.child_timeout,
         kill_grace=args.kill_grace,
         cancel_grace=args.cancel_grace,
+        refused_grace=args.refused_grace,
         metrics_addr=None if args.metrics_addr in ("", "off") else args.metrics_addr,
         scheduler=SchedulerConfig(ahead=args.schedule_ahead),
     )

@@ -7,7 +7,7 @@ is a forklift DatabaseError (`translated`), raised from the original.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Protocol
 
 from psycopg_pool import ConnectionPool
@@ -359,11 +359,13 @@ class JobStore:
             row = conn.execute(self.q["jobs_vacuum_due"]).fetchone()
         return bool(row and row[0])
 
-    def jobs_vacuum(self) -> None:
-        """VACUUM (ANALYZE) the jobs table, unless another vacuum has it."""
+    def jobs_vacuum(self, conn: Conn | None = None) -> None:
+        """VACUUM (ANALYZE) the jobs table, unless another vacuum has it; on `conn` if
+        given (an autocommit connection in no transaction: VACUUM refuses to run in one),
+        else on one of the store's."""
         with (
             translated("vacuuming the jobs table failed", self.where),
-            self.pool.connection() as conn,
+            nullcontext(conn) if conn is not None else self.pool.connection() as conn,
         ):
             # Longer than a claim may take: a big table takes seconds. RESET goes back
             # to the connection's own bound.

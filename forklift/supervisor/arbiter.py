@@ -29,7 +29,7 @@ from forklift import _db
 from forklift._conns import HeldConnection
 from forklift._events import emit
 from forklift.app import App
-from forklift.errors import DatabaseError
+from forklift.errors import ForkliftError
 from forklift.metrics import Totals
 from forklift.store import JobStore
 from forklift.store.batches import BatchStore
@@ -41,6 +41,7 @@ from forklift.supervisor.deaths import Attribution, OnDbThread, VanishedOwners
 from forklift.supervisor.ops import OpsServer
 from forklift.supervisor.police import Police
 from forklift.supervisor.reaper import Reaper, settle_unanswered
+from forklift.supervisor.refusals import BootCheck
 from forklift.supervisor.registry import ProcessRegistry
 from forklift.supervisor.restarts import RestartSchedule
 from forklift.supervisor.scaling import AUTOSCALE_EVERY, Scaling
@@ -61,6 +62,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TICK = 0.25
+MAINTAINER = "forklift-maintenance"  # the application_name of maintenance's connection
 
 
 class Supervisor:
@@ -88,8 +90,9 @@ class Supervisor:
         self.notifier = Notifier()
         self.totals = Totals(app.tasks)  # other task names share one label
         timeouts = _db.Timeouts.for_lease(cfg.worker.lease)
-        # The parent's two connections: the database thread's, and the session's. Both
-        # go to the session URL when there is one (the workers' URL may be a pooler's).
+        # The parent's connections: the database thread's, the session's, and (on the
+        # replica that maintains) maintenance's. All go to the session URL when there is
+        # one (the workers' URL may be a pooler's).
         session_dsn = _db.session_dsn(app.dsn)
         held = HeldConnection(session_dsn, timeouts, "forklift-supervisor")
         self.store = SupervisorStore(app.dsn, app.schema, timeouts, held)
@@ -100,13 +103,20 @@ class Supervisor:
         news_of = cfg.worker.queues if cfg.worker.listen else ()
         self.session = SupervisorSession(session_dsn, timeouts, app.schema, news_of, self.fanout)
         self.board = SnapshotBoard(Snapshot(last_tick=time.monotonic()))
-        self.db = DbThread(self._db_services(cfg, held, timeouts))
+        # Asked on the database thread, never before the port is bound or the first fork:
+        # a database that never answers must not delay /healthz (DESIGN invariant 15).
+        self.boot = BootCheck(app.dsn, timeouts, held.connection, cfg.refused_grace)
+        self.failure: ForkliftError | None = None  # why the supervisor gave up, if it did
+        self.db = DbThread([DbService("boot", 0.5, self.boot.run_once), *self._db_services(cfg)])
+        self.maintenance = self._maintenance(cfg, HeldConnection(session_dsn, timeouts, MAINTAINER))
         deaths = OnDbThread(self.attribution, self.db.submit)
         self.restarts = RestartSchedule(self.notifier)
         settle = functools.partial(settle_unanswered, self.db.submit, self.store, self.totals)
         self.reaper = Reaper(self.children, deaths, self.totals, self.restarts, settle=settle)
         self.police = Police(cfg, self.children, deaths)
-        self.ops = OpsServer(cfg.metrics_addr, self.registry, self.db, self.session)
+        self.ops = OpsServer(
+            cfg.metrics_addr, self.registry, self.db, self.session, maintenance=self.maintenance
+        )
         self._held, self._timeouts = held, timeouts  # for served()
         self._served: Served | None = None
         self.spawner = Spawner(
@@ -119,30 +129,35 @@ class Supervisor:
             vouch=self.session.vouch,
         )
 
-    def _db_services(
-        self, cfg: SupervisorConfig, held: HeldConnection, timeouts: _db.Timeouts
-    ) -> list[DbService]:
+    def _db_services(self, cfg: SupervisorConfig) -> list[DbService]:
         """What the database thread runs on its own schedule, each on the held connection."""
-        app = self.app
         self.scaling = Scaling(cfg, self.store)
         self.registry = ProcessRegistry(self.store, self.board)
         self.vanished = VanishedOwners(self.store, self.totals, me=lambda: self.identity.id)
-        w = cfg.worker
-        maintenance = Maintenance(
-            JobStore(held, app.schema), app.dsn, timeouts,
-            MaintenanceConfig(w.maintenance_interval, w.keep_finished, w.keep_dead),
-            section=lambda: nullcontext(self.session.maintaining.is_set()),
-            sweep=BatchSweep.of(BatchStore(held.connection, app.schema), self.totals, w),
-        )  # fmt: skip
-        services = [
+        return [
             DbService("attribution", TICK, self.attribution.retry_pending),
             DbService("vanished", self.vanished.config.every, self.vanished.run_once),
             DbService("registry", self.registry.config.every, self.registry.run_once),
             DbService("autoscale", AUTOSCALE_EVERY, self.scaling.read_backlog),
         ]
-        if w.maintenance:
-            services.append(DbService("maintenance", 0.5, maintenance.run_due))
-        return services
+
+    def _maintenance(self, cfg: SupervisorConfig, held: HeldConnection) -> DbThread | None:
+        """Maintenance on a thread and a connection of its own (DESIGN invariant 25): a
+        VACUUM or a prune of a big table takes minutes, while deaths must be charged,
+        schedules fired and the probes refreshed within a second. Its connection opens
+        on the replica that holds the maintenance lock only."""
+        w = cfg.worker
+        if not w.maintenance:
+            return None
+        maintenance = Maintenance(
+            JobStore(held, self.app.schema), self.app.dsn, held.timeouts,
+            MaintenanceConfig(w.maintenance_interval, w.keep_finished, w.keep_dead),
+            section=lambda: nullcontext(self.session.maintaining.is_set()),
+            sweep=BatchSweep.of(BatchStore(held.connection, self.app.schema), self.totals, w),
+            vacuum_on=held.connection,
+        )  # fmt: skip
+        services = [DbService("maintenance", 0.5, maintenance.run_due)]
+        return DbThread(services, cancel=held.cancel, missing=self.db.missing)
 
     def served(self) -> Served:
         """What only the parent serves (served.py): built once, after the first fork."""
@@ -157,7 +172,8 @@ class Supervisor:
     # -- the loop -----------------------------------------------------------------------
 
     def run(self) -> int:
-        self.refuse_a_pooler_alone()
+        """Until stopped: 0; or the error that made it give up (a pooler's URL with no
+        session URL, a database that refuses forklift since the start)."""
         self.identity = Identity.new(self.config.worker.queues, time.monotonic())
         self.session.supervisor_id = self.identity.id  # its liveness lock vouches for all
         self.spawner.supervisor_id = self.identity.id
@@ -176,22 +192,18 @@ class Supervisor:
         )
         try:
             self.maintain_count()  # the first children: forked with no other thread (spawner.py)
-            self.ops.start_session()  # its lock vouches for them: they claim once it is held
+            self.ops.start_session()  # their liveness lock, before anything slower
+            from forklift.supervisor.http import boot_routes  # waitress: the parent's only
+
+            self.ops.serve(boot_routes())  # alive from now on, whatever the database does
             self.ops.start(self.served().routes)
             self._loop()
         finally:
             self.ops.stop()  # and deregisters this supervisor and its workers
         emit(log, "supervisor.stopped", pid=os.getpid())
+        if self.failure is not None:
+            raise self.failure
         return 0
-
-    def refuse_a_pooler_alone(self) -> None:
-        """ConfigError if the workers' URL leads through a pooler and no session URL was
-        given. A database not answering yet is no reason to refuse: the children find out
-        at their boot."""
-        try:
-            _db.needs_session_url(self.app.dsn, self.store.timeouts, "forklift run")
-        except DatabaseError as exc:
-            emit(log, "supervisor.pooler_unknown", logging.WARNING, error=exc)
 
     def _loop(self) -> None:
         while True:
@@ -203,6 +215,7 @@ class Supervisor:
             self.wait()
             self.read_reports()
             self.dispatch_signals()
+            self.give_up_if_refused()
             self.reaper.reap(stopping=self.stopping is not None)
             if self.stopping and not self.children:
                 return
@@ -216,6 +229,14 @@ class Supervisor:
             self.police.enforce_deadline(now)
             self.roll_reload()
             self.autoscale(now)
+
+    def give_up_if_refused(self) -> None:
+        """Stop now (exit 1, one line naming the cause) if the boot check found what no
+        retry fixes: a pooler's URL without a session URL, or a database refusing
+        forklift since the start for longer than --refused-grace."""
+        if self.boot.fatal is not None and self.failure is None:
+            self.failure = self.boot.fatal
+            self.stop(fast=True)
 
     def publish(self) -> None:
         """Publish what the ops threads may see of this tick (health, readiness, registry)."""

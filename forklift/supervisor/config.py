@@ -37,6 +37,9 @@ class SupervisorConfig:
     # How long a cancelled job's handler may run on before its child is killed.
     cancel_grace: float = 5.0
     metrics_addr: str | None = None
+    # At boot, a database refusing forklift this long (authentication, no such database)
+    # makes the supervisor exit 1 instead of retrying forever.
+    refused_grace: float = 10.0
     # The cron scheduler every supervisor runs (one job per fire time across replicas).
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
 
@@ -53,6 +56,8 @@ class SupervisorConfig:
             raise ConfigError("kill_grace must be >= 0")
         if self.cancel_grace < 0:
             raise ConfigError("cancel_grace must be >= 0")
+        if self.refused_grace < 0:
+            raise ConfigError("refused_grace must be >= 0")
         if self.autoscale_idle <= 0:
             raise ConfigError("autoscale_idle must be > 0")
         if self.autoscale is not None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from forklift._events import emit
 from forklift._service import Repeats
 from forklift.errors import ForkliftError, SchemaMissing
+from forklift.supervisor.refusals import refusal
 
 log = logging.getLogger(__name__)
 
@@ -36,17 +37,40 @@ class DbService:
     run_once: Callable[[], object]
 
 
+class MissingSchema:
+    """Whether rounds find forklift's tables missing (before `forklift migrate`), said in
+    one line for every service of every thread that shares it, then once every 30 s."""
+
+    def __init__(self) -> None:
+        self._repeats = Repeats()
+        self._at = float("-inf")  # when a round last found the schema missing
+
+    def found(self, exc: SchemaMissing) -> None:
+        self._at = time.monotonic()
+        if self._repeats.worth_logging(SchemaMissing("schema missing")):
+            emit(log, "supervisor.waiting_for_migrate", logging.WARNING, error=exc)
+
+    def recently(self) -> bool:
+        return time.monotonic() - self._at < MISSING_FOR
+
+
 class DbThread:
     """`submit()` from any thread; `run()` on the thread until `stop()`."""
 
-    def __init__(self, services: Sequence[DbService] = ()) -> None:
+    def __init__(
+        self,
+        services: Sequence[DbService] = (),
+        cancel: Callable[[], None] | None = None,
+        missing: MissingSchema | None = None,
+    ) -> None:
         self.services = tuple(services)
+        self._cancel = cancel  # cancels the statement running on the thread's connection
+        self._cancelled = threading.Event()  # by a stop: its error is no news
         self._work: queue.SimpleQueue[tuple[str, Callable[[], object]] | None] = queue.SimpleQueue()
         self._due = [0.0] * len(self.services)
         self._stopped = threading.Event()
         self._repeats = Repeats()
-        self._missing = Repeats()  # "run forklift migrate": once for every service
-        self._missing_at = float("-inf")  # when a round last found the schema missing
+        self.missing = missing or MissingSchema()  # "run forklift migrate": once for all
 
     def add(self, services: Sequence[DbService]) -> None:
         """More services, before run()."""
@@ -59,6 +83,12 @@ class DbThread:
     def stop(self) -> None:
         """Stop once what was submitted before has run."""
         self._work.put(None)
+
+    def cancel(self) -> None:
+        """Cancel the statement running now, if any (a VACUUM that would outlive a stop)."""
+        if self._cancel is not None:
+            self._cancelled.set()
+            self._cancel()
 
     def run(self) -> None:
         while not self._stopped.is_set():
@@ -96,7 +126,7 @@ class DbThread:
 
     def waiting_for_migrate(self) -> bool:
         """Whether a round found forklift's tables missing in the last few seconds."""
-        return time.monotonic() - self._missing_at < MISSING_FOR
+        return self.missing.recently()
 
     def _attempt(self, name: str, work: Callable[[], object]) -> None:
         try:
@@ -104,15 +134,20 @@ class DbThread:
         except SchemaMissing as exc:
             # Before `forklift migrate` every service fails so, each on its own table:
             # one line for the whole supervisor, then one every 30 s.
-            self._missing_at = time.monotonic()
-            if self._missing.worth_logging(SchemaMissing("schema missing")):
-                emit(log, "supervisor.waiting_for_migrate", logging.WARNING, error=exc)
+            self.missing.found(exc)
             return
         except ForkliftError as exc:
+            if self._cancelled.is_set():
+                return
             # An outage fails every service the same way underneath: said once for all
-            # of them, then every 30 s, not once per service and round.
+            # of them, then every 30 s, not once per service and round. A refusal no
+            # retry fixes (authentication, no such database) is an operator's to fix.
             if self._repeats.worth_logging(exc.__cause__ or exc):
-                emit(log, f"{name}.failed", logging.WARNING, error=exc)
+                refused = refusal(exc)
+                if refused is not None:
+                    emit(log, "supervisor.database_refuses", logging.ERROR, error=refused)
+                else:
+                    emit(log, f"{name}.failed", logging.WARNING, error=exc)
             return
         except Exception:  # a bug: logged, outlived
             log.exception("%s: round failed; next round as usual", name)

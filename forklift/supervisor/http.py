@@ -54,6 +54,17 @@ def routes_for(probes: Probes, metrics: CollectorRegistry) -> dict[str, Route]:
     }
 
 
+def boot_routes() -> dict[str, Route]:
+    """What the server answers from the first fork until the probes are built (their
+    imports take a while): alive, not ready yet, no metrics yet."""
+    starting = (503, TEXT, b"not ready: starting\n")
+    return {
+        "/metrics": lambda: starting,
+        "/healthz": lambda: (200, TEXT, b"ok\n"),
+        "/readyz": lambda: starting,
+    }
+
+
 class OpsApp:
     """The WSGI application: GET and HEAD on the known paths; 404 on any other path, 405
     for any other method on a known one (nothing here changes anything)."""
@@ -77,11 +88,14 @@ class OpsApp:
         return [b""] if method == "HEAD" and route is not None else [body]
 
 
-class _Server(TcpWSGIServer):
+class DeadlineServer(TcpWSGIServer):
+    """waitress's TCP server, closing every connection that has lived past
+    CONNECTION_DEADLINE with no request being answered on it (the dashboard's is one too)."""
+
     def maintenance(self, now: float) -> None:
         # waitress closes connections idle past channel_timeout; a client that drips a
         # byte now and then is never idle, so also close any connection that has lived
-        # past CONNECTION_DEADLINE with no request being answered on it.
+        # past the deadline with no request being answered on it.
         super().maintenance(now)  # type: ignore[arg-type]
         cutoff = now - CONNECTION_DEADLINE
         channels: dict[int, Any] = self.active_channels  # type: ignore[assignment]
@@ -97,7 +111,7 @@ class HttpServer:
     def __init__(self, listener: socket.socket) -> None:
         self.listener = listener  # bound and listening (ops.bind_listener)
         self.app = OpsApp({})  # its routes come with serve()
-        self._server: _Server | None = None
+        self._server: DeadlineServer | None = None
         self._map: dict[int, Any] = {}  # waitress's sockets: the listener, clients, trigger
         self._thread: threading.Thread | None = None
         host, port = listener.getsockname()[:2]
@@ -125,18 +139,19 @@ class HttpServer:
         logging.getLogger("waitress.queue").setLevel(logging.ERROR)
         dispatcher = ThreadedTaskDispatcher()  # its threads start in serve()
         sockinfo = (sock.family, sock.type, sock.proto, sock.getsockname())
-        self._server = _Server(
+        self._server = DeadlineServer(
             self.app, map=self._map, _sock=sock, dispatcher=dispatcher, adj=adj,
             bind_socket=False, sockinfo=sockinfo,
         )  # fmt: skip
 
     def serve(self, routes: dict[str, Route]) -> None:
-        """Start answering `routes`: waitress's worker threads and its event loop's."""
+        """Start answering `routes` (waitress's worker threads and its event loop's), or
+        answer them from now on instead of the previous ones."""
         self.prepare()
         server = self._server
+        self.app.routes = routes  # one reference swapped: a request sees old or new
         if server is None or self._thread is not None:
             return
-        self.app.routes = routes
         server.task_dispatcher.set_thread_count(THREADS)
         self._thread = threading.Thread(target=server.run, name="forklift-http", daemon=True)
         self._thread.start()

@@ -1,7 +1,8 @@
 """The supervisor's helper threads: the HTTP server (/metrics, /healthz, /readyz; http.py,
-answered from memory), the one
-database thread (every statement the parent runs; dbthread.py) and the session thread
-(the liveness lock, LISTEN, the maintenance lock; session.py).
+answered from memory), the database thread (the statements that must be prompt:
+charging deaths, the registry, schedules, the probes; dbthread.py), the maintenance
+thread (what may take minutes: prunes, VACUUM; its own connection) and the session
+thread (the liveness lock, LISTEN, the maintenance lock; session.py).
 
 None of them shares a lock with the loop across I/O: the loop submits database work and
 goes on; they read only the published snapshot (see snapshot.py), never the loop's live
@@ -75,15 +76,18 @@ class OpsServer:
         registry: ProcessRegistry,
         db: DbThread | None = None,
         session: SupervisorSession | None = None,
+        *,
+        maintenance: DbThread | None = None,
     ) -> None:
         self.addr = parse_addr(addr) if addr else None
         self.registry = registry
         self.db = db
         self.session = session
+        self.maintenance = maintenance
         self._listener: socket.socket | None = None
         self._http: HttpServer | None = None
         self._threads: list[threading.Thread] = []
-        self._session_started = False
+        self._session_thread: threading.Thread | None = None
         self.bound: tuple[str, int] | None = None
 
     def bind(self) -> None:
@@ -99,28 +103,40 @@ class OpsServer:
         """Start the threads (binding first, if bind() was not called); the HTTP server
         answers `routes` (http.routes_for: what they answer is read from the database off
         the request path, by the probes' refresh on the database thread)."""
-        self.bind()
-        if self._listener is not None and self._http is None:
-            from forklift.supervisor.http import HttpServer  # waitress: the parent's only
-
-            self._http = HttpServer(self._listener)
-            self._http.serve(routes)
+        self.serve(routes)
         self.start_session()
         if self.db is not None:
             self._spawn_thread("forklift-db", self.db.run)
+        if self.maintenance is not None:
+            self._spawn_thread("forklift-maintenance", self.maintenance.run)
 
     def start_session(self) -> None:
-        """Start the session thread, if not yet: the children claim nothing until its
-        liveness lock is held (shared_vouch.py), so it starts as soon as they are forked,
-        before what only the parent serves is imported and built (a second at boot)."""
-        if self.session is not None and not self._session_started:
-            self._session_started = True
-            self._spawn_thread("forklift-session", self.session.run)
+        """Start the session thread (once): the children claim nothing until its liveness
+        lock is held (shared_vouch.py), so it is taken as soon as they exist, not after
+        the probes are built."""
+        if self.session is not None and self._session_thread is None:
+            self._session_thread = self._spawn_thread("forklift-session", self.session.run)
 
-    def _spawn_thread(self, name: str, target: Callable[..., object], *args: object) -> None:
+    def serve(self, routes: dict[str, Route]) -> None:
+        """Answer `routes` on the bound port: the HTTP server starts now, or takes them in
+        place of the ones it answered until now (binding first, if bind() was not
+        called)."""
+        self.bind()
+        if self._listener is None:
+            return
+        if self._http is None:
+            from forklift.supervisor.http import HttpServer  # waitress: the parent's only
+
+            self._http = HttpServer(self._listener)
+        self._http.serve(routes)
+
+    def _spawn_thread(
+        self, name: str, target: Callable[..., object], *args: object
+    ) -> threading.Thread:
         thread = threading.Thread(target=target, args=args, name=name, daemon=True)
         thread.start()
         self._threads.append(thread)
+        return thread
 
     def close_in_child(self) -> None:
         """After fork: the child must keep none of the HTTP server's sockets."""
@@ -133,7 +149,11 @@ class OpsServer:
         """Stop the threads: the database thread after what the loop submitted (its last
         attributions among them) and the deregistration. Within `timeout` s whatever the
         database does: what is left then dies with the process (leases and the liveness
-        lock cover it)."""
+        lock cover it). A maintenance statement under way is cancelled: a VACUUM may run
+        for minutes."""
+        if self.maintenance is not None:
+            self.maintenance.stop()
+            self.maintenance.cancel()
         if self._http is not None:
             self._http.stop()
         elif self._listener is not None:

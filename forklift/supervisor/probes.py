@@ -22,6 +22,7 @@ from forklift.admin import AdminStore, QueueStats
 from forklift.errors import DatabaseError, SchemaMissing
 from forklift.metrics import Totals
 from forklift.supervisor.exposition import TotalsCollector
+from forklift.supervisor.refusals import refusal
 from forklift.supervisor.snapshot import SnapshotBoard
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ class Probes:
         self.queues = tuple(queues)  # served here: the only queues with gauges
         self._stats: _Cached[list[QueueStats]] = _Cached()
         self._db_ready: _Cached[bool] = _Cached()
-        self._db_problem = "database not checked yet"
+        self._db_problem = "database has not answered yet"
         self._prefetched: list[Prefetched] = []
         self._said = Repeats()  # the same database problem again: every 30 s
 
@@ -117,8 +118,14 @@ class Probes:
             problem = str(exc) if missing else _unreachable(exc)
             again = self._said.worth_logging(exc)
             # Tables missing: the database thread says so, once for every service.
+            refused = refusal(exc)
+            if refused is not None:  # no retry fixes it: an operator must, so said loudly
+                problem = f"database refuses forklift: {refused}"
             if not missing and (before is not False or problem != self._db_problem or again):
-                emit(log, "supervisor.database_unreachable", logging.WARNING, error=exc)
+                if refused is not None:
+                    emit(log, "supervisor.database_refuses", logging.ERROR, error=refused)
+                else:
+                    emit(log, "supervisor.database_unreachable", logging.WARNING, error=exc)
             self._db_problem = problem
             self._db_ready = _Cached(False, time.monotonic())
             return False

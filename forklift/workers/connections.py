@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from forklift import _db
 from forklift._events import emit
+from forklift._refused import refusal
 from forklift._service import Repeats
 from forklift.errors import DatabaseError
 from forklift.store import EffectBudget, JobStore
@@ -102,5 +103,9 @@ def detect_pooler(
             return
         except DatabaseError as exc:
             if repeats.worth_logging(exc):
-                emit(log, "worker.database_unreachable", logging.WARNING, error=exc)
+                refused = refusal(exc)  # no retry fixes it: said as an error, with its cause
+                if refused is not None:
+                    emit(log, "worker.database_refuses", logging.ERROR, error=refused)
+                else:
+                    emit(log, "worker.database_unreachable", logging.WARNING, error=exc)
             wait(0.5)

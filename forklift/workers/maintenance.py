@@ -1,6 +1,6 @@
 """Maintenance: rescue exhausted expired leases, prune old jobs (and batches), vacuum
 the jobs table and sweep for finished batches, one replica at a time, on a thread of
-its own (or the supervisor's database thread)."""
+its own (the supervisor's maintenance thread, or a worker's)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,14 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import psycopg
+
 from forklift import _db
 from forklift._events import emit
 from forklift._service import TestSignal, run_every
 from forklift._singleton import singleton
-from forklift.store import JobStore
+from forklift.errors import DatabaseError
+from forklift.store import Conn, JobStore, short_connection
 from forklift.workers.batch_ends import BatchSweep
 
 log = logging.getLogger(__name__)
@@ -66,6 +69,7 @@ class Maintenance:
         config: MaintenanceConfig | None = None,
         section: Callable[[], AbstractContextManager[object]] | None = None,
         sweep: BatchSweep | None = None,
+        vacuum_on: Callable[[], AbstractContextManager[Conn]] | None = None,
     ) -> None:
         self.store = store
         # Finishes batches whose end nobody followed up: each round, and every second
@@ -77,6 +81,16 @@ class Maintenance:
         # Whether this replica maintains now: by default a singleton section of its own
         # (a dedicated connection per round); a supervisor passes its session's lock.
         self._mine = section or (lambda: singleton(self.dsn, self.timeouts, self._section))
+        # Where VACUUM runs: in no transaction (behind a transaction-mode pooler every
+        # statement of the store's connections runs in one, to carry its bounds) and
+        # not on a worker's own connection, which its claims share: by default a short
+        # connection of its own to the session URL (direct, or a session-mode pooler's).
+        self._vacuum_on = vacuum_on or (
+            lambda: short_connection(
+                _db.session_dsn(self.dsn), self.timeouts, "forklift-maintenance",
+                "vacuuming the jobs table failed",
+            )
+        )  # fmt: skip
         self.ran: TestSignal[Maintained | None] = TestSignal()
         self._section = f"maintenance:{store.schema}"
         self._next = time.monotonic()
@@ -148,6 +162,19 @@ class Maintenance:
         if not self._may_vacuum or not self.store.jobs_vacuum_due():
             return False
         began = time.monotonic()
-        self.store.jobs_vacuum()
+        try:
+            with self._vacuum_on() as conn:
+                self.store.jobs_vacuum(conn)
+        except DatabaseError as exc:
+            if not isinstance(exc.__cause__, psycopg.errors.ActiveSqlTransaction):
+                raise
+            self._may_vacuum = False  # said once: every VACUUM would fail so
+            emit(
+                log, "maintenance.no_vacuum", logging.WARNING,
+                reason="VACUUM cannot run in a transaction block: the session URL "
+                f"({_db.SESSION_URL_ENV}) leads through a transaction-mode pooler; "
+                "autovacuum keeps the jobs table",
+            )  # fmt: skip
+            return False
         emit(log, "maintenance.vacuumed", logging.DEBUG, took=round(time.monotonic() - began, 3))
         return True

@@ -63,7 +63,7 @@ def test_not_ready_without_the_database_and_no_probe_asks_it() -> None:
 
 def test_not_ready_before_the_first_check_and_once_the_checks_go_stale() -> None:
     probes = Probes(SnapshotBoard(replace(READY, last_tick=time.monotonic())), FakeAdmin())
-    assert probes.readiness() == (503, "not ready: database not checked yet\n")
+    assert probes.readiness() == (503, "not ready: database has not answered yet\n")
     probes.refresh()
     assert probes.readiness()[0] == 200
     probes._db_ready = replace(probes._db_ready, at=time.monotonic() - STALE_AFTER - 1)
