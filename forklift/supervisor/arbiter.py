@@ -65,6 +65,32 @@ TICK = 0.25
 MAINTAINER = "forklift-maintenance"  # the application_name of maintenance's connection
 
 
+def maintenance_thread(
+    app: App,
+    cfg: SupervisorConfig,
+    held: HeldConnection,
+    session: SupervisorSession,
+    totals: Totals,
+    db: DbThread,
+) -> DbThread | None:
+    """Maintenance on a thread and a connection of its own (DESIGN invariant 25): a
+    VACUUM or a prune of a big table takes minutes, while deaths must be charged,
+    schedules fired and the probes refreshed within a second (on `db`). Its connection
+    opens on the replica that holds the maintenance lock only."""
+    w = cfg.worker
+    if not w.maintenance:
+        return None
+    maintenance = Maintenance(
+        JobStore(held, app.schema), app.dsn, held.timeouts,
+        MaintenanceConfig(w.maintenance_interval, w.keep_finished, w.keep_dead),
+        section=lambda: nullcontext(session.maintaining.is_set()),
+        sweep=BatchSweep.of(BatchStore(held.connection, app.schema), totals, w),
+        vacuum_on=held.connection,
+    )  # fmt: skip
+    services = [DbService("maintenance", 0.5, maintenance.run_due)]
+    return DbThread(services, cancel=held.cancel, missing=db.missing)
+
+
 class Supervisor:
     """The parent process. __init__ does no I/O; run() blocks until stopped, returns 0."""
 
@@ -108,7 +134,10 @@ class Supervisor:
         self.boot = BootCheck(app.dsn, timeouts, held.connection, cfg.refused_grace)
         self.failure: ForkliftError | None = None  # why the supervisor gave up, if it did
         self.db = DbThread([DbService("boot", 0.5, self.boot.run_once), *self._db_services(cfg)])
-        self.maintenance = self._maintenance(cfg, HeldConnection(session_dsn, timeouts, MAINTAINER))
+        self.maintenance = maintenance_thread(
+            app, cfg, HeldConnection(session_dsn, timeouts, MAINTAINER), self.session, self.totals,
+            self.db,
+        )  # fmt: skip
         deaths = OnDbThread(self.attribution, self.db.submit)
         self.restarts = RestartSchedule(self.notifier)
         settle = functools.partial(settle_unanswered, self.db.submit, self.store, self.totals)
@@ -120,14 +149,9 @@ class Supervisor:
         self._held, self._timeouts = held, timeouts  # for served()
         self._served: Served | None = None
         self.spawner = Spawner(
-            cfg,
-            self.children,
-            self.signals,
-            self.fanout,
-            totals=self.totals,
-            close_in_child=self.ops.close_in_child,
-            vouch=self.session.vouch,
-        )
+            cfg, self.children, self.signals, self.fanout, totals=self.totals,
+            close_in_child=self.ops.close_in_child, vouch=self.session.vouch,
+        )  # fmt: skip
 
     def _db_services(self, cfg: SupervisorConfig) -> list[DbService]:
         """What the database thread runs on its own schedule, each on the held connection."""
@@ -140,24 +164,6 @@ class Supervisor:
             DbService("registry", self.registry.config.every, self.registry.run_once),
             DbService("autoscale", AUTOSCALE_EVERY, self.scaling.read_backlog),
         ]
-
-    def _maintenance(self, cfg: SupervisorConfig, held: HeldConnection) -> DbThread | None:
-        """Maintenance on a thread and a connection of its own (DESIGN invariant 25): a
-        VACUUM or a prune of a big table takes minutes, while deaths must be charged,
-        schedules fired and the probes refreshed within a second. Its connection opens
-        on the replica that holds the maintenance lock only."""
-        w = cfg.worker
-        if not w.maintenance:
-            return None
-        maintenance = Maintenance(
-            JobStore(held, self.app.schema), self.app.dsn, held.timeouts,
-            MaintenanceConfig(w.maintenance_interval, w.keep_finished, w.keep_dead),
-            section=lambda: nullcontext(self.session.maintaining.is_set()),
-            sweep=BatchSweep.of(BatchStore(held.connection, self.app.schema), self.totals, w),
-            vacuum_on=held.connection,
-        )  # fmt: skip
-        services = [DbService("maintenance", 0.5, maintenance.run_due)]
-        return DbThread(services, cancel=held.cancel, missing=self.db.missing)
 
     def served(self) -> Served:
         """What only the parent serves (served.py): built once, after the first fork."""
