@@ -214,62 +214,31 @@ class Record:
 # -- the run -------------------------------------------------------------------------------
 
 
-class Soak:
-    """The database, the fleet and the load's threads of one run."""
+class Database:
+    """The run's schema, as the bench's own sessions see it: checks, operator, faults."""
 
-    def __init__(self, args: argparse.Namespace, dsn: str, worker_dsn: str) -> None:
-        self.args = args
-        self.dsn = dsn  # the bench's own sessions: checks, operator, faults, producers
-        self.worker_dsn = worker_dsn  # the supervisors' (through the proxy, if any)
-        self.schema = f"ix_{secrets.token_hex(4)}"
-        self.logdir = Path(tempfile.mkdtemp(prefix="forklift-interactions-"))
-        self.diary = self.logdir / "diary.txt"
-        self.rng = random.Random(args.seed)
-        self.record = Record()
-        self.stop = threading.Event()
-        # Three producers' Apps (each its own pool of 4): the batches' and their waiters',
-        # the queue at max depth's, and the rest's. A defect that starves one pool then
-        # shows in its calls without silencing the load of the others.
-        self.app = ia.current(forklift.App(dsn, schema=self.schema))
-        self.batch_app = ia.current(forklift.App(dsn, schema=self.schema))
-        self.capped_app = ia.current(forklift.App(dsn, schema=self.schema))
-        self.waits: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=2_000)
-        self.cluster: Cluster | None = None
-        self.proxy: ProxyProcess | None = None
-        env = child_env(worker_dsn, self.schema)
-        env.update(FORKLIFT_LOG_FORMAT="text", **{ia.DIARY_ENV: str(self.diary)})
-        flags = [
-            "--workers", str(args.workers), "--concurrency", str(args.concurrency),
-            "--lease", f"{LEASE:g}s", "--grace", "5s", "--kill-grace", "2s",
-            "--cancel-grace", "2s", "--queues", f"default,{CAPPED}",
-        ]  # fmt: skip
-        (self.logdir / "v2").mkdir()
-        self.fleet = Fleet(env, self.logdir, flags, app="bench.interactions_app:app")
-        self.fleet_v2 = Fleet(env, self.logdir / "v2", flags, app="bench.interactions_app:app_v2")
+    def __init__(self, dsn: str, schema: str) -> None:
+        self.dsn = dsn
+        self.schema = schema
 
-    # -- set-up and tear-down -----------------------------------------------------------
+    @contextlib.contextmanager
+    def connect(self) -> Iterator[psycopg.Connection[Any]]:
+        with psycopg.connect(self.dsn, autocommit=True, connect_timeout=5) as conn:
+            yield conn
 
-    def create(self) -> None:
-        self.app.migrate()
-        with self.db() as db:
+    def create_effects(self) -> None:
+        """The handlers' effects table: one row per commit, no unique key."""
+        with self.connect() as db:
             db.execute(
                 f'CREATE TABLE "{self.schema}".effects (job_id bigint NOT NULL, attempt int,'
                 " task text, batch_id bigint, note text,"
                 " at timestamptz NOT NULL DEFAULT clock_timestamp())"
             )
-        self.forklift("queues", "limit", CAPPED, "--max-depth", str(self.args.max_depth), "--force")
-        # Paused for the load, so that it stays full: resumed for the drain.
-        self.forklift("queues", "pause", CAPPED, "--force")
-
-    @contextlib.contextmanager
-    def db(self) -> Iterator[psycopg.Connection[Any]]:
-        with psycopg.connect(self.dsn, autocommit=True, connect_timeout=5) as conn:
-            yield conn
 
     def rows(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
         """`sql` ({s}: the schema) on a fresh connection; [] while the database is away."""
         try:
-            with self.db() as db:
+            with self.connect() as db:
                 return db.execute(sql.format(s=f'"{self.schema}"'), params).fetchall()
         except psycopg.OperationalError:
             return []
@@ -282,24 +251,71 @@ class Soak:
             env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout,
         )  # fmt: skip
 
-    def close(self) -> None:
-        self.stop.set()
-        self.fleet.kill()
-        self.fleet_v2.kill()
-        for app in (self.app, self.batch_app, self.capped_app):
-            app.close()
 
-    # -- the load -----------------------------------------------------------------------
+class Fleets:
+    """The two `forklift run` fleets: the current version's and the second version's,
+    which a rolling deploy starts beside it."""
 
-    def loop(self, every: float, step: Callable[[], None], what: str) -> None:
-        """`step()` every `every` seconds until the run stops; its errors counted."""
-        while not self.stop.is_set():
-            began = time.monotonic()
-            try:
-                step()
-            except Exception as exc:
-                self.record.count(f"{what} raised {type(exc).__name__}")
-            self.stop.wait(max(0.0, began + every - time.monotonic()))
+    def __init__(self, args: argparse.Namespace, env: dict[str, str], logdir: Path) -> None:
+        flags = [
+            "--workers", str(args.workers), "--concurrency", str(args.concurrency),
+            "--lease", f"{LEASE:g}s", "--grace", "5s", "--kill-grace", "2s",
+            "--cancel-grace", "2s", "--queues", f"default,{CAPPED}",
+        ]  # fmt: skip
+        (logdir / "v2").mkdir()
+        self.current = Fleet(env, logdir, flags, app="bench.interactions_app:app")
+        self.second = Fleet(env, logdir / "v2", flags, app="bench.interactions_app:app_v2")
+
+    def start(self) -> None:
+        self.current.start(2)
+        self.current.wait_ready(timeout=60)
+
+    def workers(self) -> list[int]:
+        return self.current.workers() + self.second.workers()
+
+    def deploy(self) -> str:
+        """A rolling deploy: one supervisor of the current version SIGTERMed, one of the
+        second version started beside the rest."""
+        old = self.current.procs[-1]
+        old.signal(signal.SIGTERM)
+        self.current.procs.remove(old)
+        self.current.retired.append(old)
+        new = self.second.start()[0]
+        code = old.wait(timeout=30)
+        return f"pid {old.pid} exited {code}, v2 pid {new.pid}"
+
+    def stop(self, record: Record) -> None:
+        """Every supervisor stopped, its exit code counted (a retired one's too)."""
+        for fleet in (self.current, self.second):
+            for proc in fleet.retired:
+                record.count(f"supervisor exit {proc.popen.poll()}")
+            for code in fleet.stop(timeout=30):
+                record.count(f"supervisor exit {code}")
+
+    def kill(self) -> None:
+        self.current.kill()
+        self.second.kill()
+
+
+class Traffic:
+    """The producers' ordinary calls: the feeder's jobs, the enqueues into the queue held
+    at its max depth, and the singleton's holders."""
+
+    def __init__(
+        self,
+        app: forklift.App,
+        capped_app: forklift.App,
+        record: Record,
+        rng: random.Random,
+        stop: threading.Event,
+        poison_every: float,
+    ) -> None:
+        self.app = app
+        self.capped_app = capped_app
+        self.record = record
+        self.rng = rng
+        self.stop = stop
+        self.poison_every = poison_every
 
     def feed(self) -> None:
         """A quarter second of ordinary traffic, and a poison job when it is due."""
@@ -325,10 +341,47 @@ class Soak:
         with self.record.call("enqueue"):
             job = self.app.enqueue("keyed", args)
         self.record.enqueued([job], "keyed")
-        if n % max(1, round(self.args.poison_every * 4)) == 0:
+        if n % max(1, round(self.poison_every * 4)) == 0:
             with self.record.call("enqueue"):
                 job = self.app.enqueue("poison", {"key": f"x{n}"})
             self.record.enqueued([job], "poison")
+
+    def capped(self) -> None:
+        """One enqueue into the queue held at its max depth."""
+        with contextlib.suppress(forklift.QueueFull), self.record.call("enqueue capped"):
+            job = self.capped_app.enqueue(
+                "plain", {"key": f"q{secrets.token_hex(4)}"}, queue=CAPPED
+            )
+            self.record.enqueued([job], "plain")
+
+    def singleton(self) -> None:
+        """Try to hold the singleton; when held, hold it 3 s unless told it is lost."""
+        me = threading.get_ident()
+        with self.app.singleton("interactions") as held:
+            if not held:
+                return
+            began = time.time()  # the wall clock: comparable with the faults' windows
+            try:
+                deadline = time.monotonic() + 3.0
+                while time.monotonic() < deadline and not self.stop.is_set() and held:
+                    time.sleep(0.05)
+            except Exception:  # a documented "you lost it" ends the block
+                self.record.count("singleton lost (told)")
+            finally:
+                with self.record.lock:
+                    self.record.held.append((me, began, time.time()))
+                    self.record.counts["singleton blocks held"] += 1
+
+
+class Batches:
+    """Batches with a callback, and the waiters on their results and their ends (on the
+    App that enqueued them)."""
+
+    def __init__(self, app: forklift.App, record: Record, stop: threading.Event) -> None:
+        self.app = app
+        self.record = record
+        self.stop = stop
+        self.waits: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=2_000)
 
     def batch(self) -> None:
         """One batch of 10 with a callback (every third filled in a batch block), its
@@ -337,10 +390,10 @@ class Soak:
         specs = [("member", {"key": f"b{n}-{i}", "pause": 0.3}) for i in range(10)]
         batch: Batch
         if n % 3 == 2:
-            batch = self.batch_block(n, specs)
+            batch = self.block(n, specs)
         else:
             with self.record.call("enqueue_batch"):
-                batch = self.batch_app.enqueue_batch(
+                batch = self.app.enqueue_batch(
                     specs, on_complete="gather", on_complete_args={"tag": f"b{n}"}
                 )
             with self.record.lock:
@@ -353,11 +406,11 @@ class Soak:
             with contextlib.suppress(queue.Full):
                 self.waits.put_nowait(item)
 
-    def batch_block(self, n: int, specs: list[tuple[str, dict[str, Any]]]) -> Batch:
+    def block(self, n: int, specs: list[tuple[str, dict[str, Any]]]) -> Batch:
         """`with app.batch() as w:` taken apart, so that each of its calls is timed alone
         (not the pause between its two chunks, while workers start on the first)."""
         with self.record.call("batch begin"):
-            w = self.batch_app.batch(on_complete="gather", on_complete_args={"tag": f"b{n}"})
+            w = self.app.batch(on_complete="gather", on_complete_args={"tag": f"b{n}"})
             w.__enter__()
         with self.record.lock:
             self.record.batches.append(w.id)
@@ -388,77 +441,85 @@ class Soak:
             if kind == "batch":
                 what.wait(timeout=15)
             else:
-                self.batch_app.result(what, timeout=15)
+                self.app.result(what, timeout=15)
             self.record.count(f"wait {kind}: ok")
         except Exception as exc:
             self.record.count(f"wait {kind}: {type(exc).__name__}")
 
-    def capped(self) -> None:
-        """One enqueue into the queue held at its max depth."""
-        with contextlib.suppress(forklift.QueueFull), self.record.call("enqueue capped"):
-            job = self.capped_app.enqueue(
-                "plain", {"key": f"q{secrets.token_hex(4)}"}, queue=CAPPED
-            )
-            self.record.enqueued([job], "plain")
 
-    def singleton(self) -> None:
-        """Try to hold the singleton; when held, hold it 3 s unless told it is lost."""
-        me = threading.get_ident()
-        with self.app.singleton("interactions") as held:
-            if not held:
-                return
-            began = time.time()  # the wall clock: comparable with the faults' windows
-            try:
-                deadline = time.monotonic() + 3.0
-                while time.monotonic() < deadline and not self.stop.is_set() and held:
-                    time.sleep(0.05)
-            except Exception:  # a documented "you lost it" ends the block
-                self.record.count("singleton lost (told)")
-            finally:
-                with self.record.lock:
-                    self.record.held.append((me, began, time.time()))
-                    self.record.counts["singleton blocks held"] += 1
+class Operator:
+    """The operator's chores through the CLI, in turn: cancel a job, cancel a batch,
+    purge ended jobs (their error histories kept first, for the checks)."""
 
-    # -- the operator -------------------------------------------------------------------
+    def __init__(self, database: Database, record: Record) -> None:
+        self.database = database
+        self.record = record
 
     def operate(self) -> None:
         """The next of the operator's chores, in turn."""
         turn = self.record.counts["operator turns"] % 4
         self.record.count("operator turns")
         if turn == 0:
-            found = self.rows(
+            found = self.database.rows(
                 "SELECT id FROM {s}.jobs WHERE task = 'keyed' AND state = 'running'"
                 " ORDER BY started_at LIMIT 1"
             )
             if found:
-                done = self.forklift("jobs", "cancel", str(found[0][0]))
+                done = self.database.forklift("jobs", "cancel", str(found[0][0]))
                 self.record.count(f"jobs cancel: exit {done.returncode}")
         elif turn == 1:
-            found = self.rows(
+            found = self.database.rows(
                 "SELECT id FROM {s}.batches WHERE finished_at IS NULL ORDER BY id DESC LIMIT 1"
             )
             if found:
-                done = self.forklift("batches", "cancel", str(found[0][0]))
+                done = self.database.forklift("batches", "cancel", str(found[0][0]))
                 self.record.count(f"batches cancel: exit {done.returncode}")
         else:
             states = ("dead", "cancelled") if turn == 2 else ("succeeded",)
             for state in states:
                 self.keep_errors()  # what a purge deletes, its history kept first
-                done = self.forklift("jobs", "purge", "--state", state, "--older-than", "2s")
+                done = self.database.forklift(
+                    "jobs", "purge", "--state", state, "--older-than", "2s"
+                )
                 self.record.count(f"jobs purge {state}: exit {done.returncode}")
 
     def keep_errors(self) -> None:
         """Keep every job's error history (it only grows) before a purge deletes it."""
-        for job, errors in self.rows("SELECT id, errors FROM {s}.jobs WHERE errors <> '[]'"):
+        for job, errors in self.database.rows(
+            "SELECT id, errors FROM {s}.jobs WHERE errors <> '[]'"
+        ):
             with self.record.lock:
                 if len(errors) >= len(self.record.errors.get(job, [])):
                     self.record.errors[job] = errors
 
-    # -- the faults -----------------------------------------------------------------------
 
-    def faults(self) -> None:
-        """One fault every --fault-every seconds, kinds in a shuffled cycle; the rolling
-        deploy once, at the middle of the run."""
+class Faults:
+    """One fault every --fault-every seconds, kinds in a shuffled cycle; the rolling
+    deploy once, at the middle of the run. The database goes away through `cluster`
+    (stopped) when the run has one, else through `proxy` (the workers cut off)."""
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        database: Database,
+        fleets: Fleets,
+        record: Record,
+        rng: random.Random,
+        stop: threading.Event,
+        cluster: Cluster | None,
+        proxy: ProxyProcess | None,
+    ) -> None:
+        self.args = args
+        self.database = database
+        self.fleets = fleets
+        self.record = record
+        self.rng = rng
+        self.stop = stop
+        self.cluster = cluster
+        self.proxy = proxy
+
+    def run(self) -> None:
+        """Inject faults until the run stops."""
         kinds = [k for k in FAULTS if k in self.args.faults and k != "deploy v2"]
         kinds += ["kill worker"] if "kill worker" in kinds else []  # SIGKILLs twice as often
         cycle: list[str] = []
@@ -467,7 +528,7 @@ class Soak:
         while not self.stop.wait(self.args.fault_every):
             if not deployed and "deploy v2" in self.args.faults and time.monotonic() >= middle:
                 deployed = True
-                self.inject("deploy v2", self.deploy)
+                self.inject("deploy v2", self.fleets.deploy)
                 continue
             if not kinds:
                 continue
@@ -493,7 +554,7 @@ class Soak:
         say(f"  {time.strftime('%H:%M:%S')} {kind:<20} {window.detail}")
 
     def kill_worker(self) -> str:
-        pids = self.fleet.workers() + self.fleet_v2.workers()
+        pids = self.fleets.workers()
         if not pids:
             return "no worker"
         pid = self.rng.choice(pids)
@@ -503,7 +564,7 @@ class Soak:
 
     def terminate(self, who: str) -> str:
         """pg_terminate_backend on every session of one kind, in this run's database only."""
-        ended = self.rows(
+        ended = self.database.rows(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
             " WHERE datname = current_database() AND pid <> pg_backend_pid()"
             f" AND {SESSIONS[who]}"
@@ -525,38 +586,94 @@ class Soak:
         self.proxy.restore()
         return f"workers cut off {seconds:g} s"
 
-    def deploy(self) -> str:
-        """A rolling deploy: one supervisor of the current version SIGTERMed, one of the
-        second version started beside the rest."""
-        old = self.fleet.procs[-1]
-        old.signal(signal.SIGTERM)
-        self.fleet.procs.remove(old)
-        self.fleet.retired.append(old)
-        new = self.fleet_v2.start()[0]
-        code = old.wait(timeout=30)
-        return f"pid {old.pid} exited {code}, v2 pid {new.pid}"
+    def heal(self) -> None:
+        """The database back within everyone's reach, whatever fault the stop cut short."""
+        if self.proxy is not None:
+            self.proxy.restore()
+        if self.cluster is not None and not self.cluster.running:
+            self.cluster.start()
 
-    # -- running it -----------------------------------------------------------------------
+
+class Soak:
+    """One run: its database, its fleets, and the load's threads, stopped together."""
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        dsn: str,
+        worker_dsn: str,
+        cluster: Cluster | None = None,
+        proxy: ProxyProcess | None = None,
+    ) -> None:
+        """`dsn` for the bench's own sessions (checks, operator, faults, producers);
+        `worker_dsn` for the supervisors' (through the proxy, if any)."""
+        self.args = args
+        self.cluster = cluster
+        self.database = Database(dsn, f"ix_{secrets.token_hex(4)}")
+        self.logdir = Path(tempfile.mkdtemp(prefix="forklift-interactions-"))
+        self.diary = self.logdir / "diary.txt"
+        self.record = Record()
+        self.stop = threading.Event()
+        # Three producers' Apps (each its own pool of 4): the batches' and their waiters',
+        # the queue at max depth's, and the rest's. A defect that starves one pool then
+        # shows in its calls without silencing the load of the others.
+        schema = self.database.schema
+        self.apps = [ia.current(forklift.App(dsn, schema=schema)) for _ in range(3)]
+        app, batch_app, capped_app = self.apps
+        env = child_env(worker_dsn, schema)
+        env.update(FORKLIFT_LOG_FORMAT="text", **{ia.DIARY_ENV: str(self.diary)})
+        self.fleets = Fleets(args, env, self.logdir)
+        rng = random.Random(args.seed)
+        self.traffic = Traffic(app, capped_app, self.record, rng, self.stop, args.poison_every)
+        self.batches = Batches(batch_app, self.record, self.stop)
+        self.operator = Operator(self.database, self.record)
+        self.faults = Faults(
+            args, self.database, self.fleets, self.record, rng, self.stop, cluster, proxy
+        )
+
+    def create(self) -> None:
+        self.apps[0].migrate()
+        self.database.create_effects()
+        self.database.forklift(
+            "queues", "limit", CAPPED, "--max-depth", str(self.args.max_depth), "--force"
+        )
+        # Paused for the load, so that it stays full: resumed for the drain.
+        self.database.forklift("queues", "pause", CAPPED, "--force")
+
+    def close(self) -> None:
+        self.stop.set()
+        self.fleets.kill()
+        for app in self.apps:
+            app.close()
+
+    def loop(self, every: float, step: Callable[[], None], what: str) -> None:
+        """`step()` every `every` seconds until the run stops; its errors counted."""
+        while not self.stop.is_set():
+            began = time.monotonic()
+            try:
+                step()
+            except Exception as exc:
+                self.record.count(f"{what} raised {type(exc).__name__}")
+            self.stop.wait(max(0.0, began + every - time.monotonic()))
 
     def run(self) -> None:
         a = self.args
-        self.fleet.start(2)
-        self.fleet.wait_ready(timeout=60)
+        self.fleets.start()
         say(f"fleet ready; load and faults for {a.minutes:g} min ...")
         threads = [
-            ("feeder", 0.25, self.feed, 1),
-            ("batches", 3.0, self.batch, 1),
-            ("waiter", 0.0, self.wait_one, a.waiters),
-            ("capped", 0.2, self.capped, 8),
-            ("singleton", 0.2, self.singleton, 3),
-            ("operator", a.operator_every, self.operate, 1),
+            ("feeder", 0.25, self.traffic.feed, 1),
+            ("batches", 3.0, self.batches.batch, 1),
+            ("waiter", 0.0, self.batches.wait_one, a.waiters),
+            ("capped", 0.2, self.traffic.capped, 8),
+            ("singleton", 0.2, self.traffic.singleton, 3),
+            ("operator", a.operator_every, self.operator.operate, 1),
         ]
         running = [
             threading.Thread(target=self.loop, args=(every, step, name), name=name, daemon=True)
             for name, every, step, n in threads
             for _ in range(n)
         ]
-        running.append(threading.Thread(target=self.faults, name="faults", daemon=True))
+        running.append(threading.Thread(target=self.faults.run, name="faults", daemon=True))
         for t in running:
             t.start()
         self.stop.wait(a.minutes * 60)
@@ -564,27 +681,22 @@ class Soak:
         say("load over: stopping its threads ...")
         for t in running:
             t.join(timeout=60)
-        if self.proxy is not None:
-            self.proxy.restore()
-        if self.cluster is not None and not self.cluster.running:
-            self.cluster.start()
-        self.forklift("queues", "resume", CAPPED)
+        self.faults.heal()
+        self.database.forklift("queues", "resume", CAPPED)
         self.drain()
 
     def drain(self) -> None:
         say(f"waiting up to {self.args.drain:g} s for every job to end ...")
         deadline = time.monotonic() + self.args.drain
         while time.monotonic() < deadline:
-            left = self.rows("SELECT count(*) FROM {s}.jobs WHERE state IN ('ready', 'running')")
+            left = self.database.rows(
+                "SELECT count(*) FROM {s}.jobs WHERE state IN ('ready', 'running')"
+            )
             if left and left[0][0] == 0:
                 break
             time.sleep(1.0)
-        self.keep_errors()
-        for fleet in (self.fleet, self.fleet_v2):
-            for proc in fleet.retired:
-                self.record.count(f"supervisor exit {proc.popen.poll()}")
-            for code in fleet.stop(timeout=30):
-                self.record.count(f"supervisor exit {code}")
+        self.operator.keep_errors()
+        self.fleets.stop(self.record)
 
 
 # -- the checks ----------------------------------------------------------------------------
@@ -637,8 +749,8 @@ class Column:
     lines: list[str]  # the evidence, printed under the table
 
 
-def effects_twice(soak: Soak) -> Column:
-    rows = soak.rows(
+def effects_twice(database: Database) -> Column:
+    rows = database.rows(
         "SELECT job_id, min(task), count(*), array_agg(attempt ORDER BY at)"
         " FROM {s}.effects GROUP BY job_id HAVING count(*) > 1 ORDER BY job_id"
     )
@@ -646,8 +758,8 @@ def effects_twice(soak: Soak) -> Column:
     return Column("effects twice", len(rows), lines)
 
 
-def jobs_lost(soak: Soak) -> Column:
-    rows = soak.rows(
+def jobs_lost(database: Database) -> Column:
+    rows = database.rows(
         "SELECT id, task, state::text, attempts, lease_owner FROM {s}.jobs"
         " WHERE state IN ('ready', 'running') ORDER BY id"
     )
@@ -657,14 +769,14 @@ def jobs_lost(soak: Soak) -> Column:
     return Column("jobs lost", len(rows), lines)
 
 
-def innocent_charged(soak: Soak, runs: Sequence[HandlerRun]) -> Column:
+def innocent_charged(database: Database, record: Record, runs: Sequence[HandlerRun]) -> Column:
     by_run: dict[tuple[int, int, int], list[HandlerRun]] = defaultdict(list)
     for run in runs:
         by_run[(run.job, run.attempt, run.pid)].append(run)
-    tasks = {job: task for job, task in soak.rows("SELECT id, task FROM {s}.jobs")}
-    tasks = {**soak.record.jobs, **tasks}
+    tasks = {job: task for job, task in database.rows("SELECT id, task FROM {s}.jobs")}
+    tasks = {**record.jobs, **tasks}
     innocent: dict[int, str] = {}
-    for job, errors in sorted(soak.record.errors.items()):
+    for job, errors in sorted(record.errors.items()):
         for e in errors:
             error = str(e.get("error") or "")
             if error.startswith(OWN):
@@ -692,33 +804,33 @@ def innocent_charged(soak: Soak, runs: Sequence[HandlerRun]) -> Column:
                 job,
                 f"job {job} ({tasks.get(job, '?')}) attempt {attempt} on pid {pid}: charged "
                 f"{error[:80]!r} at {time.strftime('%H:%M:%S', time.localtime(at))}; {why}; "
-                f"{last_fault(soak.record.faults, at)}",
+                f"{last_fault(record.faults, at)}",
             )
     return Column("innocent charged", len(innocent), list(innocent.values()))
 
 
-def callbacks_not_once(soak: Soak) -> Column:
+def callbacks_not_once(database: Database, record: Record) -> Column:
     counts = dict(
-        soak.rows(
+        database.rows(
             "SELECT batch_id, count(*) FROM {s}.effects WHERE task = 'gather' GROUP BY batch_id"
         )
     )
     states = {
         b: (state, outcome, sealed)
-        for b, state, outcome, sealed in soak.rows(
+        for b, state, outcome, sealed in database.rows(
             "SELECT b.id, coalesce(j.state::text, 'no callback job'), b.outcome,"
             " b.sealed_at IS NOT NULL FROM {s}.batches AS b"
             " LEFT JOIN {s}.jobs AS j ON j.id = b.callback_job_id"
         )
     }
     lines = []
-    for batch in soak.record.batches:
+    for batch in record.batches:
         n = counts.get(batch, 0)
         state, outcome, sealed = states.get(batch, ("batch row gone", None, True))
-        if n == 0 and not sealed and batch in soak.record.failed_blocks:
+        if n == 0 and not sealed and batch in record.failed_blocks:
             # Its block failed while the database was away, and so did the seal: it is
             # left to the abandoned-batch sweep, on a clock longer than this run's.
-            soak.record.count("batches left unsealed by a failed block")
+            record.count("batches left unsealed by a failed block")
             continue
         if n != 1:
             lines.append(
@@ -817,10 +929,10 @@ def last_fault(faults: Sequence[Window], at: float) -> str:
 def check(soak: Soak) -> list[Column]:
     runs = read_diary(soak.diary)
     return [
-        effects_twice(soak),
-        jobs_lost(soak),
-        innocent_charged(soak, runs),
-        callbacks_not_once(soak),
+        effects_twice(soak.database),
+        jobs_lost(soak.database),
+        innocent_charged(soak.database, soak.record, runs),
+        callbacks_not_once(soak.database, soak.record),
         limit_exceeded(runs),
         singleton_twice(soak.record),
         slow_producer(soak.record, soak.cluster is not None),
@@ -829,7 +941,7 @@ def check(soak: Soak) -> list[Column]:
 
 def report(soak: Soak, columns: Sequence[Column], seconds: float) -> None:
     a = soak.args
-    states = dict(soak.rows("SELECT state::text, count(*) FROM {s}.jobs GROUP BY 1"))
+    states = dict(soak.database.rows("SELECT state::text, count(*) FROM {s}.jobs GROUP BY 1"))
     where = "embedded server" if a.embedded else redact(a.dsn)
     title = (
         f"forklift interactions: {a.minutes:g} min on the {where}, 2 supervisors x "
@@ -861,16 +973,14 @@ def interactions(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         if args.embedded:
             cluster = stack.enter_context(Cluster(prefix="forklift-interactions-"))
-            soak = Soak(args, cluster.dsn, cluster.dsn)
-            soak.cluster = cluster
+            soak = Soak(args, cluster.dsn, cluster.dsn, cluster=cluster)
         else:
             dsn = stack.enter_context(fresh_database(args.dsn, "forklift_interactions"))
             proxy = ProxyProcess.to(dsn)
             stack.callback(proxy.close)
-            soak = Soak(args, dsn, proxy.dsn_through(dsn))
-            soak.proxy = proxy
+            soak = Soak(args, dsn, proxy.dsn_through(dsn), proxy=proxy)
         stack.callback(soak.close)
-        say(f"schema {soak.schema}; logs in {soak.logdir}; load average {load_average()}")
+        say(f"schema {soak.database.schema}; logs in {soak.logdir}; load average {load_average()}")
         soak.create()
         soak.run()
         columns = check(soak)

@@ -79,39 +79,38 @@ def effect_sql(schema: str) -> str:
     )
 
 
-def build(app: forklift.App, keyed_limit: Limit | None, metered_limit: Limit) -> forklift.App:
-    """Register the bench's tasks on `app` with these two limits; return it."""
-    insert = effect_sql(app.schema)
+class Handlers:
+    """The bench's handlers, writing their effects into one schema; `build` declares them
+    as tasks, with options of the version it builds."""
 
-    def effect(ctx: forklift.JobContext, batch_id: int | None = None, text: str = "") -> None:
+    def __init__(self, schema: str) -> None:
+        self.insert = effect_sql(schema)
+
+    def effect(self, ctx: forklift.JobContext, batch_id: int | None = None, text: str = "") -> None:
         with ctx.transaction() as conn:
-            conn.execute(insert, (ctx.job_id, ctx.attempt, ctx.task, batch_id, text))
+            conn.execute(self.insert, (ctx.job_id, ctx.attempt, ctx.task, batch_id, text))
 
-    @app.task(name="plain", max_attempts=8, backoff=QUICK)
-    def plain(ctx: forklift.JobContext, *, key: str, pause: float = 0.0) -> str:
+    def plain(self, ctx: forklift.JobContext, *, key: str, pause: float = 0.0) -> str:
         """An ordinary job: a little wait, its effect; its key is its result."""
         with Diary(ctx, key):
             time.sleep(pause)
-            effect(ctx)
+            self.effect(ctx)
             return key
 
-    @app.task(name="aplain", max_attempts=8, backoff=QUICK)
-    async def aplain(ctx: forklift.AsyncJobContext, *, key: str, pause: float = 0.0) -> str:
+    async def aplain(self, ctx: forklift.AsyncJobContext, *, key: str, pause: float = 0.0) -> str:
         """The same, as an async handler on the worker's event loop."""
         with Diary(ctx, key):
             await asyncio.sleep(pause)
             async with ctx.transaction() as conn:
-                await conn.execute(insert, (ctx.job_id, ctx.attempt, ctx.task, None, ""))
+                await conn.execute(self.insert, (ctx.job_id, ctx.attempt, ctx.task, None, ""))
             return key
 
-    @app.task(name="poison", max_attempts=2, backoff=QUICK)
-    def poison(ctx: forklift.JobContext, *, key: str) -> None:
+    def poison(self, ctx: forklift.JobContext, *, key: str) -> None:
         """Kill the worker process, every time: it must end dead, alone."""
         with Diary(ctx, key):
             os._exit(7)
 
-    @app.task(name="chatty", max_attempts=8, backoff=QUICK)
-    def chatty(ctx: forklift.JobContext, *, key: str, which: int = 0) -> None:
+    def chatty(self, ctx: forklift.JobContext, *, key: str, which: int = 0) -> None:
         """Report progress with hostile text, then the effect. A message refused by
         ctx.progress is fine (the check the issue asks for); the job goes on. Half of
         them return at once, so that their last progress rides their completion (a
@@ -124,10 +123,11 @@ def build(app: forklift.App, keyed_limit: Limit | None, metered_limit: Limit) ->
                 pass
             if which % 2:
                 time.sleep(0.6)
-            effect(ctx)
+            self.effect(ctx)
 
-    @app.task(name="keyed", max_attempts=3, backoff=QUICK, timeout=KEYED_TIMEOUT, limit=keyed_limit)
-    def keyed(ctx: forklift.JobContext, *, account: int, seconds: float, stubborn: bool) -> None:
+    def keyed(
+        self, ctx: forklift.JobContext, *, account: int, seconds: float, stubborn: bool
+    ) -> None:
         """Under a per-account limit: wait `seconds` (past the timeout, now and then),
         beating; a `stubborn` one ignores ctx.cancelled, as much code does."""
         with Diary(ctx, account) as diary:
@@ -137,24 +137,21 @@ def build(app: forklift.App, keyed_limit: Limit | None, metered_limit: Limit) ->
                     return
                 time.sleep(min(BEAT, left))
                 diary.beat()
-            effect(ctx)
+            self.effect(ctx)
 
-    @app.task(name="metered", max_attempts=8, backoff=QUICK, limit=metered_limit)
-    def metered(ctx: forklift.JobContext, *, key: str) -> None:
+    def metered(self, ctx: forklift.JobContext, *, key: str) -> None:
         """Under a rate limit: just the effect."""
         with Diary(ctx, key):
-            effect(ctx)
+            self.effect(ctx)
 
-    @app.task(name="member", max_attempts=8, backoff=QUICK)
-    def member(ctx: forklift.JobContext, *, key: str, pause: float = 0.0) -> str:
+    def member(self, ctx: forklift.JobContext, *, key: str, pause: float = 0.0) -> str:
         """A batch's job: its key is its result, which the callback and waiters read."""
         with Diary(ctx, key):
             time.sleep(pause)
-            effect(ctx, ctx.job.batch_id)
+            self.effect(ctx, ctx.job.batch_id)
             return key
 
-    @app.task(name="gather", max_attempts=8, backoff=QUICK)
-    def gather(ctx: forklift.JobContext, *, tag: str) -> dict[str, Any]:
+    def gather(self, ctx: forklift.JobContext, *, tag: str) -> dict[str, Any]:
         """A batch's callback: its effect names the batch it finishes (exactly one per
         batch is the check), and says what it could read of the batch."""
         with Diary(ctx, tag):
@@ -169,9 +166,23 @@ def build(app: forklift.App, keyed_limit: Limit | None, metered_limit: Limit) ->
                 )
             except forklift.ForkliftError as exc:
                 seen = f"{type(exc).__name__}: {exc}"
-            effect(ctx, batch.id, seen)
+            self.effect(ctx, batch.id, seen)
             return {"batch": batch.id, "seen": seen}
 
+
+def build(app: forklift.App, keyed_limit: Limit | None, metered_limit: Limit) -> forklift.App:
+    """Register the bench's tasks on `app` with these two limits; return it."""
+    h = Handlers(app.schema)
+    app.task(name="plain", max_attempts=8, backoff=QUICK)(h.plain)
+    app.task(name="aplain", max_attempts=8, backoff=QUICK)(h.aplain)
+    app.task(name="poison", max_attempts=2, backoff=QUICK)(h.poison)
+    app.task(name="chatty", max_attempts=8, backoff=QUICK)(h.chatty)
+    app.task(name="keyed", max_attempts=3, backoff=QUICK, timeout=KEYED_TIMEOUT, limit=keyed_limit)(
+        h.keyed
+    )
+    app.task(name="metered", max_attempts=8, backoff=QUICK, limit=metered_limit)(h.metered)
+    app.task(name="member", max_attempts=8, backoff=QUICK)(h.member)
+    app.task(name="gather", max_attempts=8, backoff=QUICK)(h.gather)
     return app
 
 
