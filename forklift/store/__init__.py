@@ -309,20 +309,6 @@ class JobStore:
         with translated("release failed", self.where), self.pool.connection() as conn:
             return {r[0] for r in conn.execute(self.q["job_release_many"], params)}
 
-    def job_succeeded_among(self, held: Sequence[tuple[int, int]]) -> set[int]:
-        """Which (id, attempt) jobs succeeded at that attempt (a completion whose answer
-        was lost: did it commit?)."""
-        params = _leases(held)
-        with translated("completion check failed", self.where), self.pool.connection() as conn:
-            return {r[0] for r in conn.execute(self.q["job_succeeded_among"], params)}
-
-    def job_release_unknown(self, owner: str, known: Sequence[int]) -> set[int]:
-        """Give back, attempt not counted, the jobs `owner` holds that are not among
-        `known` (claimed by a statement whose answer was lost); the ids released."""
-        params = {"owner": owner, "known": list(known)}
-        with translated("claim reconciliation failed", self.where), self.pool.connection() as conn:
-            return {r[0] for r in conn.execute(self.q["job_release_unknown"], params)}
-
     def job_cancelled_among(self, held: Sequence[tuple[int, int]]) -> set[int]:
         """Which (id, attempt) jobs were cancelled by an operator (their lease taken)."""
         params = _leases(held)
@@ -386,6 +372,25 @@ class JobStore:
                 conn.execute(self.q["jobs_vacuum"], prepare=False)
             finally:
                 conn.execute("RESET statement_timeout")
+
+
+# -- reconciling statements whose answer was lost with their connection ------------------
+
+
+def job_succeeded_among(store: JobStore, held: Sequence[tuple[int, int]]) -> set[int]:
+    """Which (id, attempt) jobs succeeded at that attempt (a completion whose answer was
+    lost: did it commit?)."""
+    params = _leases(held)
+    with translated("completion check failed", store.where), store.pool.connection() as conn:
+        return {r[0] for r in conn.execute(store.q["job_succeeded_among"], params)}
+
+
+def job_release_unknown(store: JobStore, owner: str, known: Sequence[int]) -> set[int]:
+    """Give back, attempt not counted, the jobs `owner` holds that are not among `known`
+    (claimed by a statement whose answer was lost); the ids released."""
+    params = {"owner": owner, "known": list(known)}
+    with translated("claim reconciliation failed", store.where), store.pool.connection() as conn:
+        return {r[0] for r in conn.execute(store.q["job_release_unknown"], params)}
 
 
 def claim_statement(

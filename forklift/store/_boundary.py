@@ -97,6 +97,11 @@ def pipelined(conn: Conn, statements: Sequence[tuple[str, Any]]) -> list[psycopg
             cursors = [conn.execute(query, params) for query, params in statements]
             conn.execute("COMMIT")
     except BaseException:
-        conn.rollback()  # a failed statement left the transaction open (aborted)
+        try:
+            conn.rollback()  # a failed statement left the transaction open (aborted)
+        except psycopg.Error:
+            # Lost mid-pipeline, the connection cannot leave pipeline mode to roll back:
+            # closed, the pool replaces it, and the statement's own error is raised.
+            conn.close()
         raise
     return cursors

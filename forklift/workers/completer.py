@@ -20,7 +20,7 @@ from forklift._events import emit
 from forklift._service import TestSignal
 from forklift.backoff import Backoff, Streak
 from forklift.errors import DatabaseError
-from forklift.store import Claim, Completion, JobStore
+from forklift.store import Claim, Completion, JobStore, job_succeeded_among
 from forklift.workers.batch_ends import BatchEnds
 from forklift.workers.context import JobContext
 from forklift.workers.events import JobEvents
@@ -263,7 +263,10 @@ class Completer:
         self._retry.succeeded()
         settled = outcome.failed | outcome.gone  # recorded already, or not this flush's
         written = [c for c in batch if c.job_id not in settled]
-        return self._record(written, outcome.done)
+        flushed = self._record(written, outcome.done)
+        if outcome.given_up:  # still ours in the database, now forgotten: given back
+            self.holdings.doubt()
+        return flushed
 
     def _write(self, batch: list[JobContext], give_up_at: float, outcome: _Outcome) -> None:
         """Write `batch`, retrying transient errors until `give_up_at`, splitting it on a
@@ -280,6 +283,7 @@ class Completer:
                 self._may_have_committed(batch)  # answer lost: it may have committed
                 if time.monotonic() >= give_up_at or self.closing.is_set():
                     emit(log, "job.complete_failed", logging.ERROR, jobs=len(batch), error=exc)
+                    outcome.given_up = True
                     return
                 time.sleep(self._retry.failed())
             finally:
@@ -308,29 +312,10 @@ class Completer:
             ctx.final_progress = None
             self._write(batch, give_up_at, outcome)
             return
-        self._fail(ctx, exc)
-        outcome.failed.add(ctx.job_id)
-
-    def _fail(self, ctx: JobContext, exc: DatabaseError) -> None:
-        """Record the job whose completion the database refused as dead, saying why (as
-        a result that cannot be stored is: trying again would be refused again)."""
-        error = f"CompletionError: the job's completion could not be written: {exc}"
-        with ctx.outcome_lock:
-            try:
-                state = self.store.job_fail(
-                    ctx.job_id, ctx.attempt, self.owner,
-                    dead=True, delay=0.0, error=error, traceback=None,
-                )  # fmt: skip
-            except DatabaseError as failed:
-                emit(log, "job.fail_record_failed", logging.ERROR, job=ctx.job_id, error=failed)
-                state = None
-            ctx.finished = True
-        if state is None:
-            self.events.lease_lost(ctx, "completion refused")
-            return
-        self.events.failed(ctx, error, dead=True, retry_in=0.0)
-        if self.ends is not None:
+        ended = refused(self.store, self.owner, self.events, ctx, exc)
+        if ended and self.ends is not None:
             self.ends.ended([ctx.job.batch_id])
+        outcome.failed.add(ctx.job_id)
 
     def _complete(self, rows: Sequence[Completion]) -> set[int]:
         return self.store.job_complete_many(rows, self.owner) if rows else set()
@@ -340,7 +325,11 @@ class Completer:
         whose completion may have committed with its answer lost (a connection lost
         mid-statement) and now reads as not ours is looked up: succeeded at its
         attempt, it is ours that succeeded, not a lease lost."""
-        done = done | self._confirmed(batch, done)
+        with self._changed:  # those whose earlier completion may have committed
+            unsure = [(c.job_id, c.attempt) for c in batch if c.job_id not in done]
+            unsure = [lease for lease in unsure if lease in self._unsure]
+            self._unsure.difference_update((c.job_id, c.attempt) for c in batch)
+        done = done | (confirmed(self.store, unsure) if unsure else set())
         self.events.count_succeeded([c for c in batch if c.job_id in done])
         lost = []
         for ctx in batch:
@@ -355,24 +344,6 @@ class Completer:
         self.flushed.emit(result)
         return result
 
-    def _confirmed(self, batch: list[JobContext], done: set[int]) -> set[int]:
-        """Of `batch`'s jobs not in `done` whose earlier completion may have committed,
-        those the database says succeeded at their attempt."""
-        with self._changed:
-            unsure = [
-                (c.job_id, c.attempt)
-                for c in batch
-                if c.job_id not in done and (c.job_id, c.attempt) in self._unsure
-            ]
-            self._unsure.difference_update((c.job_id, c.attempt) for c in batch)
-        if not unsure:
-            return set()
-        try:
-            return self.store.job_succeeded_among(unsure)
-        except DatabaseError as exc:
-            emit(log, "job.complete_check_failed", logging.WARNING, jobs=len(unsure), error=exc)
-            return set()
-
 
 @dataclass
 class _Outcome:
@@ -382,7 +353,41 @@ class _Outcome:
     done: set[int] = field(default_factory=set)
     failed: set[int] = field(default_factory=set)
     gone: set[int] = field(default_factory=set)
+    given_up: bool = False  # some were given up through an outage: not known to be written
 
 
 def completion(ctx: JobContext) -> Completion:
     return (ctx.job_id, ctx.attempt, ctx.result_json, ctx.final_progress)
+
+
+def refused(
+    store: JobStore, owner: str, events: JobEvents, ctx: JobContext, exc: DatabaseError
+) -> bool:
+    """Record the job whose completion the database refused as dead, saying why (as a
+    result that cannot be stored is: trying again would be refused again); whether it
+    ended so (False: it was not ours any more, or the record failed)."""
+    error = f"CompletionError: the job's completion could not be written: {exc}"
+    with ctx.outcome_lock:
+        try:
+            state = store.job_fail(
+                ctx.job_id, ctx.attempt, owner, dead=True, delay=0.0, error=error, traceback=None
+            )
+        except DatabaseError as failed:
+            emit(log, "job.fail_record_failed", logging.ERROR, job=ctx.job_id, error=failed)
+            state = None
+        ctx.finished = True
+    if state is None:
+        events.lease_lost(ctx, "completion refused")
+        return False
+    events.failed(ctx, error, dead=True, retry_in=0.0)
+    return True
+
+
+def confirmed(store: JobStore, unsure: list[tuple[int, int]]) -> set[int]:
+    """Of these (id, attempt) leases whose completion was sent and its answer lost, those
+    the database says succeeded at that attempt (none if it cannot say now)."""
+    try:
+        return job_succeeded_among(store, unsure)
+    except DatabaseError as exc:
+        emit(log, "job.complete_check_failed", logging.WARNING, jobs=len(unsure), error=exc)
+        return set()

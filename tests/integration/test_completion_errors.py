@@ -5,6 +5,7 @@ never retried as if the database were away."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -12,11 +13,16 @@ import psycopg
 import pytest
 
 import forklift
+from forklift.errors import DatabaseError
 from forklift.store import Claim, Completion, JobState
+from forklift.store.limits import LimitStore
 from forklift.testing import wait_for
+from forklift.workers.claimer import Claimer
 from forklift.workers.completer import Completer, CompleterConfig
 from forklift.workers.context import JobContext
 from forklift.workers.events import Outcome
+from forklift.workers.recorder import Recorder
+from forklift.workers.renewer import LeaseRenewer, RenewerConfig
 from tests.integration.conftest import RunWorker
 from tests.integration.test_worker_services import OWNER, Rig, open_rig, state
 
@@ -157,3 +163,125 @@ def test_hostile_progress_messages_fail_no_job(
         hostile[1]: ("succeeded", "é\\udcff"),
     }
     assert json.loads(json.dumps(rows))  # what was stored reads back as plain JSON
+
+
+# -- statements whose answer was lost (issue 34, item 5) ------------------------------
+
+
+def test_a_completion_that_committed_with_its_answer_lost_is_counted_succeeded(
+    rig: Rig, app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    """The claim carrying successes commits, then its connection drops before the
+    answer: taken again, the completions find the jobs not theirs any more. They are
+    looked up (succeeded at their attempt) and counted succeeded, not lease lost."""
+    held = rig.claim(app, 4)
+    returned(rig, held)
+    completer = Completer(rig.store, OWNER, rig.holdings, rig.events, rig.closing, CONFIG)
+    completer.flushed.enable()
+    for ctx in held:
+        completer.submit(ctx)
+
+    def committed_then_lost(rows: Sequence[Completion]) -> Claim:
+        rig.store.job_claim_next(rows, ["default"], OWNER, 1, 30.0, expired=False)
+        raise DatabaseError("claim failed: OperationalError: the connection is lost")
+
+    with pytest.raises(DatabaseError):
+        completer.riding(committed_then_lost)
+    with rig.running(completer.run):
+        assert completer.flushed.wait(timeout=10).completed == {c.job_id for c in held}
+        completer.stop()
+    assert sorted(o for _, o in rig.ended) == [Outcome.SUCCEEDED] * 4
+
+
+def test_a_claim_whose_answer_was_lost_is_reconciled_before_the_next(
+    rig: Rig, app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    """A claim that committed with its answer lost leased jobs to the worker that it
+    never heard of: the next claim first gives them back, attempt uncounted."""
+    known = rig.claim(app, 2)
+    app.enqueue_many([("noop", {}) for _ in range(3)])
+    claimer = Claimer(
+        rig.store,
+        LimitStore(rig.store.pool, schema, rig.store.where),
+        ["default"],
+        {},
+        OWNER,
+        30.0,
+        rig.holdings,
+    )
+
+    lost: list[int] = []
+    real = rig.store.job_claim_next
+
+    def lost_answer(*args: Any, **kwargs: Any) -> Claim:
+        lost.extend(j.id for j in real(*args, **kwargs).jobs)
+        raise DatabaseError("claim failed: AdminShutdown", sqlstate="57P01")
+
+    rig.store.job_claim_next = lost_answer  # type: ignore[method-assign]
+    with pytest.raises(DatabaseError):
+        claimer.claim(3, expired=False)
+    assert len(lost) == 3 and all(state(db, schema, i) == JobState.RUNNING for i in lost)
+    rig.store.job_claim_next = real  # type: ignore[method-assign]
+    made = claimer.claim(3, expired=False)
+    # Given back before the claim (attempt uncounted), then claimed again by it.
+    assert sorted(j.id for j in made.jobs) == sorted(lost)
+    assert all(j.attempt == 1 for j in made.jobs)
+    assert all(state(db, schema, c.job_id) == JobState.RUNNING for c in known)
+    rows = db.execute(
+        f"SELECT count(*) FROM {schema}.jobs WHERE lease_owner = %s", (OWNER,)
+    ).fetchone()
+    assert rows == (5,)
+
+
+def test_an_outcome_given_up_on_a_lost_connection_is_given_back_by_the_next_claim(
+    rig: Rig, app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    """A release that failed on its last try forgets jobs the database still leases to
+    the worker: the next claim gives them back, not their lease's end."""
+    (ctx,) = rig.claim(app, 1)
+    claimer = Claimer(
+        rig.store,
+        LimitStore(rig.store.pool, schema, rig.store.where),
+        ["default"],
+        {},
+        OWNER,
+        30.0,
+        rig.holdings,
+    )
+    real = rig.store.job_release_many
+
+    def failing(*args: Any, **kwargs: Any) -> set[int]:
+        raise DatabaseError("release failed: OperationalError: the connection is lost")
+
+    rig.store.job_release_many = failing  # type: ignore[method-assign]
+    recorder = Recorder(rig.store, OWNER, rig.holdings, rig.events)
+    assert not recorder.release([ctx], "stopping", last_try=True)
+    rig.store.job_release_many = real  # type: ignore[method-assign]
+    assert state(db, schema, ctx.job_id) == JobState.RUNNING and len(rig.holdings) == 0
+    made = claimer.claim(1, expired=False)
+    assert [j.id for j in made.jobs] == [ctx.job_id] and made.jobs[0].attempt == 1
+
+
+def test_a_failed_renewal_is_tried_again_within_a_second(
+    rig: Rig, app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    """A renewal whose connection dropped is tried again at once the database is back,
+    not a third of a lease later: the lease runs meanwhile."""
+    rig.claim(app, 1)
+    calls: list[float] = []
+    real = rig.store.lease_renew_many
+
+    def flaky(*args: Any, **kwargs: Any) -> set[int]:
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            raise DatabaseError("lease renewal failed: OperationalError: the connection is lost")
+        return real(*args, **kwargs)
+
+    rig.store.lease_renew_many = flaky  # type: ignore[method-assign]
+    renewer = LeaseRenewer(
+        rig.store, OWNER, rig.holdings, rig.events, None, rig.closing, RenewerConfig(lease=9.0)
+    )
+    renewer.renewed.enable()
+    with rig.running(renewer.run):
+        assert renewer.renewed.wait(timeout=10).kept == 1
+    assert calls[1] - calls[0] < 1.0, f"tried again after {calls[1] - calls[0]:.1f} s"
