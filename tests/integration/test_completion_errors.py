@@ -21,6 +21,7 @@ from forklift.workers.claimer import Claimer
 from forklift.workers.completer import Completer, CompleterConfig
 from forklift.workers.context import JobContext
 from forklift.workers.events import Outcome
+from forklift.workers.progress import ProgressWriter
 from forklift.workers.recorder import Recorder
 from forklift.workers.renewer import LeaseRenewer, RenewerConfig
 from tests.integration.conftest import RunWorker
@@ -285,3 +286,19 @@ def test_a_failed_renewal_is_tried_again_within_a_second(
     with rig.running(renewer.run):
         assert renewer.renewed.wait(timeout=10).kept == 1
     assert calls[1] - calls[0] < 1.0, f"tried again after {calls[1] - calls[0]:.1f} s"
+
+
+def test_a_refused_progress_report_costs_no_other_job_its_report(
+    rig: Rig, app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    held = rig.claim(app, 3)
+    for i, ctx in enumerate(held):
+        ctx.progress(i, 3, f"step {i}")
+    held[1].progress_now = (1, 3, "bad\x00")  # past ctx.progress's escaping
+    writer = ProgressWriter(rig.store, OWNER, rig.holdings, rig.closing)
+    assert writer.run_once() == 3
+    rows = db.execute(
+        f"SELECT id, progress->>'message' FROM {schema}.jobs WHERE id = ANY(%s)",
+        ([c.job_id for c in held],),
+    ).fetchall()
+    assert dict(rows) == {held[0].job_id: "step 0", held[1].job_id: None, held[2].job_id: "step 2"}
