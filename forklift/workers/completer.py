@@ -293,12 +293,13 @@ class Completer:
         self, batch: list[JobContext], exc: DatabaseError, give_up_at: float, outcome: _Outcome
     ) -> None:
         """A batch the database refused: split it if a row's values are the cause, else
-        give it up at once (its jobs' leases expire and they run again)."""
+        give it up at once (the claim loop gives its jobs back to run again)."""
         if not exc.row_dependent:
             emit(
                 log, "job.complete_failed", logging.ERROR,
                 jobs=len(batch), sqlstate=exc.sqlstate, error=exc,
             )  # fmt: skip
+            outcome.given_up = True
             return
         if len(batch) > 1:
             half = len(batch) // 2
@@ -315,6 +316,7 @@ class Completer:
         ended = refused(self.store, self.owner, self.events, ctx, exc)
         if ended and self.ends is not None:
             self.ends.ended([ctx.job.batch_id])
+        outcome.given_up |= not ended  # if its failure was not recorded, it is still ours
         outcome.failed.add(ctx.job_id)
 
     def _complete(self, rows: Sequence[Completion]) -> set[int]:
@@ -353,7 +355,7 @@ class _Outcome:
     done: set[int] = field(default_factory=set)
     failed: set[int] = field(default_factory=set)
     gone: set[int] = field(default_factory=set)
-    given_up: bool = False  # some were given up through an outage: not known to be written
+    given_up: bool = False  # some were given up unwritten: maybe still ours in the database
 
 
 def completion(ctx: JobContext) -> Completion:
