@@ -17,7 +17,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from forklift import _redact
 from forklift._redact import redact as redact
 from forklift._redact import secrets as secrets
-from forklift.errors import ConfigError, DatabaseError, DsnError, NoDatabase
+from forklift.errors import ConfigError, DatabaseError, DsnError, NoDatabase, transient_state
 
 
 def resolve_dsn(dsn: str | None) -> str:
@@ -137,7 +137,9 @@ def probe(dsn: str, timeouts: Timeouts) -> None:
         cause = " ".join(str(exc).split()) or type(exc).__name__
         raise DatabaseError(
             f"cannot connect to PostgreSQL at {describe(dsn)}: {redact(cause)} "
-            "(the database comes from --dsn, FORKLIFT_DATABASE_URL or DATABASE_URL)"
+            "(the database comes from --dsn, FORKLIFT_DATABASE_URL or DATABASE_URL)",
+            sqlstate=exc.sqlstate,
+            transient=transient_state(exc.sqlstate),
         ) from exc
 
 
@@ -225,7 +227,9 @@ def detect_pooler(dsn: str, timeouts: Timeouts) -> bool:
         if "unsupported startup parameter" not in str(exc):
             cause = " ".join(str(exc).split()) or type(exc).__name__
             raise DatabaseError(
-                f"cannot connect to PostgreSQL at {describe(dsn)}: {redact(cause)}"
+                f"cannot connect to PostgreSQL at {describe(dsn)}: {redact(cause)}",
+                sqlstate=exc.sqlstate,
+                transient=transient_state(exc.sqlstate),
             ) from exc
         found = True
     _POOLED[dsn] = found

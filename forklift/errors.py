@@ -25,7 +25,55 @@ class AppImportError(ForkliftError):
 
 
 class DatabaseError(ForkliftError):
-    """The database refused or could not complete an operation."""
+    """The database refused or could not complete an operation.
+
+    `sqlstate` is the server's error code (None when no server answered: the connection
+    failed or was lost, or no pooled connection came), and the psycopg error is kept as
+    `__cause__`. `transient` says whether trying the same statement again may succeed
+    (the database away or busy), as against an error it will answer again (bad data, a
+    constraint, a privilege, a statement it does not know): see `transient_state`.
+    """
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        sqlstate: str | None = None,
+        transient: bool = True,
+        row_dependent: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+        self.transient = transient
+        # The error comes from the values a statement was given (a data exception,
+        # SQLSTATE class 22, or an integrity violation, 23, the server's or psycopg's
+        # own): the same statement over fewer rows may succeed, so a batch is split to
+        # find the bad one.
+        self.row_dependent = row_dependent
+
+
+# SQLSTATE classes (the first two characters) and codes after which the same statement
+# may succeed when tried again: the connection or the server went away or is busy, or
+# the transaction lost a race it may win next time. Anything else the server answers
+# is permanent: trying again gets the same answer.
+_TRANSIENT_CLASSES = frozenset({"08", "40", "53", "57", "58"})
+# Codes of those classes that trying again does not cure: files missing.
+_PERMANENT_IN_TRANSIENT_CLASSES = frozenset({"58P01", "58P02"})
+
+
+def transient_state(sqlstate: str | None) -> bool:
+    """Whether an error with this SQLSTATE may pass if the statement is tried again: no
+    answer from the server at all (None: the connection failed or was lost), connection
+    exceptions (08), insufficient resources such as too many clients (53; a full disk,
+    53100, is not), operator intervention such as an admin shutdown, a query cancelled
+    or timed out, the server starting up (57), system errors (58), and a serialization
+    failure or deadlock (40). Data exceptions (22), integrity violations (23),
+    authorization (28), syntax and privileges (42) and everything else are permanent."""
+    if sqlstate is None:
+        return True
+    if sqlstate in _PERMANENT_IN_TRANSIENT_CLASSES:
+        return False
+    return sqlstate[:2] in _TRANSIENT_CLASSES
 
 
 class SchemaMissing(DatabaseError):

@@ -376,6 +376,25 @@ class JobStore:
                 conn.execute("RESET statement_timeout")
 
 
+# -- reconciling statements whose answer was lost with their connection ------------------
+
+
+def job_succeeded_among(store: JobStore, held: Sequence[tuple[int, int]]) -> set[int]:
+    """Which (id, attempt) jobs succeeded at that attempt (a completion whose answer was
+    lost: did it commit?)."""
+    params = _leases(held)
+    with translated("completion check failed", store.where), store.pool.connection() as conn:
+        return {r[0] for r in conn.execute(store.q["job_succeeded_among"], params)}
+
+
+def job_release_unknown(store: JobStore, owner: str, known: Sequence[int]) -> set[int]:
+    """Give back, attempt not counted, the jobs `owner` holds that are not among `known`
+    (claimed by a statement whose answer was lost); the ids released."""
+    params = {"owner": owner, "known": list(known)}
+    with translated("claim reconciliation failed", store.where), store.pool.connection() as conn:
+        return {r[0] for r in conn.execute(store.q["job_release_unknown"], params)}
+
+
 def claim_statement(
     q: dict[str, str],
     queues: Sequence[str],

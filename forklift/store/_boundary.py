@@ -1,4 +1,5 @@
-"""The store's error boundary: psycopg and pool errors become forklift's DatabaseError."""
+"""The store's error boundary: psycopg and pool errors become forklift's DatabaseError,
+the psycopg error kept as its cause and classified (transient or not, by SQLSTATE)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import psycopg
 from psycopg_pool import PoolTimeout
 
 from forklift import _db
-from forklift.errors import DatabaseError, SchemaMissing
+from forklift.errors import DatabaseError, SchemaMissing, transient_state
 
 Conn = psycopg.Connection[Any]
 AsyncConn = psycopg.AsyncConnection[Any]
@@ -47,7 +48,27 @@ def translated(what: str, where: str = "") -> Iterator[None]:
             f"{what}: no database connection available ({exc}): is the database{at} up?"
         ) from exc
     except psycopg.Error as exc:
-        raise DatabaseError(f"{what}: {type(exc).__name__}: {exc}") from exc
+        raise classified(f"{what}: {type(exc).__name__}: {exc}", exc) from exc
+    except UnicodeEncodeError as exc:  # a lone surrogate in a text parameter
+        raise DatabaseError(
+            f"{what}: text that is not valid Unicode: {exc}", transient=False, row_dependent=True
+        ) from exc
+
+
+def classified(message: str, exc: psycopg.Error) -> DatabaseError:
+    """A DatabaseError saying `message`, classified by `exc`'s SQLSTATE (transient_state).
+    An error psycopg raised itself, with no SQLSTATE, is transient if the connection
+    failed (OperationalError, InterfaceError), permanent otherwise (it refused a value
+    or a statement before sending it)."""
+    state = exc.sqlstate
+    if state is None:
+        transient = isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+    else:
+        transient = transient_state(state)
+    rows = isinstance(exc, psycopg.DataError | psycopg.IntegrityError) or (
+        state is not None and state[:2] in ("22", "23")
+    )
+    return DatabaseError(message, sqlstate=state, transient=transient, row_dependent=rows)
 
 
 @contextmanager
@@ -76,6 +97,11 @@ def pipelined(conn: Conn, statements: Sequence[tuple[str, Any]]) -> list[psycopg
             cursors = [conn.execute(query, params) for query, params in statements]
             conn.execute("COMMIT")
     except BaseException:
-        conn.rollback()  # a failed statement left the transaction open (aborted)
+        try:
+            conn.rollback()  # a failed statement left the transaction open (aborted)
+        except psycopg.Error:
+            # Lost mid-pipeline, the connection cannot leave pipeline mode to roll back:
+            # closed, the pool replaces it, and the statement's own error is raised.
+            conn.close()
         raise
     return cursors

@@ -470,6 +470,36 @@ LISTEN "{channel}";
 -- Hear operators' orders (`cancel <job id> <attempt>`), on a channel of their own.
 LISTEN "{control_channel}";
 
+-- name: job_succeeded_among
+-- Which of these (id, attempt) leases ended succeeded at that attempt: how a worker
+-- whose completion was sent and its answer lost (the connection dropped) learns whether
+-- it committed. A job completes once per attempt: an attempt that succeeded is ours.
+SELECT j.id FROM {schema}.jobs AS j
+JOIN unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS h(id, attempt)
+  ON j.id = h.id AND j.attempts = h.attempt
+WHERE j.state = 'succeeded' AND j.id = ANY(%(ids)s::bigint[]);
+
+-- name: job_release_unknown
+-- Give back the jobs `owner` holds that it does not know of (not among `known`): a
+-- claim whose answer was lost with its connection may have committed. Ready at once,
+-- attempt not counted, as job_release_many; rows locked in id order. Wakes workers.
+WITH mine AS (
+    SELECT j.id FROM {schema}.jobs AS j
+    WHERE j.lease_owner = %(owner)s::text AND j.state = 'running'
+      AND j.id <> ALL(%(known)s::bigint[])
+    ORDER BY j.id
+    FOR UPDATE
+), released AS (
+    UPDATE {schema}.jobs AS j SET
+        state = 'ready', attempts = j.attempts - 1, lease_owner = NULL, lease_until = NULL
+    WHERE j.id = ANY(ARRAY(SELECT id FROM mine))
+    RETURNING j.id, j.queue
+), woken AS (
+    SELECT count(pg_notify('{channel}', q.queue)) AS n
+    FROM (SELECT DISTINCT queue FROM released) AS q
+)
+SELECT released.id FROM released, woken;
+
 -- name: job_cancelled_among
 -- Which of these (id, attempt) leases an operator took by cancelling the job: how the
 -- lease renewer tells a cancel whose notification it missed from a lease lost.

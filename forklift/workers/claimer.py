@@ -8,17 +8,23 @@ limits are written before its first claim, so they hold from the first job on.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from forklift._events import emit
+from forklift.errors import DatabaseError
 from forklift.limits import Limit
-from forklift.store import Claim, Completion, ConnSource, JobStore
+from forklift.store import Claim, Completion, ConnSource, JobStore, job_release_unknown
 from forklift.store.limits import LANE_CLAIM, Applying, LimitStore
+from forklift.workers.holdings import Holdings
 
 if TYPE_CHECKING:
     from forklift.app import App
     from forklift.workers.config import WorkerConfig
+
+log = logging.getLogger("forklift.workers.worker")
 
 LOOK_EVERY = 1.0  # seconds between lookups of whether limits apply
 
@@ -32,8 +38,13 @@ class Claimer:
         declared: dict[str, Limit | None],
         owner: str,
         lease: float,
+        holdings: Holdings | None = None,
     ) -> None:
         self.store = store
+        # The jobs this worker holds (None: no reconciliation after a claim whose answer
+        # was lost), and whether one was lost since the last reconciliation.
+        self.holdings = holdings
+        self._unsure = False
         self.limits = limits
         self.queues = list(queues)
         self.tasks = sorted(declared)
@@ -50,17 +61,52 @@ class Claimer:
 
     @classmethod
     def of_worker(
-        cls, app: App, store: JobStore, conns: ConnSource, config: WorkerConfig, owner: str
+        cls,
+        app: App,
+        store: JobStore,
+        conns: ConnSource,
+        config: WorkerConfig,
+        owner: str,
+        holdings: Holdings | None = None,
     ) -> Claimer:
-        """A worker's: its app's tasks and their limits, its queues, on its own connection."""
+        """A worker's: its app's tasks and their limits, its queues, on its own connection;
+        `holdings`, the jobs it holds."""
         limits = LimitStore(conns, app.schema, store.where)
         declared = {name: task.limit for name, task in app.tasks.items()}
-        return cls(store, limits, config.queues, declared, owner, config.lease)
+        return cls(store, limits, config.queues, declared, owner, config.lease, holdings)
 
     def claim(self, free: int, *, expired: bool, complete: Sequence[Completion] = ()) -> Claim:
         """Claim up to `free` jobs, after completing `complete` in the same transaction;
         `again`: claim again at once (candidates were turned away by a limit whose keys
-        are now full, others may be free)."""
+        are now full, others may be free).
+
+        A claim whose answer is lost (its connection dropped: a transient error) may
+        have committed, leasing jobs to this worker that it never heard of: they would
+        neither run nor be renewed until their lease ran out. So the next claim first
+        gives back every job the database says this owner holds and `holdings` does
+        not (fenced, the attempt not counted); so it does after an outcome was given
+        up on a lost connection (Holdings.doubt)."""
+        if self.holdings is not None and self.holdings.take_doubt():
+            self._unsure = True
+        if self._unsure:
+            self.reconcile()
+        try:
+            return self._claim(free, expired=expired, complete=complete)
+        except DatabaseError as exc:
+            if exc.transient and self.holdings is not None:
+                self._unsure = True
+            raise
+
+    def reconcile(self) -> set[int]:
+        """Give back the jobs leased to this owner that it does not hold; their ids."""
+        assert self.holdings is not None
+        released = job_release_unknown(self.store, self.owner, sorted(self.holdings.ids()))
+        self._unsure = False
+        if released:
+            emit(log, "worker.claim_reconciled", logging.WARNING, released=len(released))
+        return released
+
+    def _claim(self, free: int, *, expired: bool, complete: Sequence[Completion]) -> Claim:
         if self._declared is not None:
             self.limits.register(self._declared)
             self._declared = None

@@ -13,14 +13,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from forklift._events import emit
 from forklift._service import TestSignal
 from forklift.backoff import Backoff, Streak
 from forklift.errors import DatabaseError
-from forklift.store import Claim, Completion, JobStore
+from forklift.store import Claim, Completion, JobStore, job_succeeded_among
 from forklift.workers.batch_ends import BatchEnds
 from forklift.workers.context import JobContext
 from forklift.workers.events import JobEvents
@@ -87,6 +87,8 @@ class Completer:
         self._held = False  # a claim goes ahead of what is queued (ahead_of)
         self._changed = threading.Condition()
         self._retry = Streak(self.config.retry)
+        # (id, attempt) of successes whose completion was sent and its answer lost.
+        self._unsure: set[tuple[int, int]] = set()
 
     def submit(self, ctx: JobContext) -> None:
         """Queue a job whose handler succeeded; its outcome is recorded once flushed."""
@@ -213,11 +215,25 @@ class Completer:
 
         try:
             done = self._written(batch, write)
-        except DatabaseError:
-            self.put_back(batch)
-            raise
+        except DatabaseError as exc:
+            if exc.transient:
+                # Its answer lost, the transaction may have committed: what it
+                # completed is looked up, not called lost, when the batch is written.
+                self._may_have_committed(batch)
+                self.put_back(batch)
+                raise
+            # The database answered: the claim and its completions were refused and
+            # rolled back. Taken again they would be refused again, claim after claim:
+            # the completions are written on their own (split to find a bad row), the
+            # claim is made again without them.
+            self.flush(batch)
+            return claim(())
         self._record(batch, done)
         return made
+
+    def _may_have_committed(self, batch: Sequence[JobContext]) -> None:
+        with self._changed:
+            self._unsure.update((c.job_id, c.attempt) for c in batch)
 
     def _written(
         self, batch: list[JobContext], write: Callable[[Sequence[Completion]], set[int]]
@@ -234,28 +250,88 @@ class Completer:
     def flush(self, batch: list[JobContext]) -> Flushed:
         """Group-commit successes; retry through a database outage until the lease ends.
 
-        Each job is then recorded as succeeded, or as lost if its lease was not ours
-        any more (or the database stayed away too long).
+        A batch the database refuses (bad data in a row: SQLSTATE class 22 or 23) is
+        split in halves until the rows it refuses are alone; each of those is written
+        once more without its progress, and failing that is recorded as failed, saying
+        why, so one bad row never costs the others. An error trying again will not
+        cure (a privilege, a statement the database does not know) is not retried.
+        Each job is then recorded as succeeded, failed, or lost (its lease was not
+        ours any more, or the database stayed away too long).
         """
-        give_up_at = time.monotonic() + self.config.give_up_after
+        outcome = _Outcome()
+        self._write(batch, time.monotonic() + self.config.give_up_after, outcome)
+        self._retry.succeeded()
+        settled = outcome.failed | outcome.gone  # recorded already, or not this flush's
+        written = [c for c in batch if c.job_id not in settled]
+        flushed = self._record(written, outcome.done)
+        if outcome.given_up:  # still ours in the database, now forgotten: given back
+            self.holdings.doubt()
+        return flushed
+
+    def _write(self, batch: list[JobContext], give_up_at: float, outcome: _Outcome) -> None:
+        """Write `batch`, retrying transient errors until `give_up_at`, splitting it on a
+        refused row; what happened to each job goes to `outcome`."""
         while True:
+            before = {c.job_id for c in batch}
             try:
-                done = self._written(batch, self._complete)
-                break
+                outcome.done |= self._written(batch, self._complete)
+                return
             except DatabaseError as exc:
+                if not exc.transient:
+                    self._refused(batch, exc, give_up_at, outcome)
+                    return
+                self._may_have_committed(batch)  # answer lost: it may have committed
                 if time.monotonic() >= give_up_at or self.closing.is_set():
                     emit(log, "job.complete_failed", logging.ERROR, jobs=len(batch), error=exc)
-                    done = set()
-                    break
+                    outcome.given_up = True
+                    return
                 time.sleep(self._retry.failed())
-        self._retry.succeeded()
-        return self._record(batch, done)
+            finally:
+                outcome.gone |= before - {c.job_id for c in batch}
+
+    def _refused(
+        self, batch: list[JobContext], exc: DatabaseError, give_up_at: float, outcome: _Outcome
+    ) -> None:
+        """A batch the database refused: split it if a row's values are the cause, else
+        give it up at once (the claim loop gives its jobs back to run again)."""
+        if not exc.row_dependent:
+            emit(
+                log, "job.complete_failed", logging.ERROR,
+                jobs=len(batch), sqlstate=exc.sqlstate, error=exc,
+            )  # fmt: skip
+            outcome.given_up = True
+            return
+        if len(batch) > 1:
+            half = len(batch) // 2
+            self._write(batch[:half], give_up_at, outcome)
+            self._write(batch[half:], give_up_at, outcome)
+            return
+        (ctx,) = batch
+        if ctx.final_progress is not None:
+            # Progress is only a report: the job's success is worth more than it.
+            emit(log, "job.progress_dropped", logging.WARNING, job=ctx.job_id, error=exc)
+            ctx.final_progress = None
+            self._write(batch, give_up_at, outcome)
+            return
+        ended = refused(self.store, self.owner, self.events, ctx, exc)
+        if ended and self.ends is not None:
+            self.ends.ended([ctx.job.batch_id])
+        outcome.given_up |= not ended  # if its failure was not recorded, it is still ours
+        outcome.failed.add(ctx.job_id)
 
     def _complete(self, rows: Sequence[Completion]) -> set[int]:
         return self.store.job_complete_many(rows, self.owner) if rows else set()
 
     def _record(self, batch: list[JobContext], done: set[int]) -> Flushed:
-        """Record each job of a written batch: succeeded (in `done`), or lost."""
+        """Record each job of a written batch: succeeded (in `done`), or lost. A job
+        whose completion may have committed with its answer lost (a connection lost
+        mid-statement) and now reads as not ours is looked up: succeeded at its
+        attempt, it is ours that succeeded, not a lease lost."""
+        with self._changed:  # those whose earlier completion may have committed
+            unsure = [(c.job_id, c.attempt) for c in batch if c.job_id not in done]
+            unsure = [lease for lease in unsure if lease in self._unsure]
+            self._unsure.difference_update((c.job_id, c.attempt) for c in batch)
+        done = done | (confirmed(self.store, unsure) if unsure else set())
         self.events.count_succeeded([c for c in batch if c.job_id in done])
         lost = []
         for ctx in batch:
@@ -271,5 +347,49 @@ class Completer:
         return result
 
 
+@dataclass
+class _Outcome:
+    """What one flush did to each job: completed, recorded failed, or taken out of the
+    batch meanwhile (released by a stop past its grace: not this flush's to record)."""
+
+    done: set[int] = field(default_factory=set)
+    failed: set[int] = field(default_factory=set)
+    gone: set[int] = field(default_factory=set)
+    given_up: bool = False  # some were given up unwritten: maybe still ours in the database
+
+
 def completion(ctx: JobContext) -> Completion:
     return (ctx.job_id, ctx.attempt, ctx.result_json, ctx.final_progress)
+
+
+def refused(
+    store: JobStore, owner: str, events: JobEvents, ctx: JobContext, exc: DatabaseError
+) -> bool:
+    """Record the job whose completion the database refused as dead, saying why (as a
+    result that cannot be stored is: trying again would be refused again); whether it
+    ended so (False: it was not ours any more, or the record failed)."""
+    error = f"CompletionError: the job's completion could not be written: {exc}"
+    with ctx.outcome_lock:
+        try:
+            state = store.job_fail(
+                ctx.job_id, ctx.attempt, owner, dead=True, delay=0.0, error=error, traceback=None
+            )
+        except DatabaseError as failed:
+            emit(log, "job.fail_record_failed", logging.ERROR, job=ctx.job_id, error=failed)
+            state = None
+        ctx.finished = True
+    if state is None:
+        events.lease_lost(ctx, "completion refused")
+        return False
+    events.failed(ctx, error, dead=True, retry_in=0.0)
+    return True
+
+
+def confirmed(store: JobStore, unsure: list[tuple[int, int]]) -> set[int]:
+    """Of these (id, attempt) leases whose completion was sent and its answer lost, those
+    the database says succeeded at that attempt (none if it cannot say now)."""
+    try:
+        return job_succeeded_among(store, unsure)
+    except DatabaseError as exc:
+        emit(log, "job.complete_check_failed", logging.WARNING, jobs=len(unsure), error=exc)
+        return set()

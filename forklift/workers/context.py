@@ -32,6 +32,18 @@ PROGRESS_MESSAGE_CHARS = 200
 _EVENT_LOCK = threading.Lock()
 
 
+def storable(text: str) -> str:
+    """`text` with what PostgreSQL's text and jsonb cannot hold escaped: a NUL as
+    `\\x00`, a lone surrogate as `\\udcff` (backslashreplace). Plain ASCII without a NUL,
+    nearly every message, is returned as it is after two cheap checks."""
+    if text.isascii() and "\x00" not in text:
+        return text
+    text = text.replace("\x00", "\\x00")
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _fresh_lock_after_fork() -> None:
     # A lock held by some thread at fork() would stay held forever in the child.
     global _EVENT_LOCK
@@ -127,18 +139,21 @@ class JobContext:
         """Record how far the job is (`done` of `total`, a short `message`). Cheap to call
         in a tight loop: the worker writes the latest one at most twice a second, on a
         thread of its own, never in the effect transaction. Shown by `forklift jobs
-        show`, `top`, and summed per batch by `forklift batches show`."""
+        show`, `top`, and summed per batch by `forklift batches show`. A message
+        is kept as given, except what PostgreSQL cannot store (a NUL, or a lone
+        surrogate such as a surrogateescape'd file name holds), which is written as
+        its escape (`\\x00`, `\\udcff`): a report never fails its job."""
         kind, of = type(done), type(total)
         if (kind is int or kind is float) and (of is int or of is float or total is None):
             # The tight loop's path: plain numbers, no more checks.
-            text = None if message is None else str(message)[:PROGRESS_MESSAGE_CHARS]
+            text = None if message is None else storable(str(message)[:PROGRESS_MESSAGE_CHARS])
             self.progress_now = (done, total, text)
         else:
             numbers = (done, 0 if total is None else total)
             if not all(isinstance(n, int | float) and not isinstance(n, bool) for n in numbers):
                 raise TypeError("ctx.progress(done, total=None, message=None): numbers, please")
             if message is not None:
-                message = str(message)[:PROGRESS_MESSAGE_CHARS]
+                message = storable(str(message)[:PROGRESS_MESSAGE_CHARS])
             self.progress_now = (done, total, message)
         self.progress_dirty = True
 

@@ -40,6 +40,7 @@ class Holdings:
         # and those whose handler runs now, by id.
         self._waiting = 0
         self._running: dict[int, JobContext] = {}
+        self._doubted = False  # see doubt()
 
     def __len__(self) -> int:
         return len(self._jobs)
@@ -159,6 +160,23 @@ class Holdings:
     def snapshot(self) -> list[JobContext]:
         with self._lock:
             return list(self._jobs.values())
+
+    def ids(self) -> list[int]:
+        """The ids of every job held."""
+        with self._lock:
+            return list(self._jobs)
+
+    def doubt(self) -> None:
+        """A write over held jobs lost its answer (a claim, or an outcome given up
+        after a lost connection): the database may hold jobs for this worker that it
+        does not hold any more. The claim loop reconciles before its next claim."""
+        self._doubted = True
+
+    def take_doubt(self) -> bool:
+        """Whether doubt() was called since the last call; cleared."""
+        with self._lock:
+            doubted, self._doubted = self._doubted, False
+        return doubted
 
     def running(self) -> list[JobContext]:
         """The held jobs whose handler has not returned."""

@@ -8,7 +8,9 @@ import json
 import logging
 import threading
 
+from forklift._events import emit
 from forklift._service import run_every
+from forklift.errors import DatabaseError
 from forklift.store import JobStore
 from forklift.workers.context import JobContext
 from forklift.workers.holdings import Holdings
@@ -38,8 +40,24 @@ class ProgressWriter:
             if text is not None:
                 changed.append((ctx.job_id, ctx.attempt, text))
         if changed:
-            self.store.job_progress_many(changed, self.owner)
+            try:
+                self.store.job_progress_many(changed, self.owner)
+            except DatabaseError as exc:
+                if not exc.row_dependent:
+                    raise
+                self._one_by_one(changed)
         return len(changed)
+
+    def _one_by_one(self, changed: list[tuple[int, int, str]]) -> None:
+        """Write each report alone: one the database refuses (bad data) must not cost
+        the others theirs. The refused one is dropped, said once."""
+        for report in changed:
+            try:
+                self.store.job_progress_many([report], self.owner)
+            except DatabaseError as exc:
+                if not exc.row_dependent:
+                    raise
+                emit(log, "job.progress_dropped", logging.WARNING, job=report[0], error=exc)
 
 
 def unwritten(ctx: JobContext) -> str | None:

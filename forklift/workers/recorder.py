@@ -20,7 +20,7 @@ from typing import Any
 from forklift._events import emit
 from forklift.backoff import Backoff, Streak
 from forklift.errors import DatabaseError
-from forklift.store import AsyncEffect, Effect, JobState, JobStore
+from forklift.store import AsyncEffect, Effect, JobState, JobStore, job_succeeded_among
 from forklift.task import Task
 from forklift.workers import executor
 from forklift.workers.batch_ends import BatchEnds
@@ -72,7 +72,9 @@ class Recorder:
                     ctx.job_id, ctx.attempt, self.owner, ctx.result_json, ctx.final_progress
                 )
             except DatabaseError as exc:
-                return executor.failure(exc)
+                if not self._committed_after_all(ctx, exc):
+                    return executor.failure(exc)
+                owned = True
             ctx.finished = True
             if not owned:
                 self.events.lease_lost(ctx, "rolled back")
@@ -91,7 +93,10 @@ class Recorder:
                     ctx.job_id, ctx.attempt, self.owner, ctx.result_json, ctx.final_progress
                 )
             except DatabaseError as exc:
-                return executor.failure(exc)
+                committed = await asyncio.to_thread(self._committed_after_all, ctx, exc)
+                if not committed:
+                    return executor.failure(exc)
+                owned = True
             ctx.finished = True
             if not owned:
                 self.events.lease_lost(ctx, "rolled back")
@@ -101,6 +106,22 @@ class Recorder:
             await asyncio.to_thread(self.ends.ended, [ctx.job.batch_id])
         return None
 
+    def _committed_after_all(self, ctx: JobContext, exc: DatabaseError) -> bool:
+        """Whether the commit that raised `exc` committed anyway: a connection lost with
+        the COMMIT on its way leaves its outcome unknown, and a job whose effect and
+        completion did commit is no failure (counted one, its failure write is refused
+        and it reads as a lease lost). Asked a few times within a second or so, as the
+        database may take a moment to take connections again."""
+        if not exc.transient:
+            return False
+        for wait in (0.0, 0.2, 0.4, 0.8):
+            time.sleep(wait)
+            try:
+                return bool(job_succeeded_among(self.store, [(ctx.job_id, ctx.attempt)]))
+            except DatabaseError:
+                continue
+        return False
+
     def fail(self, ctx: JobContext, task: Task[Any, Any] | None, result: Result) -> None:
         job = ctx.job
         dead = result.give_up or job.attempt >= job.max_attempts
@@ -108,6 +129,7 @@ class Recorder:
             delay = result.retry_delay
         else:
             delay = (task.backoff if task is not None else UNKNOWN_TASK_RETRY).delay(job.attempt)
+        unrecorded = False
         with ctx.outcome_lock:
             try:
                 state = self.store.job_fail(
@@ -122,14 +144,18 @@ class Recorder:
                 refused = state is None
                 ended = state is JobState.DEAD
             except DatabaseError as exc:
-                # The lease will expire and another attempt will record what happens.
+                # Still ours in the database, unknown to this worker once forgotten: the
+                # claim loop gives it back (Holdings.doubt), uncounted, to run again.
                 emit(log, "job.fail_record_failed", logging.ERROR, job=job.id, error=exc)
                 refused = ended = False
+                unrecorded = True
             ctx.finished = True
         if refused:
             self.events.lease_lost(ctx, "outcome refused")
         else:
             self.events.failed(ctx, result.error, dead=dead, retry_in=delay)
+        if unrecorded:  # once forgotten (a reconciliation before would keep it)
+            self.holdings.doubt()
         if ended and self.ends is not None:
             self.ends.ended([job.batch_id])
 
@@ -159,6 +185,8 @@ class Recorder:
                 ctx.finished = True
         for ctx in contexts:
             self.events.released(ctx, why, recorded=ctx.job_id in released)
+        if not recorded:  # still ours in the database: given back by a reconciliation
+            self.holdings.doubt()
         return recorded
 
     def give_back_waiting(self, why: str, requeue: Callable[[JobContext], None]) -> None:

@@ -38,6 +38,8 @@ class Renewed(NamedTuple):
 
 NOTHING_HELD = Renewed(0, 0)
 
+RETRY = 0.5  # seconds from a failed renewal to the next try
+
 
 class LeaseRenewer:
     """Renews the leases of every held job; tells the handler of a lost one to stop."""
@@ -62,10 +64,22 @@ class LeaseRenewer:
         self.config = config or RenewerConfig()
         self.cancels = cancels
         self.renewed: TestSignal[Renewed] = TestSignal()
+        self._failed = False  # the last renewal failed: the next is due sooner
 
     def run(self) -> None:
-        """Renew every interval until closing; a failed renewal is logged, not fatal."""
-        run_every(self.config.interval, self.run_once, self.closing, log, "lease.renew_failed")
+        """Renew every interval until closing; a failed renewal is logged, not fatal, and
+        tried again within RETRY seconds, not an interval later: a connection lost
+        mid-renewal leaves the leases' state unknown, and the lease runs meanwhile."""
+        run_every(self._wait, self._renew, self.closing, log, "lease.renew_failed")
+
+    def _wait(self) -> float:
+        return min(RETRY, self.config.interval) if self._failed else self.config.interval
+
+    def _renew(self) -> Renewed:
+        self._failed = True
+        renewed = self.run_once()
+        self._failed = False
+        return renewed
 
     def run_once(self) -> Renewed:
         """Renew every held lease in one statement; mark the ones found gone as lost.

@@ -225,14 +225,15 @@ class Worker:
             self.app.dsn, self._timeouts, application_name(self.owner), cfg.pool_size
         )
         self.store = self._conns.store(self.app.schema)
-        self.claimer = Claimer.of_worker(self.app, self.store, self._conns.own, cfg, self.owner)
-        self.holdings = Holdings(cfg.concurrency)
+        held = self.holdings = Holdings(cfg.concurrency)
+        self.claimer = Claimer.of_worker(
+            self.app, self.store, self._conns.own, cfg, self.owner, held
+        )
         self.prefetch = Prefetch(cfg.concurrency)
         self.pacing = Pacing(cfg, self.holdings, self.prefetch)
         self.events = JobEvents(
             self.owner, self.holdings, self._wakeup, self.tally, self.on_job_end
         )
-        held = self.holdings
         self.ends = BatchEnds.of_worker(self.store, self.tally, held)
         self.recorder = Recorder(self.store, self.owner, held, self.events, self.ends)
         hints = PipeSource(self.hints_fd, self.app.schema) if self.hints_fd is not None else None

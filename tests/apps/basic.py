@@ -197,6 +197,15 @@ def report(ctx: forklift.JobContext, *, steps: int, seconds: float = 0.0) -> Non
             time.sleep(seconds / steps)
 
 
+HOSTILE_PROGRESS = {"nul": "bad\x00", "surrogate": "é\udcff"}  # what jsonb cannot hold
+
+
+@app.task(name="progress_says")
+def progress_says(ctx: forklift.JobContext, *, which: str) -> None:
+    """Report progress with a message PostgreSQL cannot store as it is (HOSTILE_PROGRESS)."""
+    ctx.progress(1, 2, HOSTILE_PROGRESS[which])
+
+
 @app.task(name="assemble")
 def assemble(ctx: forklift.JobContext, *, out: str = "") -> None:
     """A batch's callback: write one effect row per run with what it saw of its batch

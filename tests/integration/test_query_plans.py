@@ -186,6 +186,16 @@ def test_no_operator_query_scans_the_jobs_table(
     assert scanned == {}, f"sequential scans of the jobs table: {scanned}"
 
 
+def test_a_claim_reconciliation_reads_only_its_owners_running_jobs(
+    db: psycopg.Connection[Any], filled: str
+) -> None:
+    """job_release_unknown, after a claim whose answer was lost, looks at the jobs the
+    worker holds by the running index, whatever the table holds besides."""
+    sql = _sql.load("forklift.store", "queries.sql", filled)["job_release_unknown"]
+    plan = explain(db, sql, {"owner": "me", "known": [1, 2, 3]})
+    assert "jobs" not in set(seq_scans(plan)), json.dumps(plan, indent=1)
+
+
 def test_claims_under_limits_read_the_jobs_table_through_its_indexes(
     db: psycopg.Connection[Any], filled: str
 ) -> None:
@@ -257,6 +267,7 @@ FENCED: dict[str, dict[str, Any]] = {
     "job_progress_many": {"progress": "progress"},
     "job_release_many": {},
     "job_cancelled_among": {},  # reads (which of them an operator cancelled)
+    "job_succeeded_among": {},  # reads (which completions whose answer was lost committed)
 }
 LEASES = 500
 
