@@ -350,30 +350,35 @@ class JobStore:
             row = conn.execute(self.q["jobs_owned"]).fetchone()
         return bool(row and row[0])
 
-    def jobs_vacuum_due(self) -> bool:
-        """Whether the jobs table's dead tuples passed the vacuum threshold."""
-        with (
-            translated("reading the jobs table's statistics failed", self.where),
-            self.pool.connection() as conn,
-        ):
-            row = conn.execute(self.q["jobs_vacuum_due"]).fetchone()
-        return bool(row and row[0])
 
-    def jobs_vacuum(self, conn: Conn | None = None) -> None:
-        """VACUUM (ANALYZE) the jobs table, unless another vacuum has it; on `conn` if
-        given (an autocommit connection in no transaction: VACUUM refuses to run in one),
-        else on one of the store's."""
-        with (
-            translated("vacuuming the jobs table failed", self.where),
-            nullcontext(conn) if conn is not None else self.pool.connection() as conn,
-        ):
-            # Longer than a claim may take: a big table takes seconds. RESET goes back
-            # to the connection's own bound.
-            conn.execute("SET statement_timeout = '10min'")
-            try:
-                conn.execute(self.q["jobs_vacuum"], prepare=False)
-            finally:
-                conn.execute("RESET statement_timeout")
+# -- maintenance's VACUUM ---------------------------------------------------------------
+
+
+def jobs_vacuum_due(store: JobStore) -> bool:
+    """Whether the jobs table's dead tuples passed the vacuum threshold."""
+    with (
+        translated("reading the jobs table's statistics failed", store.where),
+        store.pool.connection() as conn,
+    ):
+        row = conn.execute(store.q["jobs_vacuum_due"]).fetchone()
+    return bool(row and row[0])
+
+
+def jobs_vacuum(store: JobStore, conn: Conn | None = None) -> None:
+    """VACUUM (ANALYZE) the jobs table, unless another vacuum has it; on `conn` if given
+    (an autocommit connection in no transaction: VACUUM refuses to run in one), else on
+    one of the store's."""
+    with (
+        translated("vacuuming the jobs table failed", store.where),
+        nullcontext(conn) if conn is not None else store.pool.connection() as conn,
+    ):
+        # Longer than a claim may take: a big table takes seconds. RESET goes back to the
+        # connection's own bound.
+        conn.execute("SET statement_timeout = '10min'")
+        try:
+            conn.execute(store.q["jobs_vacuum"], prepare=False)
+        finally:
+            conn.execute("RESET statement_timeout")
 
 
 # -- reconciling statements whose answer was lost with their connection ------------------

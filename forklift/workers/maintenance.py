@@ -19,7 +19,7 @@ from forklift._events import emit
 from forklift._service import TestSignal, run_every
 from forklift._singleton import singleton
 from forklift.errors import DatabaseError
-from forklift.store import Conn, JobStore, short_connection
+from forklift.store import Conn, JobStore, jobs_vacuum, jobs_vacuum_due, short_connection
 from forklift.workers.batch_ends import BatchSweep
 
 log = logging.getLogger(__name__)
@@ -159,12 +159,12 @@ class Maintenance:
             self._may_vacuum = self.store.jobs_owned()
             if not self._may_vacuum:
                 emit(log, "maintenance.no_vacuum", reason="not the owner of the jobs table")
-        if not self._may_vacuum or not self.store.jobs_vacuum_due():
+        if not self._may_vacuum or not jobs_vacuum_due(self.store):
             return False
         began = time.monotonic()
         try:
             with self._vacuum_on() as conn:
-                self.store.jobs_vacuum(conn)
+                jobs_vacuum(self.store, conn)
         except DatabaseError as exc:
             if not isinstance(exc.__cause__, psycopg.errors.ActiveSqlTransaction):
                 raise
