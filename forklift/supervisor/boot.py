@@ -89,7 +89,7 @@ def _run(app: App, config: SupervisorConfig, spec: ChildSpec) -> int:
         owner=spec.owner,
         on_job_start=hooks.started,
         on_job_end=hooks.ended,
-        on_job_return=hooks.returned,
+        on_handler=hooks.handler,
         on_booted=report.booted,
         tally=tally,
         on_job_cancel=hooks.cancelled,
@@ -158,9 +158,6 @@ class JobHooks:
         self.ran = 0  # jobs ended since the last heartbeat
 
     def started(self, job: ClaimedJob) -> None:
-        if self.handlers is not None:
-            with self._lock:
-                self.handlers.began(job.id)
         self.title.started(job.id, job.task)
         timeout = task_timeout(self.app, job)
         if timeout is None:
@@ -173,12 +170,16 @@ class JobHooks:
         grace = ASYNC_TIMEOUT_GRACE if task is not None and task.is_async else 0.0
         self.report.start(job.id, timeout, job.task, grace)
 
-    def returned(self, job: ClaimedJob) -> None:
-        """Its handler returned or raised: from now on a death of this process is not
-        this job's doing (its outcome may still wait for its write)."""
+    def handler(self, job_id: int, running: bool) -> None:
+        """Its handler's call begins (a death of this process from now on may be its
+        doing) or has ended, returned or raised (its outcome may still wait for its
+        write, but a death is no longer its doing)."""
         if self.handlers is not None:
             with self._lock:
-                self.handlers.returned(job.id)
+                if running:
+                    self.handlers.began(job_id)
+                else:
+                    self.handlers.returned(job_id)
 
     def flush(self) -> int:
         """Tell the parent of the jobs still running since before this beat, and show

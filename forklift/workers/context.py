@@ -98,6 +98,9 @@ class JobContext:
         self.finished = False
         self.cancel_requested = False  # an operator cancelled it (forklift jobs cancel)
         self.outcome_lock = threading.Lock()
+        # Told True as its handler's call begins and False as it ends (a supervisor's
+        # child marks it where its supervisor reads it after a death: running.py).
+        self.on_handler: Callable[[bool], None] | None = None
         self.result_json: str | None = None  # what the handler returned, as JSON
         self.final_progress: str | None = None  # its progress to write with the completion
         # The latest ctx.progress() (done, total, message), and whether it is written yet.

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,13 +81,30 @@ def refusal(task: Task[Any, Any] | None, ctx: JobContext, worker: str) -> Result
     return None
 
 
+@contextmanager
+def handler_running(ctx: JobContext) -> Iterator[None]:
+    """Tell ctx.on_handler that its handler runs from now until the block ends: as
+    close to the call as it gets, so a death is charged to the jobs whose handlers it
+    could have been."""
+    mark = ctx.on_handler
+    if mark is None:
+        yield
+        return
+    mark(True)
+    try:
+        yield
+    finally:
+        mark(False)
+
+
 def run(task: Task[Any, Any] | None, ctx: JobContext, worker: str) -> Result:
     """Run the job's (plain def) handler, unless refused."""
     refused = refusal(task, ctx, worker)
     if refused is not None:
         return refused
     assert task is not None
-    return call(task.fn, (ctx,), ctx.job.args, task.app.max_result_bytes)
+    with handler_running(ctx):
+        return call(task.fn, (ctx,), ctx.job.args, task.app.max_result_bytes)
 
 
 async def run_async(
@@ -105,7 +124,8 @@ async def run_async(
     deadline = asyncio.timeout(timeout)
     try:
         async with deadline:
-            value = await task.fn(ctx, **job.args)
+            with handler_running(ctx):
+                value = await task.fn(ctx, **job.args)
     except asyncio.CancelledError as exc:  # a cancel (aio.py): its outcome is refused anyway
         running = asyncio.current_task()
         if running is not None:

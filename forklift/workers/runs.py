@@ -46,7 +46,6 @@ class RunDeps:
     async_effects: AsyncEffects
     on_job_start: Callable[[ClaimedJob], None] | None
     stopping: Callable[[], bool]
-    on_job_return: Callable[[ClaimedJob], None] | None = None
 
 
 class JobRuns:
@@ -65,7 +64,6 @@ class JobRuns:
         self.completer = d.completer
         self.on_job_start = d.on_job_start
         self.stopping = d.stopping
-        self.on_job_return = d.on_job_return
         self.threads = ExecutorThreads(d.concurrency, self._execute)
         self.aio = AsyncRunner(d.app, d.owner, self, d.recorder, d.events, d.async_effects)
         self.tracer = _tracing.tracer()  # None: no tracer provider configured
@@ -168,8 +166,6 @@ class JobRuns:
         An attempt that ran past its task's timeout ends in TimeoutError whatever it
         returned: its supervisor (or its event loop) was about to end it, and its effect
         rolls back."""
-        if self.on_job_return is not None:
-            self.on_job_return(ctx.job)
         ctx.duration = time.monotonic() - started
         if result.succeeded and ctx.timeout and ctx.duration > ctx.timeout:
             job = ctx.job

@@ -164,7 +164,7 @@ class Worker:
         hints_fd: int | None = None,
         on_waiting: Callable[[str | None], None] | None = None,
         wakeup: Wakeup | None = None,
-        on_job_return: Callable[[ClaimedJob], None] | None = None,
+        on_handler: Callable[[int, bool], None] | None = None,
         vouch: SharedVouch | None = None,
     ) -> None:
         self.app = app
@@ -175,7 +175,7 @@ class Worker:
         self.owner = owner or ""
         self.on_job_start = on_job_start
         self.on_job_end = on_job_end
-        self.on_job_return = on_job_return
+        self.on_handler = on_handler  # (job id, whether its handler's call runs)
         self.on_booted = on_booted  # told once its services run, just before the first claim
         self.on_job_cancel = on_job_cancel  # an operator cancelled a job whose handler runs
         self.tally = tally
@@ -249,7 +249,6 @@ class Worker:
                 self.app, cfg.concurrency, self.owner, self.store, held, self.events,
                 self.recorder, self.prefetch, self.services.completer,
                 self._conns.async_effects, self.on_job_start, lambda: self._stopping,
-                self.on_job_return,
             )
         )  # fmt: skip
         completer = self.services.completer
@@ -400,6 +399,8 @@ class Worker:
             batch_of=functools.partial(batch_view, self.app),
             timeout=task_timeout(self.app, job),
         )
+        if self.on_handler is not None:
+            ctx.on_handler = functools.partial(self.on_handler, job.id)
         self.holdings.adopt(ctx)
         if self.tally is not None:
             self.tally.wait(job.queue, job.wait)
