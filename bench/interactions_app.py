@@ -106,8 +106,12 @@ class Handlers:
             return key
 
     def poison(self, ctx: forklift.JobContext, *, key: str) -> None:
-        """Kill the worker process, every time: it must end dead, alone."""
+        """Kill the worker process, every time: it must end dead, alone. It dies a
+        moment into its run, as a crash mid-work does: handlers started with it in the
+        same instant have written their start lines by then (a handler's start is seen
+        only once its first line is written, and the GIL is free while it writes)."""
         with Diary(ctx, key):
+            time.sleep(0.05)
             os._exit(7)
 
     def chatty(self, ctx: forklift.JobContext, *, key: str, which: int = 0) -> None:

@@ -1,4 +1,4 @@
--- forklift 0015: a finished job keeps the worker that ran its last attempt.
+-- forklift 0014: a finished job keeps the worker that ran its last attempt.
 -- {schema} is replaced by the quoted schema name when the migration is applied.
 --
 -- lease_owner is the running job's owner and is cleared when the job finishes (the
