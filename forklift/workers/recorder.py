@@ -44,6 +44,14 @@ RELEASE_BACKOFF = Backoff(base=0.1, factor=2.0, max=0.5, jitter=0.0)
 RELEASE_RETRY = 2.0
 
 
+class _Uncommitted(Exception):
+    """An effect's commit failed and did not commit (`error` says why)."""
+
+    def __init__(self, error: DatabaseError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class Recorder:
     def __init__(
         self,
@@ -66,19 +74,22 @@ class Recorder:
 
         Returns None when the outcome is recorded, or the failure to record instead.
         """
-        with ctx.outcome_lock:
-            try:
-                owned = effect.commit_completing(
-                    ctx.job_id, ctx.attempt, self.owner, ctx.result_json, ctx.final_progress
-                )
-            except DatabaseError as exc:
-                if not self._committed_after_all(ctx, exc):
-                    return executor.failure(exc)
-                owned = True
-            ctx.finished = True
-            if not owned:
-                self.events.lease_lost(ctx, "rolled back")
-                return None  # nothing more to record: the job is not ours any more
+        try:
+            with ctx.outcome_lock:
+                try:
+                    owned = effect.commit_completing(
+                        ctx.job_id, ctx.attempt, self.owner, ctx.result_json, ctx.final_progress
+                    )
+                except DatabaseError as exc:
+                    if not self._committed_after_all(ctx, exc):
+                        raise _Uncommitted(exc) from exc
+                    owned = True
+                ctx.finished = True
+                if not owned:
+                    self.events.lease_lost(ctx, "rolled back")
+                    return None  # nothing more to record: the job is not ours any more
+        except _Uncommitted as lost:  # out of the outcome lock: a release takes another
+            return self._commit_lost(ctx, lost.error)
         self.events.succeeded(ctx)
         if self.ends is not None:
             self.ends.ended([ctx.job.batch_id])
@@ -87,24 +98,36 @@ class Recorder:
     async def commit_effect_async(self, ctx: JobContext, effect: AsyncEffect) -> Result | None:
         """commit_effect for an async handler's effect, on the event loop (the batch's end,
         a statement on the worker's own connection, on a thread)."""
-        with ctx.outcome_lock:
-            try:
-                owned = await effect.commit_completing(
-                    ctx.job_id, ctx.attempt, self.owner, ctx.result_json, ctx.final_progress
-                )
-            except DatabaseError as exc:
-                committed = await asyncio.to_thread(self._committed_after_all, ctx, exc)
-                if not committed:
-                    return executor.failure(exc)
-                owned = True
-            ctx.finished = True
-            if not owned:
-                self.events.lease_lost(ctx, "rolled back")
-                return None
+        try:
+            with ctx.outcome_lock:
+                try:
+                    owned = await effect.commit_completing(
+                        ctx.job_id, ctx.attempt, self.owner, ctx.result_json, ctx.final_progress
+                    )
+                except DatabaseError as exc:
+                    committed = await asyncio.to_thread(self._committed_after_all, ctx, exc)
+                    if not committed:
+                        raise _Uncommitted(exc) from exc
+                    owned = True
+                ctx.finished = True
+                if not owned:
+                    self.events.lease_lost(ctx, "rolled back")
+                    return None
+        except _Uncommitted as lost:
+            return await asyncio.to_thread(self._commit_lost, ctx, lost.error)
         self.events.succeeded(ctx)
         if self.ends is not None and ctx.job.batch_id is not None:
             await asyncio.to_thread(self.ends.ended, [ctx.job.batch_id])
         return None
+
+    def _commit_lost(self, ctx: JobContext, exc: DatabaseError) -> Result | None:
+        """The effect's commit failed and did not commit. Lost with its connection (ended
+        from outside, the database restarting), it is no fault of the job's: the job
+        goes back uncharged, to run again (None). Refused (a constraint, a data error),
+        or not given back now, it is the attempt's failure, for the caller to record."""
+        if exc.transient and self.release([ctx], f"its effect's commit was lost: {exc}"):
+            return None
+        return executor.failure(exc)
 
     def _committed_after_all(self, ctx: JobContext, exc: DatabaseError) -> bool:
         """Whether the commit that raised `exc` committed anyway: a connection lost with

@@ -302,3 +302,31 @@ def test_a_refused_progress_report_costs_no_other_job_its_report(
         ([c.job_id for c in held],),
     ).fetchall()
     assert dict(rows) == {held[0].job_id: "step 0", held[1].job_id: None, held[2].job_id: "step 2"}
+
+
+def test_an_effect_commit_lost_with_its_connection_costs_no_attempt(
+    run_worker: RunWorker, app: forklift.App, db: psycopg.Connection[Any], schema: str, dsn: str
+) -> None:
+    """The handler returned; its effect's commit waits on the job's row, and its
+    connection is ended from outside (an operator, a pooler, a failover). The effect
+    rolled back, so the job runs again: before, that attempt was charged as the job's
+    failure ("completion failed: AdminShutdown"), though the job did nothing wrong."""
+    job_id = app.enqueue("effect", {"key": "k", "sleep": 1.0})
+    run_worker(concurrency=1)
+    wait_for(lambda: state(db, schema, job_id) == "running", what="running")
+    blocked = (
+        "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'forklift-worker:%%'"
+        " AND wait_event_type = 'Lock' AND query ILIKE '%%succeeded%%'"
+    )
+    with psycopg.connect(dsn) as locker:
+        locker.execute(f"SELECT 1 FROM {schema}.jobs WHERE id = %s FOR UPDATE", (job_id,))
+        pids = wait_for(lambda: db.execute(blocked).fetchall(), what="the commit blocked")
+        db.execute("SELECT pg_terminate_backend(%s)", (pids[0][0],))
+        locker.rollback()
+    wait_for(lambda: state(db, schema, job_id) == "succeeded", timeout=20, what="succeeded")
+    row = db.execute(
+        f"SELECT attempts, errors FROM {schema}.jobs WHERE id = %s", (job_id,)
+    ).fetchone()
+    assert row == (1, []), row
+    effects = db.execute(f"SELECT count(*) FROM {schema}.effects").fetchone()
+    assert effects == (1,)
