@@ -13,6 +13,7 @@ from forklift.errors import ConfigError
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,57}$")
 _HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 _FRAGMENT = re.compile(r"\{_\w+\}")
+FRAGMENTS = "fragments.sql"  # a package's shared fragments (load)
 
 
 def check_schema_name(schema: str) -> str:
@@ -61,12 +62,15 @@ def render(text: str, schema: str) -> str:
     )
 
 
-def parse(text: str) -> dict[str, str]:
+def parse(text: str, shared: str = "") -> dict[str, str]:
     """Split a file of `-- name: x` sections into {name: sql}.
 
     A section named with a leading underscore (`-- name: _part`) is a fragment, not a
     query: every `{_part}` in the file's queries becomes its text, and it is not returned.
+    The fragments of `shared` (the text of another such file) are the file's too.
     """
+    if shared:
+        text = f"{shared}\n{text}"
     parts = _HEADER.split(text)
     sections: dict[str, str] = {}
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
@@ -89,6 +93,10 @@ def parse(text: str) -> dict[str, str]:
 
 @cache
 def load(package: str, filename: str, schema: str) -> dict[str, str]:
-    """The named queries of `package/filename`, rendered for `schema` (cached)."""
-    text = resources.files(package).joinpath(filename).read_text(encoding="utf-8")
-    return {name: render(sql, schema) for name, sql in parse(text).items()}
+    """The named queries of `package/filename`, rendered for `schema` (cached), with the
+    fragments of the package's `fragments.sql`, if it has one, beside the file's own."""
+    files = resources.files(package)
+    text = files.joinpath(filename).read_text(encoding="utf-8")
+    shared = files.joinpath(FRAGMENTS)
+    common = shared.read_text(encoding="utf-8") if shared.is_file() else ""
+    return {name: render(sql, schema) for name, sql in parse(text, common).items()}

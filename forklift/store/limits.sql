@@ -37,25 +37,6 @@ WHERE (l.concurrency IS NOT NULL OR l.rate IS NOT NULL)
   AND ((l.scope = 'task' AND l.name = ANY(%(tasks)s::text[]))
     OR (l.scope = 'queue' AND l.name = ANY(%(queues)s::text[])));
 
--- name: _owner_vouched
--- A fragment, not a query: whether the lease owner of job `j`, whose lease ran out, is a
--- live worker back from an outage (its liveness lock taken again since), or the server
--- restarted under 5 s ago; the same test as queries.sql's `_owner_vouched` (see there).
-((j.lease_until < pg_postmaster_start_time() - interval '1 second'
-      AND now() < pg_postmaster_start_time() + interval '5 seconds')
-  OR EXISTS (
-    SELECT 1 FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid
-    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-      AND ((l.classid::bigint << 32) | l.objid::bigint) = (('x' || left(encode(sha256(convert_to(
-            'forklift:liveness:' || btrim('{schema}', '"') || ':' || CASE
-                WHEN strpos(j.lease_owner, '@') = 0 THEN j.lease_owner
-                ELSE split_part(j.lease_owner, ':', 1) || ':'
-                     || replace(split_part(j.lease_owner, '@', 2), '.', ':') END,
-            'UTF8')), 'hex'), 16))::bit(64) >> 1)::bigint
-      AND a.backend_start > j.lease_until
-      AND a.backend_start > now() - interval '60 seconds'))
-
 -- name: job_claim_shared
 -- job_claim on the shared path, after limit_lock (shared): the plain claim of up to
 -- `lane_claim` jobs (none under a limit it does not hold), taken only if a lane was free

@@ -139,11 +139,22 @@ def test_store_queries_load_for_the_schema() -> None:
 
 
 def test_store_query_names_are_unique_and_noun_first() -> None:
-    text = resources.files("forklift.store").joinpath("queries.sql").read_text("utf-8")
+    store = resources.files("forklift.store")
+    text = store.joinpath("queries.sql").read_text("utf-8")
+    shared = store.joinpath(_sql.FRAGMENTS).read_text("utf-8")
     headers = re.findall(r"(?m)^-- name: (\w+)\s*$", text)
     assert len(headers) == len(set(headers)), headers
     fragments = {h for h in headers if h.startswith("_")}  # filled in, not queries
-    assert set(headers) - fragments == set(_sql.parse(text))
+    assert set(headers) - fragments == set(_sql.parse(text, shared))
+
+
+def test_a_packages_shared_fragments_fill_every_file_of_it() -> None:
+    shared = "-- name: _part\nx = 1\n"
+    assert _sql.parse("-- name: q\nSELECT 1 WHERE {_part};\n", shared) == {
+        "q": "SELECT 1 WHERE x = 1"
+    }
+    with pytest.raises(ValueError, match="does not define"):
+        _sql.parse("-- name: q\nSELECT {_part};\n")
 
 
 def test_load_is_per_schema() -> None:

@@ -1,0 +1,34 @@
+-- Fragments the store's query files share (queries.sql, limits.sql): each `{_name}` in
+-- their queries becomes the text of the section of that name here (_sql.load).
+
+-- name: _owner_vouched
+-- A fragment, not a query: whether the lease owner of job `j`, whose lease ran out, is a
+-- live worker that was cut off for longer than its lease (an outage) and is back: the
+-- liveness lock that vouches for it (its supervisor's for a child,
+-- `host:pid:nonce@spid.snonce`, else its own: _ids.liveness_holder) is held by a session
+-- that began after the lease ran out, under a minute ago. Its renewer takes the lease
+-- back within a third of the lease, so meanwhile the job is neither re-run nor
+-- dead-lettered (DESIGN invariant 14). A lock held since before the lease ran out
+-- vouches for nothing: that owner was not cut off but froze or wedged (SIGSTOP), and its
+-- lease expires as ever. The lock's key is _locks.lock_key's: the first 63 bits of the
+-- SHA-256 of `forklift:liveness:<schema>:<holder>`. A lease that ran out while the server
+-- was down (a second or more before it started) counts as vouched for in the server's
+-- first 5 s: every session began anew, and a live supervisor whose session is back a
+-- moment after a peer's (a slow connect) must not lose its workers' jobs to that peer.
+-- Asked only of rows whose lease already ran out: its cost puts it after every cheaper
+-- test. (The sessions' start times are read from pg_stat_activity: forklift's processes
+-- share one role, whose sessions' columns every one of them may read.)
+((j.lease_until < pg_postmaster_start_time() - interval '1 second'
+      AND now() < pg_postmaster_start_time() + interval '5 seconds')
+  OR EXISTS (
+    SELECT 1 FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND ((l.classid::bigint << 32) | l.objid::bigint) = (('x' || left(encode(sha256(convert_to(
+            'forklift:liveness:' || btrim('{schema}', '"') || ':' || CASE
+                WHEN strpos(j.lease_owner, '@') = 0 THEN j.lease_owner
+                ELSE split_part(j.lease_owner, ':', 1) || ':'
+                     || replace(split_part(j.lease_owner, '@', 2), '.', ':') END,
+            'UTF8')), 'hex'), 16))::bit(64) >> 1)::bigint
+      AND a.backend_start > j.lease_until
+      AND a.backend_start > now() - interval '60 seconds'))
