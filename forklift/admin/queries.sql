@@ -1,17 +1,11 @@
 -- Operator queries (status, ps, queues, metrics gauges). Each starts with `-- name: <name>` and
 -- a one-line description; {schema} is replaced by the quoted schema name when loaded.
 
--- name: queue_depth
--- Per queue: due, scheduled, running and dead jobs, and the oldest due job's age (NULL:
--- nothing due). Due, scheduled and dead are each counted up to `cap` (a count of `cap`
--- means `cap` or more): whatever a queue's backlog or the dead jobs retained, a call
--- reads at most 5 x `cap` index entries a queue. The queues come from a loose scan
--- of each index (a probe per queue), the counts from ranges of the due-time indexes
--- (migration 0011) and of the dead-per-queue index, read from the indexes alone; the
--- running jobs are read whole (as many as the workers have slots). (Each count is in
--- index order: a count under a LIMIT alone was planned as a table scan expected to stop
--- early, and walked the other queue's half a million rows.)
-WITH RECURSIVE ready(queue) AS (
+-- name: _queues_held
+-- A fragment, not a query: three recursive CTEs, `ready`, `limited` and `dead`, each the
+-- queues with jobs in that state (a NULL row ends each), found by a loose scan of its
+-- partial index: a probe per queue, never every row.
+ready(queue) AS (
     (SELECT j.queue FROM {schema}.jobs AS j WHERE j.state = 'ready' AND j.limit_key IS NULL
      ORDER BY j.queue LIMIT 1)
     UNION ALL
@@ -33,7 +27,19 @@ WITH RECURSIVE ready(queue) AS (
     SELECT (SELECT j.queue FROM {schema}.jobs AS j
             WHERE j.state = 'dead' AND j.queue > d.queue ORDER BY j.queue LIMIT 1)
     FROM dead AS d WHERE d.queue IS NOT NULL
-), running AS (
+)
+
+-- name: queue_depth
+-- Per queue: due, scheduled, running and dead jobs, and the oldest due job's age (NULL:
+-- nothing due). Due, scheduled and dead are each counted up to `cap` (a count of `cap`
+-- means `cap` or more): whatever a queue's backlog or the dead jobs retained, a call
+-- reads at most 5 x `cap` index entries a queue. The queues come from a loose scan
+-- of each index (a probe per queue), the counts from ranges of the due-time indexes
+-- (migration 0011) and of the dead-per-queue index, read from the indexes alone; the
+-- running jobs are read whole (as many as the workers have slots). (Each count is in
+-- index order: a count under a LIMIT alone was planned as a table scan expected to stop
+-- early, and walked the other queue's half a million rows.)
+WITH RECURSIVE {_queues_held}, running AS (
     SELECT j.queue, count(*) AS n FROM {schema}.jobs AS j
     WHERE j.state = 'running' GROUP BY j.queue
 ), queues(queue) AS (
@@ -106,29 +112,7 @@ ORDER BY queue;
 -- per queue for the ready (each of the two claim indexes) and the dead (a loose index
 -- scan: never every row), the running jobs' index, the newest finished jobs alone: its
 -- cost grows with the queues, not the jobs.
-WITH RECURSIVE ready(queue) AS (
-    (SELECT j.queue FROM {schema}.jobs AS j WHERE j.state = 'ready' AND j.limit_key IS NULL
-     ORDER BY j.queue LIMIT 1)
-    UNION ALL
-    SELECT (SELECT j.queue FROM {schema}.jobs AS j
-            WHERE j.state = 'ready' AND j.limit_key IS NULL AND j.queue > r.queue
-            ORDER BY j.queue LIMIT 1)
-    FROM ready AS r WHERE r.queue IS NOT NULL
-), limited(queue) AS (
-    (SELECT j.queue FROM {schema}.jobs AS j
-     WHERE j.state = 'ready' AND j.limit_key IS NOT NULL ORDER BY j.queue LIMIT 1)
-    UNION ALL
-    SELECT (SELECT j.queue FROM {schema}.jobs AS j
-            WHERE j.state = 'ready' AND j.limit_key IS NOT NULL AND j.queue > r.queue
-            ORDER BY j.queue LIMIT 1)
-    FROM limited AS r WHERE r.queue IS NOT NULL
-), dead(queue) AS (
-    (SELECT j.queue FROM {schema}.jobs AS j WHERE j.state = 'dead' ORDER BY j.queue LIMIT 1)
-    UNION ALL
-    SELECT (SELECT j.queue FROM {schema}.jobs AS j
-            WHERE j.state = 'dead' AND j.queue > d.queue ORDER BY j.queue LIMIT 1)
-    FROM dead AS d WHERE d.queue IS NOT NULL
-)
+WITH RECURSIVE {_queues_held}
 SELECT queue FROM ready WHERE queue IS NOT NULL
 UNION
 SELECT queue FROM limited WHERE queue IS NOT NULL

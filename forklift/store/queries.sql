@@ -354,6 +354,20 @@ SELECT state, CASE WHEN state = 'ready' THEN pg_notify('{channel}', queue) END I
        CASE WHEN state = 'dead' AND waited THEN pg_notify('{done_channel}', 'j' || id) END IS NULL
 FROM failed;
 
+-- name: _give_back_mine
+-- A fragment, not a query: the rows of the CTE `mine` (locked in id order) go back to
+-- ready, their attempt not counted, and their queues' workers are woken; their ids.
+released AS (
+    UPDATE {schema}.jobs AS j SET
+        state = 'ready', attempts = j.attempts - 1, lease_owner = NULL, lease_until = NULL
+    WHERE j.id = ANY(ARRAY(SELECT id FROM mine))
+    RETURNING j.id, j.queue
+), woken AS (
+    SELECT count(pg_notify('{channel}', q.queue)) AS n
+    FROM (SELECT DISTINCT queue FROM released) AS q
+)
+SELECT released.id FROM released, woken
+
 -- name: job_release_many
 -- Give jobs back (graceful stop, or claimed ahead and not started in time): ready at
 -- once, in their place in line (their due time unchanged: it has passed), attempt not
@@ -364,16 +378,7 @@ WITH mine AS (
     SELECT j.id
     FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS h(id, attempt),
     {_held_lease}
-), released AS (
-    UPDATE {schema}.jobs AS j SET
-        state = 'ready', attempts = j.attempts - 1, lease_owner = NULL, lease_until = NULL
-    WHERE j.id = ANY(ARRAY(SELECT id FROM mine))
-    RETURNING j.id, j.queue
-), woken AS (
-    SELECT count(pg_notify('{channel}', q.queue)) AS n
-    FROM (SELECT DISTINCT queue FROM released) AS q
-)
-SELECT released.id FROM released, woken;
+), {_give_back_mine};
 
 -- name: job_rescue_exhausted
 -- Expired leases with no attempts left go dead (lost to a vanished worker; a worker
@@ -457,16 +462,7 @@ WITH mine AS (
       AND j.id <> ALL(%(known)s::bigint[])
     ORDER BY j.id
     FOR UPDATE
-), released AS (
-    UPDATE {schema}.jobs AS j SET
-        state = 'ready', attempts = j.attempts - 1, lease_owner = NULL, lease_until = NULL
-    WHERE j.id = ANY(ARRAY(SELECT id FROM mine))
-    RETURNING j.id, j.queue
-), woken AS (
-    SELECT count(pg_notify('{channel}', q.queue)) AS n
-    FROM (SELECT DISTINCT queue FROM released) AS q
-)
-SELECT released.id FROM released, woken;
+), {_give_back_mine};
 
 -- name: job_cancelled_among
 -- Which of these (id, attempt) leases an operator took by cancelling the job: how the
