@@ -130,18 +130,18 @@ async def run_async(
         running = asyncio.current_task()
         if running is not None:
             running.uncancel()  # handled here: the rest of the job's steps run as usual
-        return _overran(job.task, job.id, timeout, exc) if deadline.expired() else failure(exc)
+        return overran(job.task, job.id, timeout, exc) if deadline.expired() else failure(exc)
     except BaseException as exc:  # a handler's exception never escapes the worker
         # (a TimeoutError before the deadline is the handler's own: an HTTP client's, say)
-        return _overran(job.task, job.id, timeout, exc) if deadline.expired() else failure(exc)
+        return overran(job.task, job.id, timeout, exc) if deadline.expired() else failure(exc)
     if deadline.expired():
-        return _overran(job.task, job.id, timeout, None)
+        return overran(job.task, job.id, timeout, None)
     return encoded(value, task.app.max_result_bytes)
 
 
-def _overran(task: str, job_id: int, timeout: float | None, exc: BaseException | None) -> Result:
-    """An async attempt whose deadline passed: a TimeoutError, whatever the handler did
-    after it (`exc`: what it raised; None: it swallowed the cancel and returned)."""
+def overran(task: str, job_id: int, timeout: float | None, exc: BaseException | None) -> Result:
+    """An attempt whose deadline passed: a TimeoutError, whatever the handler did after
+    it (`exc`: what it raised; None: it returned, an async one swallowing its cancel)."""
     text = f"TimeoutError: {timed_out(task, job_id, timeout or 0)}"
     if exc is None:
         exc = TimeoutError(text.removeprefix("TimeoutError: "))

@@ -21,7 +21,7 @@ from forklift.workers.completer import Completer
 from forklift.workers.connections import AsyncEffects
 from forklift.workers.context import AsyncJobContext, JobContext
 from forklift.workers.events import JobEvents, Outcome
-from forklift.workers.executor import Result, timed_out
+from forklift.workers.executor import Result
 from forklift.workers.holdings import Holdings
 from forklift.workers.prefetch import Prefetch
 from forklift.workers.recorder import Recorder
@@ -168,8 +168,7 @@ class JobRuns:
         rolls back."""
         ctx.duration = time.monotonic() - started
         if result.succeeded and ctx.timeout and ctx.duration > ctx.timeout:
-            job = ctx.job
-            result = Result(False, f"TimeoutError: {timed_out(job.task, job.id, ctx.timeout)}")
+            result = executor.overran(ctx.task, ctx.job_id, ctx.timeout, None)
         ctx.result_json = result.value
         ctx.final_progress = progress.unwritten(ctx)  # written with the completion
         self.prefetch.observe_job(ctx.duration)  # threads race here: a lost sample
