@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 import forklift
+from forklift import _db
+from forklift.store import JobStore
 from forklift.workers import Worker, WorkerConfig
 from tests.apps import basic
 
@@ -50,3 +52,12 @@ def run_worker(app: forklift.App) -> Iterator[RunWorker]:
     for _, thread in started:
         thread.join(timeout=15)
         assert not thread.is_alive(), "worker did not stop"
+
+
+@pytest.fixture
+def store(dsn: str, schema: str) -> Iterator[JobStore]:
+    """A JobStore on a pool of its own, for this test's schema."""
+    pool = _db.make_pool(dsn, _db.Timeouts(), max_size=2, name="test-store")
+    pool.open(wait=True, timeout=10)
+    yield JobStore(pool, schema)
+    pool.close()

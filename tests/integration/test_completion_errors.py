@@ -59,6 +59,12 @@ def returned(rig: Rig, held: list[JobContext]) -> None:
         rig.events.returned(ctx)
 
 
+def claimer_of(rig: Rig, schema: str) -> Claimer:
+    """A claimer of queue default for the rig's worker, reconciling its holdings."""
+    limits = LimitStore(rig.store.pool, schema, rig.store.where)
+    return Claimer(rig.store, limits, ["default"], {}, OWNER, 30.0, rig.holdings)
+
+
 def error_of(db: psycopg.Connection[Any], schema: str, job_id: int) -> str:
     row = db.execute(f"SELECT last_error FROM {schema}.jobs WHERE id = %s", (job_id,)).fetchone()
     assert row is not None
@@ -201,15 +207,7 @@ def test_a_claim_whose_answer_was_lost_is_reconciled_before_the_next(
     never heard of: the next claim first gives them back, attempt uncounted."""
     known = rig.claim(app, 2)
     app.enqueue_many([("noop", {}) for _ in range(3)])
-    claimer = Claimer(
-        rig.store,
-        LimitStore(rig.store.pool, schema, rig.store.where),
-        ["default"],
-        {},
-        OWNER,
-        30.0,
-        rig.holdings,
-    )
+    claimer = claimer_of(rig, schema)
 
     lost: list[int] = []
     real = rig.store.job_claim_next
@@ -240,15 +238,7 @@ def test_an_outcome_given_up_on_a_lost_connection_is_given_back_by_the_next_clai
     """A release that failed on its last try forgets jobs the database still leases to
     the worker: the next claim gives them back, not their lease's end."""
     (ctx,) = rig.claim(app, 1)
-    claimer = Claimer(
-        rig.store,
-        LimitStore(rig.store.pool, schema, rig.store.where),
-        ["default"],
-        {},
-        OWNER,
-        30.0,
-        rig.holdings,
-    )
+    claimer = claimer_of(rig, schema)
     real = rig.store.job_release_many
 
     def failing(*args: Any, **kwargs: Any) -> set[int]:

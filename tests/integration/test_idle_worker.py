@@ -3,26 +3,16 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
 
 import forklift
-from forklift import _db
 from forklift.store import JobStore
 from tests.integration.conftest import RunWorker
 
 OWNER = "host:1:w"
-
-
-@pytest.fixture
-def store(dsn: str, schema: str) -> Iterator[JobStore]:
-    pool = _db.make_pool(dsn, _db.Timeouts(), max_size=2, name="test-store")
-    pool.open(wait=True, timeout=10)
-    yield JobStore(pool, schema)
-    pool.close()
 
 
 def held_back(db: psycopg.Connection[Any], schema: str, n: int, queue: str = "default") -> None:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 import pytest
 
 import forklift
-from forklift import _db
 from forklift.admin.jobs import JobAdmin
 from forklift.errors import DatabaseError
 from forklift.store import ClaimedJob, JobStore
@@ -19,14 +18,6 @@ from forklift.workers import Worker, WorkerConfig
 from tests.integration.conftest import RunWorker
 
 OWNER = "test-host:1:release"
-
-
-@pytest.fixture
-def store(dsn: str, schema: str) -> Iterator[JobStore]:
-    pool = _db.make_pool(dsn, _db.Timeouts(), max_size=2, name="test-release")
-    pool.open(wait=True, timeout=10)
-    yield JobStore(pool, schema)
-    pool.close()
 
 
 def lock_waiters(db: psycopg.Connection[Any], schema: str) -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -15,14 +14,6 @@ from forklift.errors import DatabaseError
 from forklift.store import ClaimedJob, Completion, JobStore, claim_statement
 
 OWNER = "test-host:1:store"
-
-
-@pytest.fixture
-def store(dsn: str, schema: str) -> Iterator[JobStore]:
-    pool = _db.make_pool(dsn, _db.Timeouts(), max_size=2, name="test-store")
-    pool.open(wait=True, timeout=10)
-    yield JobStore(pool, schema)
-    pool.close()
 
 
 @pytest.fixture
