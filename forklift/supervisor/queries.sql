@@ -148,14 +148,6 @@ DELETE FROM {schema}.processes
 WHERE heartbeat_at < now() - make_interval(secs => %(stale)s::float8)
 RETURNING id;
 
--- name: job_succeeded_among
--- Which of these (id, attempt) succeeded on that attempt: a killed child's group commit
--- that was sent and not answered (shared_counts.py), so its supervisor counts them.
-SELECT j.id FROM {schema}.jobs AS j
-JOIN unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS h(id, attempt)
-  ON j.id = h.id AND j.attempts = h.attempt
-WHERE j.state = 'succeeded';
-
 -- name: backend_count
 -- How many sessions one worker process still has (after backend_terminate, until gone).
 SELECT count(*) FROM pg_stat_activity AS a

@@ -79,6 +79,9 @@ class SupervisorStore:
         self.timeouts = timeouts
         self.held = held
         self.q = _sql.load("forklift.supervisor", "queries.sql", schema)
+        # The worker's own lookup of what committed with its answer lost, asked here of a
+        # dead child's unanswered group commit: one statement for both.
+        self.job_q = _sql.load("forklift.store", "queries.sql", schema)
         self._where = _db.describe(dsn)
 
     def _conn(self, what: str) -> AbstractContextManager[psycopg.Connection[Any]]:
@@ -169,10 +172,10 @@ class SupervisorStore:
         return int(row[0]) if row else 0
 
     def job_succeeded_among(self, held: Sequence[tuple[int, int]]) -> set[int]:
-        """Which (id, attempt) succeeded on that attempt."""
+        """Which (id, attempt) succeeded on that attempt (store/queries.sql)."""
         params = {"ids": [h[0] for h in held], "attempts": [h[1] for h in held]}
         with self._conn("reading a dead child's completions failed") as c:
-            return {r[0] for r in c.execute(self.q["job_succeeded_among"], params)}
+            return {r[0] for r in c.execute(self.job_q["job_succeeded_among"], params)}
 
     def process_upsert_many(self, rows: Sequence[ProcessInfo]) -> None:
         fields = ProcessInfo.__dataclass_fields__
