@@ -173,7 +173,7 @@ class LimitStore:
 class Applying(enum.Enum):
     """Which claim a worker's queues and tasks need."""
 
-    NONE = "plain"  # no limit: the plain claim
+    NONE = "none"  # no limit to hold: the plain claim
     EXACT = "exact"  # lock each limit, then count and claim
     SHARED = "shared"  # far from every limit: the shared path first
 
