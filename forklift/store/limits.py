@@ -1,7 +1,7 @@
 """The limit store: the only caller of the limit queries (store/limits.sql).
 
-A claim under limits is one round trip of a pipelined transaction: lock the limits'
-rows (limit_lock), then claim in a fresh snapshot (job_claim_limited), which sees every
+A claim under limits is one round trip of a pipelined transaction: take the limits'
+locks (limit_lock), then claim in a fresh snapshot (job_claim_limited), which sees every
 claim committed under them and none in flight. A claim with no limit to hold stays the
 plain one-statement claim (JobStore.job_claim).
 """
