@@ -27,8 +27,8 @@ from forklift.workers.renewer import LeaseRenewer, RenewerConfig
 from tests.integration.conftest import RunWorker
 from tests.integration.test_worker_services import OWNER, Rig, open_rig, state
 
-# Before the fix a refused batch was retried until this gave up: long enough that a
-# retried data error shows in the statement count, short enough for the test.
+# A completer that retried a refused batch would retry it until this gave up: long
+# enough that a retried data error shows in the statement count, short enough for a test.
 CONFIG = CompleterConfig(give_up_after=3.0)
 
 # What jsonb refuses, as JSON text: a NUL escape (22P05) and a lone surrogate (22P02).
