@@ -1,4 +1,4 @@
-"""A child's shared job counters, read by its parent across a real fork: what grew, an
+"""A child's SharedTally, read by its parent across a real fork: what grew, an
 unanswered group commit, and garbage that must not take the parent down."""
 
 from __future__ import annotations
