@@ -194,14 +194,14 @@ RETURNING {_claimed};
 -- job_claim for the usual case, one queue and no expiry scan: the same jobs in the same
 -- order, from a statement PostgreSQL plans in half the time. It plans a claim afresh on
 -- every run (a generic plan knows no limit and scans a whole backlog: 22 ms a claim of
--- one among 1,000,000 ready jobs, against 0.5 ms), and job_claim's planning is half
--- the time an idle worker takes to claim a new job (0.5 of 1.0 ms, fsync included).
+-- one among 1,000,000 ready jobs, against 0.5 ms), and job_claim's planning was half
+-- the time an idle worker took to claim a new job (0.5 of 1.0 ms, fsync included).
 -- A claim that did not fill also says, in a last column of each row, when the next job
 -- it could take falls due (as job_next_available: a job due now that it did not take is
 -- another claim's, or under a limit; the jobs it took, which its snapshot still sees
 -- ready, are due now too). The worker then sleeps until then without a lookup of its own,
--- which would keep the GIL from the thread starting the job it has just claimed (0.1 ms
--- of a job's start). A claim that filled does not look.
+-- which kept the GIL from the thread starting the job it had just claimed (0.1 ms of a
+-- job's start). A claim that filled does not look.
 WITH picked AS (
     SELECT j.id
     FROM {schema}.jobs j
