@@ -155,9 +155,9 @@ def connect_kwargs(
     (a transaction-mode pooler hands each transaction to any backend).
 
     `own`: a connection for forklift's own statements, with JIT off. They are short, but
-    a claim under limits or a prune estimated past jit_above_cost on a big table was
-    compiled each time: 0.4 s of JIT for a 12 ms claim (a rate of 500/s started 335/s
-    with 40,000 jobs ready). Handlers' effect connections keep the server's setting."""
+    a claim under limits or a prune estimated past jit_above_cost on a big table would
+    be compiled each time: 0.4 s of JIT for a 12 ms claim (a rate of 500/s would start
+    335/s with 40,000 jobs ready). Handlers' effect connections keep the server's setting."""
     kwargs: dict[str, Any] = {**timeouts.client(), "application_name": application_name}
     if dsn is not None and pooled(dsn):
         kwargs["prepare_threshold"] = None
@@ -251,7 +251,7 @@ def needs_session_url(dsn: str, timeouts: Timeouts, who: str) -> None:
 
 
 # psycopg_pool retries a failed connection attempt on a schedule of its own (1, 2, 4 s,
-# ...) until reconnect_timeout: after a 20 s outage the first claim waited ~8 s for
+# ...) until reconnect_timeout: after a 20 s outage the first claim would wait ~8 s for
 # that schedule though the database had long been back. Instead each attempt gives up
 # after 0.3 s and LivePool starts the next at once (its reconnect_failed hook), so a
 # connection comes within a third of a second of the database taking one again.

@@ -87,7 +87,7 @@ class ProcessRow:
 
 
 class AdminStore:
-    """Short, bounded connections; safe to call from the supervisor's ops thread."""
+    """Short, bounded connections; safe to call from the supervisor's database thread."""
 
     def __init__(
         self,

@@ -37,8 +37,8 @@ ready(queue) AS (
 -- of each index (a probe per queue), the counts from ranges of the due-time indexes
 -- (migration 0011) and of the dead-per-queue index, read from the indexes alone; the
 -- running jobs are read whole (as many as the workers have slots). (Each count is in
--- index order: a count under a LIMIT alone was planned as a table scan expected to stop
--- early, and walked the other queue's half a million rows.)
+-- index order: a count under a LIMIT alone is planned as a table scan expected to stop
+-- early, which walks every other queue's rows.)
 WITH RECURSIVE {_queues_held}, running AS (
     SELECT j.queue, count(*) AS n FROM {schema}.jobs AS j
     WHERE j.state = 'running' GROUP BY j.queue

@@ -8,7 +8,7 @@
 -- `host:pid:nonce@spid.snonce`, else its own: _ids.liveness_holder) is held by a session
 -- that began after the lease ran out, under a minute ago. Its renewer takes the lease
 -- back within a third of the lease, so meanwhile the job is neither re-run nor
--- dead-lettered (DESIGN invariant 14). A lock held since before the lease ran out
+-- dead-lettered. A lock held since before the lease ran out
 -- vouches for nothing: that owner was not cut off but froze or wedged (SIGSTOP), and its
 -- lease expires as ever. The lock's key is _locks.lock_key's: the first 63 bits of the
 -- SHA-256 of `forklift:liveness:<schema>:<holder>`. A lease that ran out while the server

@@ -1,7 +1,7 @@
 """The limit store: the only caller of the limit queries (store/limits.sql).
 
-A claim under limits is one round trip of a pipelined transaction: lock the limits'
-rows (limit_lock), then claim in a fresh snapshot (job_claim_limited), which sees every
+A claim under limits is one round trip of a pipelined transaction: take the limits'
+locks (limit_lock), then claim in a fresh snapshot (job_claim_limited), which sees every
 claim committed under them and none in flight. A claim with no limit to hold stays the
 plain one-statement claim (JobStore.job_claim).
 """
@@ -173,7 +173,7 @@ class LimitStore:
 class Applying(enum.Enum):
     """Which claim a worker's queues and tasks need."""
 
-    NONE = "plain"  # no limit: the plain claim
+    NONE = "none"  # no limit to hold: the plain claim
     EXACT = "exact"  # lock each limit, then count and claim
     SHARED = "shared"  # far from every limit: the shared path first
 

@@ -1,5 +1,5 @@
-"""The store's error boundary keeps the psycopg error and classifies it (issue 34 item 2,
-issue 35): transient errors are worth trying again, the others are answered again."""
+"""The store's error boundary keeps the psycopg error and classifies it: transient errors
+are worth trying again, the others are answered again."""
 
 from __future__ import annotations
 
