@@ -6,18 +6,74 @@ import os
 import re
 import select
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
+from psycopg.rows import RowMaker, class_row, dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from forklift import _redact
 from forklift._redact import redact as redact
 from forklift._redact import secrets as secrets
 from forklift.errors import ConfigError, DatabaseError, DsnError, NoDatabase, transient_state
+
+R = TypeVar("R")
+
+
+# -- rows by name -----------------------------------------------------------------------
+# A statement's result is read through one of these: each row as a dataclass whose fields
+# are the statement's column names (psycopg's class_row), or the one column of a
+# statement that returns one. They take the statement's cursor (conn.execute's, or one
+# of a pipeline's) and set its row factory before reading it.
+
+
+def scalar_row(cursor: psycopg.Cursor[Any]) -> RowMaker[Any]:
+    """A row factory for a statement of one column: each row is that column's value (a
+    statement of more columns raises ValueError)."""
+
+    def value(values: Sequence[Any]) -> Any:
+        (only,) = values
+        return only
+
+    return value
+
+
+def scalars(cursor: psycopg.Cursor[Any]) -> list[Any]:
+    """The value of each row of `cursor`'s one-column statement."""
+    cursor.row_factory = scalar_row
+    return cursor.fetchall()
+
+
+def scalar(cursor: psycopg.Cursor[Any]) -> Any:
+    """The value of the first row of `cursor`'s one-column statement; None if no row."""
+    cursor.row_factory = scalar_row
+    return cursor.fetchone()
+
+
+def column(cursor: psycopg.Cursor[Any], name: str) -> list[Any]:
+    """The column `name` of each row of `cursor`'s statement (its other columns unread)."""
+    cursor.row_factory = dict_row
+    return [row[name] for row in cursor.fetchall()]
+
+
+def count(cursor: psycopg.Cursor[Any]) -> int:
+    """The number `cursor`'s statement of one row and one column counted (0: no row)."""
+    return int(scalar(cursor) or 0)
+
+
+def rows(cursor: psycopg.Cursor[Any], row: type[R]) -> list[R]:
+    """Each row of `cursor`'s statement as a `row`: its fields are the column names."""
+    cursor.row_factory = class_row(row)
+    return cursor.fetchall()
+
+
+def one(cursor: psycopg.Cursor[Any], row: type[R]) -> R | None:
+    """The first row of `cursor`'s statement as a `row` (rows); None if no row."""
+    cursor.row_factory = class_row(row)
+    return cursor.fetchone()
 
 
 def resolve_dsn(dsn: str | None) -> str:
@@ -221,8 +277,7 @@ def detect_pooler(dsn: str, timeouts: Timeouts) -> bool:
     kwargs = {**timeouts.client(), "options": timeouts.options(), "application_name": "forklift"}
     try:
         with psycopg.connect(dsn, autocommit=True, **kwargs) as conn:
-            row = conn.execute("SHOW statement_timeout").fetchone()
-        found = row is not None and row[0] == "0"
+            found = bool(scalar(conn.execute("SHOW statement_timeout")) == "0")
     except psycopg.OperationalError as exc:
         if "unsupported startup parameter" not in str(exc):
             cause = " ".join(str(exc).split()) or type(exc).__name__
