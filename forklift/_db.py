@@ -76,6 +76,48 @@ def one(cursor: psycopg.Cursor[Any], row: type[R]) -> R | None:
     return cursor.fetchone()
 
 
+# -- errors: unavailable (try again) or refused (report) ---------------------------------
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether trying again what raised `exc` may succeed: the database was unavailable,
+    as against refusing the operation. Every retry loop asks this, and retries only what
+    it says yes to; a refusal is reported instead.
+
+    Unavailable: no answer at all (the connection failed or was lost, no pooled
+    connection came: psycopg's OperationalError and InterfaceError without a SQLSTATE, or
+    a socket's OSError), or an answer of a class trying again cures (transient_state:
+    connection exceptions, admin shutdown, a statement cancelled, the server starting,
+    too many connections, a serialization failure or deadlock). Refused: every other
+    answer, as psycopg's classes sort them: DataError, IntegrityError, ProgrammingError
+    (syntax, privileges), NotSupportedError, authentication (class 28). A DatabaseError
+    answers as its cause was classified; any other exception is no database's answer and
+    not transient."""
+    if isinstance(exc, DatabaseError):
+        return exc.transient
+    if isinstance(exc, psycopg.Error):
+        if exc.sqlstate is not None:
+            return transient_state(exc.sqlstate)
+        # psycopg's own: the connection failed, or it refused a value or a statement
+        # before sending it.
+        return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+    return isinstance(exc, OSError)
+
+
+def database_error(
+    message: str, exc: BaseException, kind: type[DatabaseError] = DatabaseError
+) -> DatabaseError:
+    """A `kind` saying `message`, raised from `exc`: its SQLSTATE and class kept, its
+    `transient` as `transient(exc)` says, `row_dependent` if the values a statement was
+    given caused it (a data exception or an integrity violation, SQLSTATE class 22 or
+    23, the server's or psycopg's own)."""
+    state = exc.sqlstate if isinstance(exc, psycopg.Error) else None
+    rows = isinstance(exc, psycopg.DataError | psycopg.IntegrityError) or (
+        state is not None and state[:2] in ("22", "23")
+    )
+    return kind(message, sqlstate=state, transient=transient(exc), row_dependent=rows, cause=exc)
+
+
 def resolve_dsn(dsn: str | None) -> str:
     """The DSN given, else FORKLIFT_DATABASE_URL, else DATABASE_URL; DsnError if it does
     not parse (check_dsn)."""
@@ -191,11 +233,10 @@ def probe(dsn: str, timeouts: Timeouts) -> None:
             pass
     except psycopg.Error as exc:
         cause = " ".join(str(exc).split()) or type(exc).__name__
-        raise DatabaseError(
+        raise database_error(
             f"cannot connect to PostgreSQL at {describe(dsn)}: {redact(cause)} "
             "(the database comes from --dsn, FORKLIFT_DATABASE_URL or DATABASE_URL)",
-            sqlstate=exc.sqlstate,
-            transient=transient_state(exc.sqlstate),
+            exc,
         ) from exc
 
 
@@ -281,10 +322,8 @@ def detect_pooler(dsn: str, timeouts: Timeouts) -> bool:
     except psycopg.OperationalError as exc:
         if "unsupported startup parameter" not in str(exc):
             cause = " ".join(str(exc).split()) or type(exc).__name__
-            raise DatabaseError(
-                f"cannot connect to PostgreSQL at {describe(dsn)}: {redact(cause)}",
-                sqlstate=exc.sqlstate,
-                transient=transient_state(exc.sqlstate),
+            raise database_error(
+                f"cannot connect to PostgreSQL at {describe(dsn)}: {redact(cause)}", exc
             ) from exc
         found = True
     _POOLED[dsn] = found
