@@ -40,7 +40,7 @@ ON CONFLICT (name) DO UPDATE SET
         THEN s.fired_through ELSE EXCLUDED.fired_through END,
     next_fire_at = EXCLUDED.next_fire_at,
     seen_at = now()
-RETURNING s.name, s.fired_through, s.defined_at = %(now)s::timestamptz;
+RETURNING s.name, s.fired_through, s.defined_at = %(now)s::timestamptz AS redefined;
 
 -- name: schedule_fire_lock
 -- Take one schedule's firing lock for this transaction; false if another replica is

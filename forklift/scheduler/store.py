@@ -129,8 +129,8 @@ class ScheduleSession:
             "definition_hash": [s.definition_hash for s in schedules],
             "next_fire_at": [s.times.after(now) for s in schedules],
         }
-        rows = self.conn.execute(self.q["schedule_sync_many"], params).fetchall()
-        return {name: Synced(through, bool(redefined)) for name, through, redefined in rows}
+        rows = _db.rows(self.conn.execute(self.q["schedule_sync_many"], params), dict)
+        return {r["name"]: Synced(r["fired_through"], bool(r["redefined"])) for r in rows}
 
     @contextmanager
     def schedule_lock(self, name: str) -> Iterator[Locked | None]:
