@@ -34,7 +34,8 @@ class Inserts:
         params = {name: getattr(job, name) for name in JOB_COLUMNS}  # with the key found
         rows = yield Query(self.q["job_insert_quiet" if quiet else "job_insert"], params)
         if rows:
-            return int(rows[0][0])
+            ((job_id,),) = rows  # one row of one column: the new job's id
+            return int(job_id)
         # The key is taken: by a committed job (found now) or by one whose insert we
         # waited on; a fresh statement sees it either way.
         assert job.idempotency_key is not None

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from forklift import _sql
+from forklift import _db, _sql
 from forklift.store._boundary import Conn, translated
 
 PAGE = 5_000  # rows per statement when reading a batch's jobs
@@ -88,9 +88,9 @@ class BatchStore:
             "sealed": sealed,
         }
         with translated("creating the batch failed"):
-            row = conn.execute(self.q["batch_create"], params).fetchone()
-        assert row is not None
-        return int(row[0])
+            batch_id = _db.scalar(conn.execute(self.q["batch_create"], params))
+        assert batch_id is not None
+        return int(batch_id)
 
     def add(self, batch_id: int, n: int, conn: Conn) -> bool:
         """Count `n` jobs added; False when the batch is sealed, cancelled (or gone)."""
@@ -107,7 +107,7 @@ class BatchStore:
     def done_among(self, batch_ids: list[int]) -> list[int]:
         """Which of these batches look finished (sealed, none of their jobs open)."""
         with self._conn("checking batches failed") as conn:
-            return [r[0] for r in conn.execute(self.q["batch_done_among"], {"ids": batch_ids})]
+            return _db.scalars(conn.execute(self.q["batch_done_among"], {"ids": batch_ids}))
 
     def finish(self, batch_id: int) -> Finished | None:
         """Finish the batch if it is sealed and none of its jobs is open, enqueueing its
@@ -137,13 +137,13 @@ class BatchStore:
         their last enqueue; their ids."""
         params = {"after": after, "limit": limit}
         with self._conn("abandoning batches failed") as conn:
-            return [r[0] for r in conn.execute(self.q["batch_abandon"], params)]
+            return _db.scalars(conn.execute(self.q["batch_abandon"], params))
 
     def sweep_ids(self, after: int, limit: int) -> list[int]:
         """Sealed batches not finished, in id order after `after`."""
         params = {"after": after, "limit": limit}
         with self._conn("reading open batches failed") as conn:
-            return [r[0] for r in conn.execute(self.q["batch_sweep"], params)]
+            return _db.scalars(conn.execute(self.q["batch_sweep"], params))
 
     def prune(self, keep: float, limit: int = 2000) -> int:
         with self._conn("pruning batches failed") as conn:
@@ -168,45 +168,47 @@ class BatchStore:
         )
 
     def job_ids(self, batch_id: int) -> list[int]:
-        return [r[0] for r in self._pages("batch_job_ids", batch_id)]
+        return [r["id"] for r in self._pages("batch_job_ids", batch_id)]
 
     def results(self, batch_id: int) -> dict[int, Any]:
         """The succeeded jobs' results, in job order (None: the handler returned none)."""
         return {
-            r[0]: None if r[1] is None else json.loads(r[1])
+            r["id"]: None if r["result"] is None else json.loads(r["result"])
             for r in self._pages("batch_results", batch_id)
         }
 
     def dead(self, batch_id: int, first: int | None = None) -> dict[int, str | None]:
         """The dead jobs' last errors, in job order (only the `first` ones, if given)."""
-        return {r[0]: r[1] for r in self._pages("batch_dead", batch_id, first)}
+        return {r["id"]: r["last_error"] for r in self._pages("batch_dead", batch_id, first)}
 
     def open_job_ids(self, batch_id: int) -> list[int]:
-        return [r[0] for r in self._pages("batch_open_jobs", batch_id)]
+        return [r["id"] for r in self._pages("batch_open_jobs", batch_id)]
 
     def _pages(
         self, query: str, batch_id: int, first: int | None = None
-    ) -> Iterator[tuple[Any, ...]]:
-        """Every row (the `first` ones, if given), a page of PAGE at a time."""
+    ) -> Iterator[dict[str, Any]]:
+        """Every row, by its column names (the `first` ones, if given), a page of PAGE at
+        a time."""
         after, page = 0, PAGE if first is None else min(first, PAGE)
         while True:
             params = {"id": batch_id, "after": after, "limit": page}
             with self._conn("reading the batch's jobs failed") as conn:
-                rows = conn.execute(self.q[query], params).fetchall()
+                rows = _db.rows(conn.execute(self.q[query], params), dict)
             yield from rows
             if len(rows) < page or first is not None:
                 return
-            after = rows[-1][0]
+            after = rows[-1]["id"]
 
     def job_outcome(
         self, job_id: int, conn: Conn | None = None
     ) -> tuple[str, Any, str | None] | None:
         """A job's state, result (decoded) and last error; None if there is no such job."""
         with self._conn("reading the job failed", conn) as c:
-            row = c.execute(self.q["job_outcome"], {"id": job_id}).fetchone()
+            row = _db.one(c.execute(self.q["job_outcome"], {"id": job_id}), dict)
         if row is None:
             return None
-        return row[0], None if row[1] is None else json.loads(row[1]), row[2]
+        result = None if row["result"] is None else json.loads(row["result"])
+        return row["state"], result, row["last_error"]
 
     def job_wait_mark(self, job_id: int, conn: Conn | None = None) -> None:
         with self._conn("marking the job waited for failed", conn) as c:
