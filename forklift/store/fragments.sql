@@ -32,3 +32,10 @@
             'UTF8')), 'hex'), 16))::bit(64) >> 1)::bigint
       AND a.backend_start > j.lease_until
       AND a.backend_start > now() - interval '60 seconds'))
+
+-- name: _claimed
+-- The columns of a claimed job, every claim's (RETURNING), named as ClaimedJob's fields
+-- (_rows.claimed): a claimed column is added here and there only.
+j.id, j.queue, j.task, j.args, j.idempotency_key, j.priority, j.attempts AS attempt,
+    j.max_attempts, j.timeout,
+    greatest(0, extract(epoch FROM now() - j.available_at))::float8 AS wait, j.batch_id

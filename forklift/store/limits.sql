@@ -143,9 +143,7 @@ UPDATE {schema}.jobs AS j SET
             'error', 'LeaseExpired: lease of ' || j.lease_owner || ' expired')
         ELSE j.errors END
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
-RETURNING j.id, j.queue, j.task, j.args, j.idempotency_key, j.priority, j.attempts,
-          j.max_attempts, j.timeout,
-          greatest(0, extract(epoch FROM now() - j.available_at))::float8, j.batch_id;
+RETURNING {_claimed};
 
 -- name: claim_completing
 -- First in a claim's transaction that completes jobs too: their freed slots wake no
@@ -196,7 +194,7 @@ FROM (
 -- never hides the others; among the rest, each key admits as many as it has room for,
 -- in line order, then each queue limit among those. A job under a limit this claim does
 -- not hold waits for a claim that does. Returns job_claim's columns, then whether
--- candidates were turned away (claim again: their keys are now full).
+-- candidates were turned away (`again`: their keys are now full).
 --
 -- Where it looks, per queue (migration 0007):
 -- - `plain`: the first `limit` jobs with no key stored (jobs_ready_unlimited_idx). A
@@ -541,15 +539,10 @@ WITH RECURSIVE held AS (
             ELSE j.errors END
     FROM picked AS p
     WHERE j.id = p.id AND j.id IN (SELECT id FROM taken)
-    RETURNING j.id, j.queue, j.task, j.args, j.idempotency_key, j.priority, j.attempts,
-              j.max_attempts, j.timeout,
-              greatest(0, extract(epoch FROM now() - j.available_at))::float8 AS wait,
-              j.batch_id
+    RETURNING {_claimed}
 )
 -- At least one row, so that `again` is told when nothing was taken (a row of NULLs then).
-SELECT c.id, c.queue, c.task, c.args, c.idempotency_key, c.priority, c.attempts,
-       c.max_attempts, c.timeout, c.wait, c.batch_id, s.again,
-       s.after_queues, s.after_tasks, s.after_keys, s.woke, s.shared
+SELECT c.*, s.again, s.after_queues, s.after_tasks, s.after_keys, s.woke, s.shared
 FROM cut_short AS s LEFT JOIN claimed AS c ON true;
 
 -- name: limit_wake

@@ -196,7 +196,7 @@ RETURNING {_claimed};
 -- every run (a generic plan knows no limit and scans a whole backlog: 22 ms a claim of
 -- one among 1,000,000 ready jobs, against 0.5 ms), and job_claim's planning was half
 -- the time an idle worker took to claim a new job (0.5 of 1.0 ms, fsync included).
--- A claim that did not fill also says, in a last column of each row, when the next job
+-- A claim that did not fill also says, in a last column of each row (`next_due`), when the next job
 -- it could take falls due (as job_next_available: a job due now that it did not take is
 -- another claim's, or under a limit; the jobs it took, which its snapshot still sees
 -- ready, are due now too). The worker then sleeps until then without a lookup of its own,
@@ -227,7 +227,7 @@ RETURNING {_claimed},
           AND n.available_at > now()
         ORDER BY n.available_at
         LIMIT 1
-    ) END;
+    ) END AS next_due;
 
 -- name: _claim_commit
 -- A fragment: how a claim's commit waits. A claim on its own (`%(alone)s`) commits
@@ -243,12 +243,6 @@ RETURNING {_claimed},
 (SELECT set_config('synchronous_commit',
     CASE WHEN %(alone)s::boolean THEN 'off' ELSE current_setting('synchronous_commit') END,
     true)) IS NOT NULL
-
--- name: _claimed
--- A fragment: the columns of a claimed job, as _rows.claimed reads them.
-j.id, j.queue, j.task, j.args, j.idempotency_key, j.priority, j.attempts,
-    j.max_attempts, j.timeout,
-    greatest(0, extract(epoch FROM now() - j.available_at))::float8, j.batch_id
 
 -- name: job_next_available
 -- Seconds until the next job a plain claim of the given queues could take falls due,
