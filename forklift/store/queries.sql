@@ -127,13 +127,9 @@ WITH line AS (
     ) AS c
     WHERE q.name NOT IN (SELECT p.queue FROM {schema}.paused_queues AS p)
 ), expired AS (
-    -- A lost job keeps its place in line: its original due time, not its lease's end.
     SELECT j.id, j.priority, j.available_at
     FROM {schema}.jobs j
-    WHERE %(expired)s::boolean AND j.state = 'running' AND j.lease_until < now()
-      AND j.queue NOT IN (SELECT p.queue FROM {schema}.paused_queues AS p)
-      AND j.attempts < j.max_attempts AND j.queue = ANY(%(queues)s::text[])
-      AND NOT {_owner_vouched}
+    WHERE %(expired)s::boolean AND {_lease_expired}
     ORDER BY j.priority DESC, j.available_at, j.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -175,18 +171,9 @@ WITH line AS (
     LIMIT %(limit)s
 )
 UPDATE {schema}.jobs AS j SET
-    state = 'running',
-    attempts = j.attempts + 1,
-    lease_owner = %(owner)s::text,
-    lease_until = now() + make_interval(secs => %(lease)s::float8),
+    {_lease_taken},
     started_at = now(),
-    last_error = CASE WHEN j.state = 'running'
-        THEN 'LeaseExpired: lease of ' || j.lease_owner || ' expired' ELSE j.last_error END,
-    errors = CASE WHEN j.state = 'running'
-        THEN j.errors || jsonb_build_object(
-            'attempt', j.attempts, 'at', now(), 'worker', j.lease_owner,
-            'error', 'LeaseExpired: lease of ' || j.lease_owner || ' expired')
-        ELSE j.errors END
+    {_lease_lost}
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND {_claim_commit}
 RETURNING {_claimed};
 
@@ -213,10 +200,7 @@ WITH picked AS (
     FOR UPDATE SKIP LOCKED
 )
 UPDATE {schema}.jobs AS j SET
-    state = 'running',
-    attempts = j.attempts + 1,
-    lease_owner = %(owner)s::text,
-    lease_until = now() + make_interval(secs => %(lease)s::float8),
+    {_lease_taken},
     started_at = now()
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND {_claim_commit}
 RETURNING {_claimed},
