@@ -55,12 +55,13 @@ held AS (
       AND l.id NOT IN (SELECT id FROM held)
 )
 
--- name: job_claim_shared
--- job_claim on the shared path, after limit_lock (shared): the plain claim of up to
--- `lane_claim` jobs (none under a limit it does not hold), taken only if a lane was free
--- and every limit it holds has room for what runs plus `lanes` such claims; otherwise
--- nothing, and `forklift.exact` says to claim on the exact path.
-WITH {_limits_held}, room AS (
+-- name: _lane_room
+-- Whether a claim on the shared path may claim (after _limits_held): `room`, whether it
+-- holds a lane and every limit it holds (none keyed, none with a rate) has room for what
+-- runs plus `lanes` claims of `lane_claim` jobs; `said`, the answer noted in
+-- `forklift.exact` (limit_path reads it), and the queues woken (`woke`) when it declines
+-- after completing jobs in its transaction, whose freed slots woke no worker.
+room AS (
     SELECT current_setting('forklift.lane') <> '' AND NOT EXISTS (
         SELECT 1 FROM held h
         WHERE h.rate IS NOT NULL OR h.keyed OR h.concurrency IS NULL
@@ -75,14 +76,19 @@ WITH {_limits_held}, room AS (
                   OR (h.scope = 'queue' AND j.queue = h.name))
     ) AS ok
 ), said AS (
-    -- (Declining after completing jobs in its transaction, whose freed slots woke no
-    -- worker: it wakes its queues, being near a limit.)
     SELECT set_config('forklift.exact', (NOT ok)::text, true) AS exact,
            CASE WHEN NOT ok AND current_setting('forklift.claiming', true) = 'on'
                 THEN (SELECT count(pg_notify('{channel}', q)) FROM unnest(%(queues)s::text[]) AS q)
            END AS woke
     FROM room
-), ready AS (
+)
+
+-- name: job_claim_shared
+-- job_claim on the shared path, after limit_lock (shared): the plain claim of up to
+-- `lane_claim` jobs (none under a limit it does not hold), taken only if a lane was free
+-- and every limit it holds has room for what runs plus `lanes` such claims; otherwise
+-- nothing, and `forklift.exact` says to claim on the exact path.
+WITH {_limits_held}, {_lane_room}, ready AS (
     -- The first jobs of each queue's two claim indexes (no limit's key stored, and one
     -- stored: migration 0007); on this path no limit held is keyed.
     SELECT c.id, c.priority, c.available_at

@@ -23,7 +23,8 @@ from forklift.store import ClaimedJob
 OWNER = "host:1:w"
 LOST = "gone:1:ff"  # a lease owner no liveness lock vouches for
 
-# The parts of job_claim_limited, in the order it puts them.
+# The parts of job_claim_shared and of job_claim_limited, in the order each puts them.
+SHARED = ["_limits_held", "_lane_room"]
 LIMITED = [
     "_limits_held",
     "_limits_used",
@@ -50,13 +51,15 @@ def params(**given: Any) -> dict[str, Any]:
 @contextmanager
 def limited(db: psycopg.Connection[Any], schema: str, **given: Any) -> Iterator[Run]:
     """In a transaction rolled back after: limit_lock, then `run(part, select)`, the parts
-    of job_claim_limited up to and including `part`, then `select` from their CTEs."""
+    of the claim under limits (job_claim_shared's or job_claim_limited's) up to and
+    including `part`, then `select` from their CTEs."""
     parts = _sql.load_fragments("forklift.store", "limits.sql", schema)
     lock = _sql.load("forklift.store", "limits.sql", schema)["limit_lock"]
     values = params(**given)
 
     def run(part: str, select: str) -> list[dict[str, Any]]:
-        used = LIMITED[: LIMITED.index(part) + 1]
+        order = SHARED if part in SHARED else LIMITED
+        used = order[: order.index(part) + 1]
         sql = "WITH RECURSIVE " + ",\n".join(parts[p] for p in used) + "\n" + select
         return db.cursor(row_factory=dict_row).execute(sql, values).fetchall()
 
@@ -171,6 +174,20 @@ def test_limits_held_are_those_locked_and_the_rest_in_force_unheld(
     assert held == [{"id": mine, "name": "t1"}]
     assert unheld == [{"scope": "task", "name": "t9"}]
     assert clock == {"after_start": True}
+
+
+@pytest.mark.parametrize(("lane_claim", "room"), [(2, True), (3, False)])
+def test_lane_room_says_whether_the_limits_held_have_room_for_every_lane(
+    db: psycopg.Connection[Any], schema: str, lane_claim: int, room: bool
+) -> None:
+    # 2 running under a concurrency of 4: room for one lane of 2 jobs, not one of 3.
+    limit(db, schema, scope="task", name="t1", concurrency=4)
+    running = {"state": "running", "queue": "default", "task": "t1", "lease_owner": OWNER,
+               "lease_until": "2999-01-01"}  # fmt: skip
+    jobs(db, schema, [running, running])
+    with limited(db, schema, shared=True, lanes=1, lane_claim=lane_claim) as run:
+        (said,) = run("_lane_room", "SELECT r.ok, s.exact, s.woke FROM room AS r, said AS s")
+    assert said == {"ok": room, "exact": str(not room).lower(), "woke": None}
 
 
 def test_limits_used_counts_what_runs_per_key_and_finds_the_full_keys(
