@@ -94,7 +94,7 @@ class LimitStore:
         `declined` (no lane free, or too close to a limit; `complete` is written all the
         same): claim on the exact path."""
         params = _params(queues, tasks, owner, limit, lease, expired, shared=True)
-        rows, completed, exact = self._pipelined("job_claim_shared", params, complete, "limit_path")
+        rows, completed, exact = self._pipelined("job_claim_shared", params, complete, path=True)
         return Claim([] if exact else claimed(rows), False, completed, declined=exact)
 
     def _pipelined(
@@ -102,26 +102,29 @@ class LimitStore:
         claim: str,
         params: dict[str, Any],
         complete: Completing | None,
-        after: str | None = None,
+        *,
+        path: bool = False,
     ) -> tuple[list[dict[str, Any]], set[int], bool]:
-        """[complete;] lock; claim; [after;] in one transaction and one round trip: the
-        claim's rows (dicts, by column name), the ids completed, and what `after` said."""
+        """[complete;] lock; claim; [limit_path;] in one transaction and one round trip:
+        the claim's rows (by column name), the ids completed, and whether the claim
+        declined (limit_path, asked with `path`)."""
         statements: list[tuple[str, Any]] = [
             (self.q["limit_lock"], params),
             (self.q[claim], params),
         ]
         if complete is not None:
             statements[:0] = [(self.q["claim_completing"], None), complete]
-        if after is not None:
-            statements.append((self.q[after], None))
+        if path:
+            statements.append((self.q["limit_path"], None))
         with translated("claim failed", self.where), self.pool.connection() as conn:
             cursors = pipelined(conn, statements)
             completed = {r[0] for r in cursors[1]} if complete is not None else set()
-            claiming = cursors[-2 if after is not None else -1]
-            claiming.row_factory = dict_row
-            rows = claiming.fetchall()
-            flag = cursors[-1].fetchone() if after is not None else None
-        return rows, completed, bool(flag and flag[0])
+            named = cursors[-2:] if path else cursors[-1:]  # the claim's, limit_path's
+            for cursor in named:
+                cursor.row_factory = dict_row
+            rows = named[0].fetchall()
+            said = named[1].fetchone() if path else None
+        return rows, completed, bool(said and said["exact"])
 
     def wake_in(
         self, queues: Sequence[str], tasks: Sequence[str], since: float = 0.0

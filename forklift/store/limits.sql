@@ -154,7 +154,7 @@ SELECT set_config('forklift.claiming', 'on', true);
 
 -- name: limit_path
 -- After job_claim_shared: whether it declined (claim on the exact path).
-SELECT current_setting('forklift.exact', true) = 'true';
+SELECT current_setting('forklift.exact', true) = 'true' AS exact;
 
 -- name: limit_lock
 -- A limited claim's first statement: take a transaction lock per limit of these queues
