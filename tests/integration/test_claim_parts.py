@@ -9,8 +9,10 @@ same transaction, as the claim does, and rolls back.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from importlib import resources
 from typing import Any
 
 import psycopg
@@ -350,3 +352,18 @@ def test_each_claim_takes_back_lost_jobs_through_the_one_lease_expired_part(
     file = "queries.sql" if name == "job_claim" else "limits.sql"
     expired = fragment(schema, "_lease_expired")
     assert expired in _sql.load("forklift.store", file, schema)[name]
+
+
+@pytest.mark.parametrize(
+    ("name", "parts"),
+    [
+        ("job_claim_shared", [*SHARED, "_lease_expired", "_lease_taken", "_lease_lost"]),
+        ("job_claim_limited", [*LIMITED, "_lease_taken", "_lease_lost"]),
+    ],
+)
+def test_the_claims_under_limits_are_the_parts_tested_here_in_this_order(
+    name: str, parts: list[str]
+) -> None:
+    text = resources.files("forklift.store").joinpath("limits.sql").read_text("utf-8")
+    (written,) = re.findall(rf"(?ms)^-- name: {name}\n(.*?)(?=^-- name: |\Z)", text)
+    assert re.findall(r"\{(_\w+)\}", written) == [*parts, "_claimed"]
