@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, NamedTuple, Protocol
 
+from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from forklift import _db, _sql
@@ -186,9 +187,11 @@ class JobStore:
         claiming = claim_statement(self.q, queues, owner, limit, lease, expired, alone=not done)
         with translated("claim failed", self.where), self.pool.connection() as conn:
             if not done:
-                rows, completed = conn.execute(*claiming).fetchall(), set()
+                cursor = conn.cursor(row_factory=dict_row)
+                rows, completed = cursor.execute(*claiming).fetchall(), set()
             else:
                 completing, claim = pipelined(conn, [self.completion(done, owner), claiming])
+                claim.row_factory = dict_row
                 rows, completed = claim.fetchall(), {r[0] for r in completing}
         return Claim(claimed(rows), completed=completed, next_due=next_due(rows, limit))
 

@@ -13,6 +13,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from psycopg.rows import dict_row
+
 from forklift import _sql
 from forklift.limits import Limit
 from forklift.store import ConnSource, translated
@@ -68,11 +70,13 @@ class LimitStore:
         params["after_keys"] = [tk[1] for _, tk in looked]
         rows, completed, _ = self._pipelined("job_claim_limited", params, complete)
         # (one row of NULLs but `again` when nothing was taken)
-        jobs = claimed([r for r in rows if r[0] is not None])
-        queues_, tasks_, keys_ = rows[0][12:15] if rows else (None, None, None)
-        ended = dict(zip(queues_ or [], zip(tasks_ or [], keys_ or [], strict=True), strict=True))
-        shared = bool(rows and rows[0][16])
-        return Claim(jobs, any(r[11] for r in rows), completed, looked=ended, shared=shared)
+        jobs = claimed([r for r in rows if r["id"] is not None])
+        first = rows[0] if rows else {}
+        ends = (first.get(c) or [] for c in ("after_queues", "after_tasks", "after_keys"))
+        queues_, tasks_, keys_ = ends
+        ended = dict(zip(queues_, zip(tasks_, keys_, strict=True), strict=True))
+        again = any(r["again"] for r in rows)
+        return Claim(jobs, again, completed, looked=ended, shared=bool(first.get("shared")))
 
     def claim_shared(
         self,
@@ -90,7 +94,7 @@ class LimitStore:
         `declined` (no lane free, or too close to a limit; `complete` is written all the
         same): claim on the exact path."""
         params = _params(queues, tasks, owner, limit, lease, expired, shared=True)
-        rows, completed, exact = self._pipelined("job_claim_shared", params, complete, "limit_path")
+        rows, completed, exact = self._pipelined("job_claim_shared", params, complete, path=True)
         return Claim([] if exact else claimed(rows), False, completed, declined=exact)
 
     def _pipelined(
@@ -98,24 +102,29 @@ class LimitStore:
         claim: str,
         params: dict[str, Any],
         complete: Completing | None,
-        after: str | None = None,
-    ) -> tuple[list[Any], set[int], bool]:
-        """[complete;] lock; claim; [after;] in one transaction and one round trip: the
-        claim's rows, the ids completed, and what `after` said."""
+        *,
+        path: bool = False,
+    ) -> tuple[list[dict[str, Any]], set[int], bool]:
+        """[complete;] lock; claim; [limit_path;] in one transaction and one round trip:
+        the claim's rows (by column name), the ids completed, and whether the claim
+        declined (limit_path, asked with `path`)."""
         statements: list[tuple[str, Any]] = [
             (self.q["limit_lock"], params),
             (self.q[claim], params),
         ]
         if complete is not None:
             statements[:0] = [(self.q["claim_completing"], None), complete]
-        if after is not None:
-            statements.append((self.q[after], None))
+        if path:
+            statements.append((self.q["limit_path"], None))
         with translated("claim failed", self.where), self.pool.connection() as conn:
             cursors = pipelined(conn, statements)
             completed = {r[0] for r in cursors[1]} if complete is not None else set()
-            rows = cursors[-2 if after is not None else -1].fetchall()
-            flag = cursors[-1].fetchone() if after is not None else None
-        return rows, completed, bool(flag and flag[0])
+            named = cursors[-2:] if path else cursors[-1:]  # the claim's, limit_path's
+            for cursor in named:
+                cursor.row_factory = dict_row
+            rows = named[0].fetchall()
+            said = named[1].fetchone() if path else None
+        return rows, completed, bool(said and said["exact"])
 
     def wake_in(
         self, queues: Sequence[str], tasks: Sequence[str], since: float = 0.0
