@@ -192,7 +192,7 @@ class JobStore:
             else:
                 completing, claim = pipelined(conn, [self.completion(done, owner), claiming])
                 claim.row_factory = dict_row
-                rows, completed = claim.fetchall(), {r[0] for r in completing}
+                rows, completed = claim.fetchall(), set(_db.column(completing, "id"))
         return Claim(claimed(rows), completed=completed, next_due=next_due(rows, limit))
 
     def job_trace_contexts(self, ids: Sequence[int]) -> list[tuple[int, Any]]:

@@ -11,11 +11,13 @@ from __future__ import annotations
 import enum
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from psycopg.rows import dict_row
 
 from forklift import _sql
+from forklift._db import column, one, scalar, scalars
 from forklift.limits import Limit
 from forklift.store import ConnSource, translated
 from forklift.store._boundary import pipelined
@@ -23,6 +25,16 @@ from forklift.store._rows import Claim, claimed
 
 # A completion statement to run first in a claim's transaction: (query, params).
 Completing = tuple[str, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class _Applies:
+    """limits_apply's row: the limits a claim must hold, whether all may take the shared
+    path, and whether jobs wait with the key of a limit there is none of."""
+
+    limits: int
+    shared: bool
+    keyed_unlimited: bool
 
 
 class LimitStore:
@@ -41,10 +53,10 @@ class LimitStore:
             self._declare(boot=False)
         params = {"queues": list(queues), "tasks": list(tasks), **_LANES}
         with translated("limit lookup failed", self.where), self.pool.connection() as conn:
-            row = conn.execute(self.q["limits_apply"], params).fetchone()
-        if row is None or not (row[0] or row[2]):
+            row = one(conn.execute(self.q["limits_apply"], params), _Applies)
+        if row is None or not (row.limits or row.keyed_unlimited):
             return Applying.NONE
-        return Applying.SHARED if row[0] and row[1] else Applying.EXACT
+        return Applying.SHARED if row.limits and row.shared else Applying.EXACT
 
     def claim(
         self,
@@ -118,7 +130,7 @@ class LimitStore:
             statements.append((self.q["limit_path"], None))
         with translated("claim failed", self.where), self.pool.connection() as conn:
             cursors = pipelined(conn, statements)
-            completed = {r[0] for r in cursors[1]} if complete is not None else set()
+            completed = set(column(cursors[1], "id")) if complete is not None else set()
             named = cursors[-2:] if path else cursors[-1:]  # the claim's, limit_path's
             for cursor in named:
                 cursor.row_factory = dict_row
@@ -134,8 +146,8 @@ class LimitStore:
         concurrency slot notifies)."""
         params = {"queues": list(queues), "tasks": list(tasks), "since": max(0.0, since)}
         with translated("limit lookup failed", self.where), self.pool.connection() as conn:
-            row = conn.execute(self.q["limit_wake"], params).fetchone()
-        return None if row is None or row[0] is None else float(row[0])
+            wake_in = scalar(conn.execute(self.q["limit_wake"], params))
+        return None if wake_in is None else float(wake_in)
 
     def stopping_renew(self, held: Sequence[tuple[int, int]], owner: str, lease: float) -> set[int]:
         """Extend the holds of cancelled jobs whose handlers still run at `owner`, as
@@ -147,7 +159,7 @@ class LimitStore:
             "lease": lease,
         }
         with translated("renewing holds failed", self.where), self.pool.connection() as conn:
-            return {r[0] for r in conn.execute(self.q["job_stopping_renew"], params)}
+            return set(scalars(conn.execute(self.q["job_stopping_renew"], params)))
 
     def stopping_let_go(self, job_id: int, attempt: int, owner: str) -> None:
         """A cancelled job's handler stopped at `owner`: its hold ends, its slots free."""

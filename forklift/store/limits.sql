@@ -24,14 +24,15 @@ WITH RECURSIVE keyed(queue, task) AS (
         ORDER BY j.queue, j.task LIMIT 1
     ) AS n
 )
-SELECT count(*),
+SELECT count(*) AS limits,
        coalesce(bool_and(l.rate IS NULL AND NOT l.keyed
-                         AND l.concurrency >= 2 * %(lanes)s * %(lane_claim)s), false),
+                         AND l.concurrency >= 2 * %(lanes)s * %(lane_claim)s), false) AS shared,
        EXISTS (SELECT 1 FROM keyed k
                WHERE k.task = ANY(%(tasks)s::text[])
                  AND k.task NOT IN (SELECT t.name FROM {schema}.limits t
                                     WHERE t.scope = 'task'
                                       AND (t.concurrency IS NOT NULL OR t.rate IS NOT NULL)))
+           AS keyed_unlimited
 FROM {schema}.limits l
 WHERE (l.concurrency IS NOT NULL OR l.rate IS NOT NULL)
   AND ((l.scope = 'task' AND l.name = ANY(%(tasks)s::text[]))
@@ -586,7 +587,7 @@ FROM cut_short AS s LEFT JOIN claimed AS c ON true;
 -- interval while the window stands open. A delayed job counts if it fell due after the
 -- claim: one due before, it passed over (held back by a full key), and one due since
 -- gives 0. Each queue's next is one probe of each due-time index (migration 0011).
-SELECT CASE WHEN w.at IS NOT NULL THEN greatest(0, w.at) END::float8
+SELECT CASE WHEN w.at IS NOT NULL THEN greatest(0, w.at) END::float8 AS wake_in
 FROM (SELECT least(
     (SELECT min({schema}.limit_window_frees(w.newest, w.counts, l.per / 100))
             - extract(epoch FROM clock_timestamp())
