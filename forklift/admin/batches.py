@@ -9,11 +9,12 @@ from dataclasses import dataclass
 
 from forklift import _sql
 from forklift._bounds import DEAD_SHOWN
+from forklift._ids import operator
 from forklift.admin._connect import Connector
-from forklift.admin.jobs import TIMEOUTS, JobAdmin, operator
-from forklift.admin.rows import Acted, JobDetail
+from forklift.admin.jobs import TIMEOUTS, JobAdmin
+from forklift.admin.rows import JobDetail
 from forklift.errors import BatchNotFound, JobNotFound
-from forklift.store.batches import BatchCounts, BatchRow
+from forklift.store.batches import BatchCounts, BatchRow, CancelledJob
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ class BatchCancelled:
 
     refused: bool
     marked: bool
-    jobs: list[Acted]
+    jobs: list[CancelledJob]
     after: BatchSummary
 
     def cancelled(self, was: str) -> int:
@@ -181,16 +182,11 @@ class BatchAdmin:
             before = self._find(batch_id)
             if before.state == "finished":
                 return BatchCancelled(True, False, [], before)
-            who = by or operator()
-            marked = self.store.cancel(batch_id, f"{who} ({why})" if why else who)
-            acted = self.jobs.job_cancel_many(self.store.open_job_ids(batch_id), by=who)
-            # Its jobs' cancel finished it if they were its last open ones; this finishes
-            # one that had none open (its end not yet seen by a worker's sweep).
-            self.store.finish_if_done({batch_id})
+            marked, jobs = self.store.cancel(batch_id, by or operator(), why)
             after = self._find(batch_id)
         # Not marked, and no one else's mark: it finished between the two reads.
         refused = not marked and after.row.cancelled_at is None
-        return BatchCancelled(refused, marked, acted, after)
+        return BatchCancelled(refused, marked, jobs, after)
 
     def _find(self, batch_id: int, exact: bool = True) -> BatchSummary:
         row = self.store.get(batch_id)

@@ -1,15 +1,14 @@
-"""The operator's job store: the only caller of admin/jobs.sql (list, show, retry, cancel,
-purge, and what `forklift top` reads of jobs), over short bounded connections (or a
-Connector's session)."""
+"""The operator's job store: the only caller of admin/jobs.sql (list, show, retry, purge,
+and what `forklift top` reads of jobs; a cancel is the batch store's, which a batch's
+cancel runs too), over short bounded connections (or a Connector's session)."""
 
 from __future__ import annotations
 
-import getpass
-import socket
 from collections.abc import Iterator, Sequence
 
 from forklift import _db, _sql
 from forklift._bounds import BATCH, LIST_WINDOW
+from forklift._ids import operator
 from forklift.admin._connect import Connector
 from forklift.admin.rows import (
     Acted,
@@ -28,15 +27,6 @@ from forklift.store.batches import BatchStore
 
 # A purge batch or a bulk retry may take a few seconds on a big table; still bounded.
 TIMEOUTS = _db.Timeouts(connect=2.0, statement=5.0, lock=2.0)
-
-
-def operator() -> str:
-    """Who acts, as the error history records it: `user@host`."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = "someone"
-    return f"{user}@{socket.gethostname()}"
 
 
 class JobAdmin:
@@ -123,19 +113,10 @@ class JobAdmin:
 
         One Acted per id asked for, in id order (`owner`: who was running it).
         """
-        found: dict[int, Acted] = {}
-        ended: set[int] = set()  # the batches of jobs cancelled
-        with self.connector.conn("cancelling jobs failed") as conn:
-            for batch in _batches(sorted(set(ids))):
-                params = {"ids": batch, "by": by or operator()}
-                for id_, was, owner, done, batch_id in conn.execute(
-                    self.q["job_cancel_many"], params
-                ):
-                    found[id_] = Acted(id_, done, was, owner=owner)
-                    if done and batch_id is not None:
-                        ended.add(batch_id)
-        # After the commit: a batch whose last open jobs these were finishes now.
-        self.batches.finish_if_done(ended)
+        found = {
+            c.id: Acted(c.id, c.done, c.was, owner=c.owner)
+            for c in self.batches.job_cancel_many(ids, by or operator())
+        }
         return [found.get(i, Acted(i, False, None)) for i in sorted(set(ids))]
 
     def job_purge(

@@ -1,4 +1,5 @@
-"""The batch store: the only caller of the batch queries (store/batches.sql).
+"""The batch store: the only caller of the batch queries (store/batches.sql), and of the
+job queries that waiting for a result and cancelling a batch need.
 
 A batch is a row in `batches` and the jobs whose `batch_id` names it. It finishes once:
 the transaction that sets its `finished_at` also enqueues its callback, under the row's
@@ -8,13 +9,16 @@ lock, after seeing none of its jobs open.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from psycopg.rows import class_row
+
 from forklift import _sql
+from forklift._bounds import BATCH
 from forklift.store._boundary import Conn, translated
 
 PAGE = 5_000  # rows per statement when reading a batch's jobs
@@ -57,6 +61,18 @@ class BatchCounts:
     progress_done: float
     progress_total: float
     last_ended: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class CancelledJob:
+    """A job asked to be cancelled: its state (`was`) and owner before, whether it was
+    cancelled (`done`: only ready and running jobs are), and its batch."""
+
+    id: int
+    was: str
+    owner: str | None
+    done: bool
+    batch_id: int | None
 
 
 class BatchStore:
@@ -218,9 +234,35 @@ class BatchStore:
 
     # -- acting ------------------------------------------------------------------------
 
-    def cancel(self, batch_id: int, by: str) -> bool:
-        """Mark the batch cancelled, and sealed if it was filling; False when it was
-        cancelled already, or finished."""
+    def cancel(self, batch_id: int, by: str, why: str = "") -> tuple[bool, list[CancelledJob]]:
+        """Mark the batch cancelled (by `by`, for `why`), and sealed if it was filling;
+        cancel its ready and running jobs (a running one as `forklift jobs cancel` does:
+        its worker is told to stop); finish it if none of its jobs is left open. Whether
+        this call marked it (False: cancelled already, or finished) and its jobs asked to
+        cancel. A finished batch (or none) is left as it is."""
+        row = self.get(batch_id)
+        if row is None or row.finished_at is not None:
+            return False, []
         with self._conn("cancelling the batch failed") as conn:
-            params = {"id": batch_id, "by": by}
-            return conn.execute(self.q["batch_cancel"], params).fetchone() is not None
+            params = {"id": batch_id, "by": f"{by} ({why})" if why else by}
+            marked = conn.execute(self.q["batch_cancel"], params).fetchone() is not None
+        jobs = self.job_cancel_many(self.open_job_ids(batch_id), by)
+        # Its jobs' cancel finished it if they were its last open ones; this finishes one
+        # that had none open (its end not yet seen by a worker's sweep).
+        self.finish_if_done({batch_id})
+        return marked, jobs
+
+    def job_cancel_many(self, ids: Sequence[int], by: str) -> list[CancelledJob]:
+        """Cancel ready and running jobs now, BATCH at a statement; a running job's worker
+        is told to stop. The error history says by whom: `by`. Then the batches whose
+        last open jobs these were finish. Every job found, in id order."""
+        found: list[CancelledJob] = []
+        asked = sorted(set(ids))
+        with self._conn("cancelling jobs failed") as conn:
+            cur = conn.cursor(row_factory=class_row(CancelledJob))
+            for start in range(0, len(asked), BATCH):
+                params = {"ids": asked[start : start + BATCH], "by": by}
+                found += cur.execute(self.q["job_cancel_many"], params).fetchall()
+        # After the commit: a batch whose last open jobs these were finishes now.
+        self.finish_if_done({j.batch_id for j in found if j.done and j.batch_id is not None})
+        return found
