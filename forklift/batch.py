@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from forklift import _waiting
 from forklift._events import emit
+from forklift._ids import operator
 from forklift.errors import (
     ArgumentError,
     BatchNotFound,
@@ -276,20 +277,12 @@ class BatchWriter(Batch):
     ) -> None:
         self._sealed = True
         if kind is not None:
-            try:
-                cancel_batch(self._app, self.id, f"the batch block ({kind.__name__})")
+            try:  # as `forklift batches cancel` does
+                self._store.cancel(self.id, operator(), f"the batch block ({kind.__name__})")
             except DatabaseError as error:  # the block's own exception is the one raised
                 emit(log, "batch.cancel_failed", logging.ERROR, batch=self.id, error=error)
         self._store.seal(self.id)
         self._store.finish_if_done({self.id})
-
-
-def cancel_batch(app: App, batch_id: int, why: str) -> None:
-    """Mark the batch cancelled and cancel its ready and running jobs (a running job as
-    `forklift jobs cancel` does), as `forklift batches cancel` does."""
-    from forklift.admin.batches import BatchAdmin  # the operator's side, on demand
-
-    BatchAdmin(app.dsn, app.schema).batch_cancel(batch_id, why)
 
 
 def result(app: App, job_id: int, timeout: float) -> Any:

@@ -12,8 +12,9 @@ from typing import Any, NamedTuple
 import psycopg
 
 from forklift import _db, _names, _sql
+from forklift._ids import operator
 from forklift.admin._connect import Connector
-from forklift.admin.jobs import JobAdmin, operator
+from forklift.admin.jobs import JobAdmin
 from forklift.admin.rows import LimitChange, LimitRow, limit_text
 from forklift.errors import ArgumentError, SchemaMissing
 from forklift.scheduler.store import ScheduleRow, ScheduleSession

@@ -1,17 +1,16 @@
-"""The operator's job store: the only caller of admin/jobs.sql (list, show, retry, cancel,
-purge, and what `forklift top` reads of jobs), over short bounded connections (or a
-Connector's session)."""
+"""The operator's job store: the only caller of admin/jobs.sql (list, show, retry, purge,
+and what `forklift top` reads of jobs; a cancel is the batch store's, which a batch's
+cancel runs too), over short bounded connections (or a Connector's session)."""
 
 from __future__ import annotations
 
-import getpass
-import socket
 from collections.abc import Iterator, Sequence
 from dataclasses import fields
 from typing import NamedTuple
 
 from forklift import _db, _sql
 from forklift._bounds import BATCH, LIST_WINDOW
+from forklift._ids import operator
 from forklift.admin._connect import Connector
 from forklift.admin.rows import (
     Acted,
@@ -41,26 +40,6 @@ class Window(NamedTuple):
 
     scanned: int
     oldest: int | None
-
-
-class Cancelled(NamedTuple):
-    """A job_cancel_many row: a job named, its state and owner before, whether it was
-    cancelled, its batch."""
-
-    id: int
-    was: str
-    owner: str | None
-    done: bool
-    batch_id: int | None
-
-
-def operator() -> str:
-    """Who acts, as the error history records it: `user@host`."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = "someone"
-    return f"{user}@{socket.gethostname()}"
 
 
 class JobAdmin:
@@ -140,18 +119,10 @@ class JobAdmin:
 
         One Acted per id asked for, in id order (`owner`: who was running it).
         """
-        found: dict[int, Acted] = {}
-        ended: set[int] = set()  # the batches of jobs cancelled
-        with self.connector.conn("cancelling jobs failed") as conn:
-            for batch in _batches(sorted(set(ids))):
-                params = {"ids": batch, "by": by or operator()}
-                cursor = conn.execute(self.q["job_cancel_many"], params)
-                for c in _db.rows(cursor, Cancelled):
-                    found[c.id] = Acted(c.id, c.done, c.was, owner=c.owner)
-                    if c.done and c.batch_id is not None:
-                        ended.add(c.batch_id)
-        # After the commit: a batch whose last open jobs these were finishes now.
-        self.batches.finish_if_done(ended)
+        found = {
+            c.id: Acted(c.id, c.done, c.was, owner=c.owner)
+            for c in self.batches.job_cancel_many(ids, by or operator())
+        }
         return [found.get(i, Acted(i, False, None)) for i in sorted(set(ids))]
 
     def job_purge(

@@ -97,46 +97,6 @@ WHERE j.state = 'dead' AND j.id > %(after)s::bigint
 ORDER BY j.id
 LIMIT %(limit)s;
 
--- name: job_cancel_many
--- Cancel ready and running jobs at once, noted in the error history. A running job's
--- lease is taken from its worker, so the owner fence refuses whatever that worker would
--- record next (completion, failure, release: its effect rolls back); the worker is told
--- on the control channel, and the job's waiters (app.result()) on theirs. Its handler
--- may run on until it heeds the cancel or is killed (--cancel-grace), so the lease moves
--- to the job's hold (`stopping_owner`, `stopping_until`: migration 0013), which keeps
--- its limits' slots taken until the worker says the handler stopped or is found dead.
--- Returns every job found with its state and owner before, whether it was cancelled,
--- and its batch.
-WITH old AS (
-    SELECT j.id, j.state, j.attempts, j.lease_owner, j.batch_id FROM {schema}.jobs AS j
-    WHERE j.id = ANY(%(ids)s::bigint[])
-    ORDER BY j.id
-    FOR UPDATE
-), cancelled AS (
-    UPDATE {schema}.jobs AS j SET
-        state = 'cancelled', completed_at = now(), lease_owner = NULL, lease_until = NULL,
-        stopping_owner = CASE WHEN old.state = 'running' THEN old.lease_owner END,
-        stopping_until = CASE WHEN old.state = 'running' THEN j.lease_until END,
-        last_error = 'Cancelled by ' || %(by)s::text,
-        errors = j.errors || jsonb_build_object(
-            'attempt', j.attempts, 'at', now(), 'worker', old.lease_owner,
-            'error', 'Cancelled by ' || %(by)s::text
-                || CASE WHEN old.state = 'running' THEN ' while it ran' ELSE '' END)
-    FROM old
-    WHERE j.id = old.id AND old.state IN ('ready', 'running')
-    RETURNING j.id, j.waited
-), told AS (
-    SELECT count(pg_notify('{control_channel}', 'cancel ' || old.id || ' ' || old.attempts)) AS n
-    FROM old
-    WHERE old.state = 'running' AND old.id IN (SELECT id FROM cancelled)
-), waiters AS (
-    SELECT count(pg_notify('{done_channel}', 'j' || c.id)) AS n FROM cancelled AS c WHERE c.waited
-)
-SELECT old.id, old.state::text AS was, old.lease_owner AS owner,
-       old.id IN (SELECT id FROM cancelled) AS done, old.batch_id
-FROM old, told, waiters
-ORDER BY old.id;
-
 -- name: job_purge_cutoff
 -- The time before which finished jobs are old enough to purge (the database's clock).
 SELECT now() - make_interval(secs => %(older)s::float8);
