@@ -15,9 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from psycopg.rows import class_row, dict_row, scalar_row
-
-from forklift import _sql
+from forklift import _db, _sql
 from forklift._bounds import BATCH
 from forklift.store._boundary import Conn, translated
 
@@ -104,8 +102,7 @@ class BatchStore:
             "sealed": sealed,
         }
         with translated("creating the batch failed"):
-            cur = conn.cursor(row_factory=scalar_row)
-            batch_id = cur.execute(self.q["batch_create"], params).fetchone()
+            batch_id = _db.scalar(conn.execute(self.q["batch_create"], params))
         assert batch_id is not None
         return int(batch_id)
 
@@ -124,7 +121,7 @@ class BatchStore:
     def done_among(self, batch_ids: list[int]) -> list[int]:
         """Which of these batches look finished (sealed, none of their jobs open)."""
         with self._conn("checking batches failed") as conn:
-            return _ids(conn, self.q["batch_done_among"], {"ids": batch_ids})
+            return _db.scalars(conn.execute(self.q["batch_done_among"], {"ids": batch_ids}))
 
     def finish(self, batch_id: int) -> Finished | None:
         """Finish the batch if it is sealed and none of its jobs is open, enqueueing its
@@ -132,8 +129,7 @@ class BatchStore:
         with self._conn("finishing the batch failed") as conn, conn.transaction():
             if conn.execute(self.q["batch_lock_open"], {"id": batch_id}).fetchone() is None:
                 return None  # finished already, or not sealed
-            cur = conn.cursor(row_factory=dict_row)
-            row = cur.execute(self.q["batch_finish"], {"id": batch_id}).fetchone()
+            row = _db.one(conn.execute(self.q["batch_finish"], {"id": batch_id}), dict)
         if row is None:
             return None
         delay = max(0.0, float(row["delay"] or 0.0))
@@ -155,13 +151,13 @@ class BatchStore:
         their last enqueue; their ids."""
         params = {"after": after, "limit": limit}
         with self._conn("abandoning batches failed") as conn:
-            return _ids(conn, self.q["batch_abandon"], params)
+            return _db.scalars(conn.execute(self.q["batch_abandon"], params))
 
     def sweep_ids(self, after: int, limit: int) -> list[int]:
         """Sealed batches not finished, in id order after `after`."""
         params = {"after": after, "limit": limit}
         with self._conn("reading open batches failed") as conn:
-            return _ids(conn, self.q["batch_sweep"], params)
+            return _db.scalars(conn.execute(self.q["batch_sweep"], params))
 
     def prune(self, keep: float, limit: int = 2000) -> int:
         with self._conn("pruning batches failed") as conn:
@@ -171,32 +167,28 @@ class BatchStore:
 
     def get(self, batch_id: int, conn: Conn | None = None) -> BatchRow | None:
         with self._conn("reading the batch failed", conn) as c:
-            cur = c.cursor(row_factory=class_row(BatchRow))
-            return cur.execute(self.q["batch_get"], {"id": batch_id}).fetchone()
+            return _db.one(c.execute(self.q["batch_get"], {"id": batch_id}), BatchRow)
 
     def list_open(self, limit: int) -> list[BatchRow]:
         """Up to `limit` batches not finished, newest first."""
         with self._conn("listing batches failed") as conn:
-            cur = conn.cursor(row_factory=class_row(BatchRow))
-            return cur.execute(self.q["batch_list_open"], {"limit": limit}).fetchall()
+            return _db.rows(conn.execute(self.q["batch_list_open"], {"limit": limit}), BatchRow)
 
     def list_finished(self, limit: int) -> list[BatchRow]:
         """Up to `limit` finished batches, the latest to finish first."""
         with self._conn("listing batches failed") as conn:
-            cur = conn.cursor(row_factory=class_row(BatchRow))
-            return cur.execute(self.q["batch_list_finished"], {"limit": limit}).fetchall()
+            query = self.q["batch_list_finished"]
+            return _db.rows(conn.execute(query, {"limit": limit}), BatchRow)
 
     def callback(self, batch_id: int) -> str | None:
         """The batch's callback as its row keeps it (JSON text); None: it has none."""
         with self._conn("reading the batch failed") as conn:
-            cur = conn.cursor(row_factory=scalar_row)
-            found: str | None = cur.execute(self.q["batch_callback"], {"id": batch_id}).fetchone()
+            found: str | None = _db.scalar(conn.execute(self.q["batch_callback"], {"id": batch_id}))
             return found
 
     def counts(self, batch_id: int, conn: Conn | None = None) -> BatchCounts:
         with self._conn("counting the batch's jobs failed", conn) as c:
-            cur = c.cursor(row_factory=dict_row)
-            rows = cur.execute(self.q["batch_counts"], {"id": batch_id}).fetchall()
+            rows = _db.rows(c.execute(self.q["batch_counts"], {"id": batch_id}), dict)
         ended = [r["last_ended"] for r in rows if r["last_ended"] is not None]
         return BatchCounts(
             {r["state"]: int(r["n"]) for r in rows},
@@ -214,8 +206,8 @@ class BatchStore:
         progress = dict.fromkeys(found, (0.0, 0.0))
         if rows:
             with self._conn("counting the batches' jobs failed") as conn:
-                cur = conn.cursor(row_factory=dict_row)
-                for t in cur.execute(self.q["batch_tally_many"], {"ids": list(found)}):
+                cursor = conn.execute(self.q["batch_tally_many"], {"ids": list(found)})
+                for t in _db.rows(cursor, dict):
                     if t["n"]:
                         found[t["id"]][t["state"]] = int(t["n"])
                     if t["state"] == "running":
@@ -253,7 +245,7 @@ class BatchStore:
         while True:
             params = {"id": batch_id, "after": after, "limit": page}
             with self._conn("reading the batch's jobs failed") as conn:
-                rows = conn.cursor(row_factory=dict_row).execute(self.q[query], params).fetchall()
+                rows = _db.rows(conn.execute(self.q[query], params), dict)
             yield from rows
             if len(rows) < page or first is not None:
                 return
@@ -264,8 +256,7 @@ class BatchStore:
     ) -> tuple[str, Any, str | None] | None:
         """A job's state, result (decoded) and last error; None if there is no such job."""
         with self._conn("reading the job failed", conn) as c:
-            row = c.cursor(row_factory=dict_row).execute(self.q["job_outcome"], {"id": job_id})
-            found = row.fetchone()
+            found = _db.one(c.execute(self.q["job_outcome"], {"id": job_id}), dict)
         if found is None:
             return None
         result = None if found["result"] is None else json.loads(found["result"])
@@ -306,15 +297,9 @@ class BatchStore:
         found: list[CancelledJob] = []
         asked = sorted(set(ids))
         with self._conn("cancelling jobs failed") as conn:
-            cur = conn.cursor(row_factory=class_row(CancelledJob))
             for start in range(0, len(asked), BATCH):
                 params = {"ids": asked[start : start + BATCH], "by": by}
-                found += cur.execute(self.q["job_cancel_many"], params).fetchall()
+                found += _db.rows(conn.execute(self.q["job_cancel_many"], params), CancelledJob)
         # After the commit: a batch whose last open jobs these were finishes now.
         self.finish_if_done({j.batch_id for j in found if j.done and j.batch_id is not None})
         return found
-
-
-def _ids(conn: Conn, query: str, params: dict[str, Any]) -> list[int]:
-    """The ids a statement of one `id` column returns."""
-    return conn.cursor(row_factory=scalar_row).execute(query, params).fetchall()
