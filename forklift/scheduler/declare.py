@@ -8,21 +8,41 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, ParamSpec, TypedDict, TypeVar, overload
+from typing import Any, ParamSpec, Protocol, TypedDict, TypeVar, overload
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from forklift import _json, _names
+from forklift._job import check_priority
 from forklift.backoff import Backoff
 from forklift.errors import ArgumentError, ConfigError
 from forklift.scheduler.fire_times import Cron, Every, FireTimes
 from forklift.scheduler.schedule import Schedule
-from forklift.task import Task, check_priority
-
-if TYPE_CHECKING:
-    from forklift.app import App
+from forklift.task import Task
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class Declaring(Protocol):
+    """What declaring a schedule needs of its app (forklift.App): its tasks, its
+    schedules, its bound on arguments, and declaring a task."""
+
+    tasks: dict[str, Task[Any, Any]]
+    schedules: dict[str, Schedule]
+
+    @property
+    def max_arg_bytes(self) -> int: ...
+
+    def task(
+        self,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        priority: int = 0,
+        max_attempts: int = 5,
+        timeout: float | None = None,
+        backoff: Backoff | None = None,
+    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
 
 class ScheduleOptions(TypedDict, total=False):
@@ -62,7 +82,7 @@ class Periodic:
     """What `@app.periodic(...)` returns: registers the function as a task (or takes a
     Task already registered) and schedules it."""
 
-    def __init__(self, app: App, options: PeriodicOptions) -> None:
+    def __init__(self, app: Declaring, options: PeriodicOptions) -> None:
         self.app = app
         self.options = options
         _timing(options)  # a bad expression or zone fails at the decorator's line
@@ -99,7 +119,7 @@ class Periodic:
         return task
 
 
-def schedule(app: App, task: Task[Any, Any] | str, options: ScheduleOptions) -> Schedule:
+def schedule(app: Declaring, task: Task[Any, Any] | str, options: ScheduleOptions) -> Schedule:
     """Check `options` for `task` (a Task, or a registered task's name) and add the
     schedule to `app`; ConfigError if anything about it is wrong."""
     known = _resolve(app, task)
@@ -139,7 +159,7 @@ def schedule(app: App, task: Task[Any, Any] | str, options: ScheduleOptions) -> 
     return found
 
 
-def _resolve(app: App, task: Task[Any, Any] | str) -> Task[Any, Any] | None:
+def _resolve(app: Declaring, task: Task[Any, Any] | str) -> Task[Any, Any] | None:
     """The Task to schedule; None for a name an app with no tasks may enqueue."""
     if isinstance(task, Task):
         return task
