@@ -14,6 +14,7 @@ _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,57}$")
 _HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 _FRAGMENT = re.compile(r"\{_\w+\}")
 FRAGMENTS = "fragments.sql"  # a package's shared fragments (load)
+STORE = "forklift.store"  # whose fragments every package's queries have (load)
 
 
 def check_schema_name(schema: str) -> str:
@@ -94,9 +95,13 @@ def parse(text: str, shared: str = "") -> dict[str, str]:
 @cache
 def load(package: str, filename: str, schema: str) -> dict[str, str]:
     """The named queries of `package/filename`, rendered for `schema` (cached), with the
-    fragments of the package's `fragments.sql`, if it has one, beside the file's own."""
-    files = resources.files(package)
-    text = files.joinpath(filename).read_text(encoding="utf-8")
-    shared = files.joinpath(FRAGMENTS)
-    common = shared.read_text(encoding="utf-8") if shared.is_file() else ""
+    fragments of the `fragments.sql` of the store (the jobs table's, which any package's
+    queries may insert into) and of the package, where it has one, beside the file's own."""
+    text = resources.files(package).joinpath(filename).read_text(encoding="utf-8")
+    common = "\n".join(_fragments(p) for p in dict.fromkeys((STORE, package)))
     return {name: render(sql, schema) for name, sql in parse(text, common).items()}
+
+
+def _fragments(package: str) -> str:
+    shared = resources.files(package).joinpath(FRAGMENTS)
+    return shared.read_text(encoding="utf-8") if shared.is_file() else ""

@@ -9,7 +9,6 @@ its callback, so the callback goes in exactly once, however many workers saw the
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from forklift.errors import (
     JobNotFound,
 )
 from forklift.store import Conn, JobStore, NewJob
+from forklift.store._inserts import stored
 from forklift.store.batches import BatchRow, BatchStore
 
 log = logging.getLogger(__name__)
@@ -186,16 +186,7 @@ def callback_spec(
             raise ArgumentError("on_complete_args given without on_complete")
         return None
     name = on_complete if isinstance(on_complete, str) else on_complete.name
-    job = app._new_job(name, args)
-    return {
-        "queue": job.queue,
-        "task": job.task,
-        "args": json.loads(job.args),
-        "priority": job.priority,
-        "max_attempts": job.max_attempts,
-        "max_crashes": job.max_crashes,
-        "timeout": job.timeout,
-    }
+    return stored(app._new_job(name, args))
 
 
 def member_jobs(app: Producer, specs: Specs, batch_id: int | None = None) -> list[NewJob]:

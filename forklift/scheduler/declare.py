@@ -11,8 +11,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, Protocol, TypedDict, TypeVar, overload
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from forklift import _json, _names
-from forklift._job import check_priority
+from forklift import _job, _names
+from forklift._job import JobSpec
 from forklift.backoff import Backoff
 from forklift.errors import ArgumentError, ConfigError
 from forklift.scheduler.fire_times import Cron, Every, FireTimes
@@ -129,25 +129,23 @@ def schedule(app: Declaring, task: Task[Any, Any] | str, options: ScheduleOption
     if name in app.schedules:
         raise ConfigError(f"two schedules are named {name!r} in this app: give one name=...")
     times, cron, every, tz = _timing(options)
-    args = _args(known, task_name, options.get("args", {}), app.max_arg_bytes)
-    queue = options.get("queue", known.queue if known is not None else "default")
-    _check_name("queue", queue)
-    priority = options.get("priority", known.priority if known is not None else 0)
-    check_priority(priority)
-    max_attempts = options.get("max_attempts", known.max_attempts if known is not None else 5)
-    if max_attempts < 1:
-        raise ConfigError(f"schedule {name!r}: max_attempts must be >= 1")
+    spec = JobSpec(
+        task_name,
+        options.get("args", {}),
+        queue=options.get("queue"),
+        priority=options.get("priority"),
+        max_attempts=options.get("max_attempts"),
+    )
+    try:
+        job = _job.build(spec, known, app.max_arg_bytes)
+    except ArgumentError as exc:
+        raise ConfigError(f"schedule {name!r}: {exc}") from None
     catchup = _seconds(options["catchup"], "catchup") if "catchup" in options else None
     if times.after(datetime.now(UTC)) is None:
         raise ConfigError(f"schedule {name!r}: {cron!r} never fires")
     found = Schedule(
         name=name,
-        task=task_name,
-        args=args,
-        queue=queue,
-        priority=priority,
-        max_attempts=max_attempts,
-        timeout=known.timeout if known is not None else None,
+        job=job,
         cron=cron,
         every=every,
         tz=tz,
@@ -200,18 +198,6 @@ def _timing(options: ScheduleOptions) -> tuple[FireTimes, str | None, int | None
         )
     times = Cron(cron, zone)
     return times, times.expr, None, tz
-
-
-def _args(
-    task: Task[Any, Any] | None, task_name: str, args: Mapping[str, Any], max_bytes: int
-) -> str:
-    try:
-        text = _json.dumps_args(args, max_bytes)
-        if task is not None:
-            task.check_args(args)
-    except ArgumentError as exc:
-        raise ConfigError(f"schedule of task {task_name!r}: {exc}") from None
-    return text
 
 
 def _seconds(value: timedelta | float, what: str) -> float:
