@@ -66,7 +66,7 @@ WHERE name = %(name)s::text;
 -- fire's job is unfinished (ready or running). Returns (busy, the new job's id or
 -- NULL, whether the key was held by a job not of this schedule).
 WITH new AS (
-    SELECT * FROM unnest({_job_arrays}) AS j({_job_columns}, idempotency_key, run_at, delay)
+    SELECT * FROM (VALUES ({_job_values})) AS j({_job_columns}, idempotency_key, run_at, delay)
 ), busy AS (
     SELECT 1 FROM {schema}.schedule_fires f JOIN {schema}.jobs j ON j.id = f.job_id
     WHERE %(exclusive)s::boolean AND f.schedule = %(name)s::text

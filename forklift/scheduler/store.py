@@ -145,7 +145,7 @@ class ScheduleSession:
             "exclusive": not schedule.overlap,
             "fire_at": fire_at,
             "key": job.idempotency_key,
-            **_inserts.params([job]),
+            **_inserts.values(job),
         }
         row = self.conn.execute(self.q["schedule_fire"], params).fetchone()
         assert row is not None

@@ -20,15 +20,20 @@ COLUMNS = (
     "queue", "task", "args", "priority", "max_attempts", "max_crashes", "timeout", "batch_id",
     "limit_key", "trace_context",
 )  # fmt: skip
-# An insert's parameters (the `_job_arrays` fragment): the columns, then the key and when
-# the job is due (run_at, else now, plus delay: on the database's clock).
+# An insert's parameters (the `_job_arrays` and `_job_values` fragments): the columns,
+# then the key and when the job is due (run_at, else now, plus delay: the database's clock).
 FIELDS = (*COLUMNS, "idempotency_key", "run_at", "delay")
 _columns = attrgetter(*COLUMNS)
 
 
 def params(jobs: Sequence[NewJob]) -> dict[str, list[Any]]:
-    """`jobs` as an insert's parameters: one array per field (FIELDS)."""
+    """`jobs` as an insert's parameters: one array per field (FIELDS, `_job_arrays`)."""
     return {name: [getattr(job, name) for job in jobs] for name in FIELDS}
+
+
+def values(job: NewJob) -> dict[str, Any]:
+    """`job` as the parameters of an insert of it alone (FIELDS, `_job_values`)."""
+    return {name: getattr(job, name) for name in FIELDS}
 
 
 def stored(job: NewJob) -> dict[str, Any]:
@@ -53,7 +58,7 @@ class Inserts:
         """Insert `job`; `quiet`: without notifying in its transaction (an autocommit
         connection of forklift's own, whose caller wakes the queue after the commit)."""
         yield from self.producing.prepare([job])  # with the limit's key found
-        rows = yield Query(self.q["job_insert_quiet" if quiet else "job_insert"], params([job]))
+        rows = yield Query(self.q["job_insert_quiet" if quiet else "job_insert"], values(job))
         if rows:
             return int(rows[0][0])
         # The key is taken: by a committed job (found now) or by one whose insert we

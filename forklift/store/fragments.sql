@@ -43,12 +43,21 @@ trace_context
 
 -- name: _job_arrays
 -- A fragment: new jobs as parameters, one array per field of _inserts.FIELDS: those of
--- _job_columns, then idempotency_key, run_at and delay, which every insert unnests
--- `AS j(<_job_columns>, idempotency_key, run_at, delay)`.
+-- _job_columns, then idempotency_key, run_at and delay, which every insert of many
+-- unnests `AS j(<_job_columns>, idempotency_key, run_at, delay)`.
 %(queue)s::text[], %(task)s::text[], %(args)s::jsonb[], %(priority)s::smallint[],
 %(max_attempts)s::integer[], %(max_crashes)s::integer[], %(timeout)s::float8[],
 %(batch_id)s::bigint[], %(limit_key)s::text[], %(trace_context)s::jsonb[],
 %(idempotency_key)s::text[], %(run_at)s::timestamptz[], %(delay)s::float8[]
+
+-- name: _job_values
+-- A fragment: one new job as parameters, the fields of _job_arrays one by one, for an
+-- insert of one job `FROM (VALUES ({_job_values})) AS j(...)` (cheaper than unnesting
+-- one-element arrays, on the path of every single enqueue).
+%(queue)s::text, %(task)s::text, %(args)s::jsonb, %(priority)s::smallint,
+%(max_attempts)s::integer, %(max_crashes)s::integer, %(timeout)s::float8,
+%(batch_id)s::bigint, %(limit_key)s::text, %(trace_context)s::jsonb,
+%(idempotency_key)s::text, %(run_at)s::timestamptz, %(delay)s::float8
 
 -- name: _job_due
 -- A fragment: when the new job `j` is due, on the database's clock.

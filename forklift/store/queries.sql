@@ -26,7 +26,7 @@ LATERAL (
 -- Insert one job; with an idempotency key already taken, insert nothing.
 INSERT INTO {schema}.jobs ({_job_columns}, idempotency_key, available_at)
 SELECT {_job_columns}, idempotency_key, {_job_due}
-FROM unnest({_job_arrays}) AS j({_job_columns}, idempotency_key, run_at, delay)
+FROM (VALUES ({_job_values})) AS j({_job_columns}, idempotency_key, run_at, delay)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id;
 
@@ -37,7 +37,7 @@ RETURNING id;
 INSERT INTO {schema}.jobs ({_job_columns}, idempotency_key, available_at)
 SELECT {_job_columns}, idempotency_key, {_job_due}
 FROM (SELECT set_config('forklift.quiet', 'on', true) AS quiet) AS marked,
-     unnest({_job_arrays}) AS j({_job_columns}, idempotency_key, run_at, delay)
+     (VALUES ({_job_values})) AS j({_job_columns}, idempotency_key, run_at, delay)
 WHERE marked.quiet = 'on'
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id;

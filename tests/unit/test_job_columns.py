@@ -21,7 +21,9 @@ def fragment(name: str) -> str:
 def test_the_columns_and_the_parameters_are_those_of_the_job_in_one_order() -> None:
     columns = [c.strip() for c in fragment("_job_columns").split(",")]
     assert tuple(columns) == _inserts.COLUMNS
-    assert tuple(re.findall(r"%\((\w+)\)s", fragment("_job_arrays"))) == _inserts.FIELDS
+    arrays = re.findall(r"%\((\w+)\)s::(\w+)\[\]", fragment("_job_arrays"))
+    assert tuple(name for name, _ in arrays) == _inserts.FIELDS
+    assert re.findall(r"%\((\w+)\)s::(\w+)", fragment("_job_values")) == arrays
     assert set(_inserts.FIELDS) <= {f.name for f in fields(NewJob)}
 
 
