@@ -1,7 +1,7 @@
 """Batches and results: what fanning out, fanning in and waiting cost.
 
     .venv/bin/python -m bench.batch                  # ~1 minute
-    .venv/bin/python -m bench.batch --jobs 100000    # issue 18's size
+    .venv/bin/python -m bench.batch --jobs 100000    # 100,000 jobs a drain
 
 In one fresh schema, with one `forklift run bench.apps:app --workers 2` supervisor at
 its defaults:

@@ -6,8 +6,8 @@
 For each (N, C) it creates a database of its own, starts `forklift run bench.apps:app
 --workers N --concurrency C` there, keeps no-op jobs flowing for --seconds, and counts
 the backends of that database in pg_stat_activity every 0.1 s (the peak and the last),
-against the target N + 2 (DESIGN invariant 18: handlers that do not use
-ctx.transaction() open no connection of their own). Each database is dropped after.
+against the target N + 2 (handlers that do not use ctx.transaction() open no connection
+of their own). Each database is dropped after.
 """
 
 from __future__ import annotations

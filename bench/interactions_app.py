@@ -116,7 +116,7 @@ class Handlers:
 
     def chatty(self, ctx: forklift.JobContext, *, key: str, which: int = 0) -> None:
         """Report progress with hostile text, then the effect. A message refused by
-        ctx.progress is fine (the check the issue asks for); the job goes on. Half of
+        ctx.progress is fine (text that cannot be stored is refused there); the job goes on. Half of
         them return at once, so that their last progress rides their completion (a
         group commit with other jobs'), the other half wait past the worker's
         half-second progress write."""

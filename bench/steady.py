@@ -16,7 +16,7 @@ started, p50 / p99 latency of the jobs enqueued in that minute, the jobs table's
 (with its indexes and TOAST), its live and dead tuples (pg_stat_user_tables) and the
 vacuums run on it so far, by forklift's maintenance (manual) and by autovacuum.
 
-The targets (issue "speed"): latency in the last minute within 1.5x (p50) and 2.5x (p99)
+The targets: latency in the last minute within 1.5x (p50) and 2.5x (p99)
 the second's (the first minute is the workers' warm-up and the table's first fill); the
 table bounded: its size in the last minute at most 1.5x its size at the end of the
 minute after the retention window first filled, and the most dead tuples of the last

@@ -6,18 +6,116 @@ import os
 import re
 import select
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
+from psycopg.rows import RowMaker, class_row, dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from forklift import _redact
 from forklift._redact import redact as redact
 from forklift._redact import secrets as secrets
 from forklift.errors import ConfigError, DatabaseError, DsnError, NoDatabase, transient_state
+
+R = TypeVar("R")
+
+
+# -- rows by name -----------------------------------------------------------------------
+# A statement's result is read through one of these: each row as a dataclass whose fields
+# are the statement's column names (psycopg's class_row), or the one column of a
+# statement that returns one. They take the statement's cursor (conn.execute's, or one
+# of a pipeline's) and set its row factory before reading it.
+
+
+def scalar_row(cursor: psycopg.Cursor[Any]) -> RowMaker[Any]:
+    """A row factory for a statement of one column: each row is that column's value (a
+    statement of more columns raises ValueError)."""
+
+    def value(values: Sequence[Any]) -> Any:
+        (only,) = values
+        return only
+
+    return value
+
+
+def scalars(cursor: psycopg.Cursor[Any]) -> list[Any]:
+    """The value of each row of `cursor`'s one-column statement."""
+    cursor.row_factory = scalar_row
+    return cursor.fetchall()
+
+
+def scalar(cursor: psycopg.Cursor[Any]) -> Any:
+    """The value of the first row of `cursor`'s one-column statement; None if no row."""
+    cursor.row_factory = scalar_row
+    return cursor.fetchone()
+
+
+def column(cursor: psycopg.Cursor[Any], name: str) -> list[Any]:
+    """The column `name` of each row of `cursor`'s statement (its other columns unread)."""
+    cursor.row_factory = dict_row
+    return [row[name] for row in cursor.fetchall()]
+
+
+def count(cursor: psycopg.Cursor[Any]) -> int:
+    """The number `cursor`'s statement of one row and one column counted (0: no row)."""
+    return int(scalar(cursor) or 0)
+
+
+def rows(cursor: psycopg.Cursor[Any], row: type[R]) -> list[R]:
+    """Each row of `cursor`'s statement as a `row`: its fields are the column names."""
+    cursor.row_factory = class_row(row)
+    return cursor.fetchall()
+
+
+def one(cursor: psycopg.Cursor[Any], row: type[R]) -> R | None:
+    """The first row of `cursor`'s statement as a `row` (rows); None if no row."""
+    cursor.row_factory = class_row(row)
+    return cursor.fetchone()
+
+
+# -- errors: unavailable (try again) or refused (report) ---------------------------------
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether trying again what raised `exc` may succeed: the database was unavailable,
+    as against refusing the operation. Every retry loop asks this, and retries only what
+    it says yes to; a refusal is reported instead.
+
+    Unavailable: no answer at all (the connection failed or was lost, no pooled
+    connection came: psycopg's OperationalError and InterfaceError without a SQLSTATE, or
+    a socket's OSError), or an answer of a class trying again cures (transient_state:
+    connection exceptions, admin shutdown, a statement cancelled, the server starting,
+    too many connections, a serialization failure or deadlock). Refused: every other
+    answer, as psycopg's classes sort them: DataError, IntegrityError, ProgrammingError
+    (syntax, privileges), NotSupportedError, authentication (class 28). A DatabaseError
+    answers as its cause was classified; any other exception is no database's answer and
+    not transient."""
+    if isinstance(exc, DatabaseError):
+        return exc.transient
+    if isinstance(exc, psycopg.Error):
+        if exc.sqlstate is not None:
+            return transient_state(exc.sqlstate)
+        # psycopg's own: the connection failed, or it refused a value or a statement
+        # before sending it.
+        return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+    return isinstance(exc, OSError)
+
+
+def database_error(
+    message: str, exc: BaseException, kind: type[DatabaseError] = DatabaseError
+) -> DatabaseError:
+    """A `kind` saying `message`, raised from `exc`: its SQLSTATE and class kept, its
+    `transient` as `transient(exc)` says, `row_dependent` if the values a statement was
+    given caused it (a data exception or an integrity violation, SQLSTATE class 22 or
+    23, the server's or psycopg's own)."""
+    state = exc.sqlstate if isinstance(exc, psycopg.Error) else None
+    rows = isinstance(exc, psycopg.DataError | psycopg.IntegrityError) or (
+        state is not None and state[:2] in ("22", "23")
+    )
+    return kind(message, sqlstate=state, transient=transient(exc), row_dependent=rows, cause=exc)
 
 
 def resolve_dsn(dsn: str | None) -> str:
@@ -135,11 +233,10 @@ def probe(dsn: str, timeouts: Timeouts) -> None:
             pass
     except psycopg.Error as exc:
         cause = " ".join(str(exc).split()) or type(exc).__name__
-        raise DatabaseError(
+        raise database_error(
             f"cannot connect to PostgreSQL at {describe(dsn)}: {redact(cause)} "
             "(the database comes from --dsn, FORKLIFT_DATABASE_URL or DATABASE_URL)",
-            sqlstate=exc.sqlstate,
-            transient=transient_state(exc.sqlstate),
+            exc,
         ) from exc
 
 
@@ -155,9 +252,9 @@ def connect_kwargs(
     (a transaction-mode pooler hands each transaction to any backend).
 
     `own`: a connection for forklift's own statements, with JIT off. They are short, but
-    a claim under limits or a prune estimated past jit_above_cost on a big table was
-    compiled each time: 0.4 s of JIT for a 12 ms claim (a rate of 500/s started 335/s
-    with 40,000 jobs ready). Handlers' effect connections keep the server's setting."""
+    a claim under limits or a prune estimated past jit_above_cost on a big table would
+    be compiled each time: 0.4 s of JIT for a 12 ms claim (a rate of 500/s would start
+    335/s with 40,000 jobs ready). Handlers' effect connections keep the server's setting."""
     kwargs: dict[str, Any] = {**timeouts.client(), "application_name": application_name}
     if dsn is not None and pooled(dsn):
         kwargs["prepare_threshold"] = None
@@ -221,15 +318,12 @@ def detect_pooler(dsn: str, timeouts: Timeouts) -> bool:
     kwargs = {**timeouts.client(), "options": timeouts.options(), "application_name": "forklift"}
     try:
         with psycopg.connect(dsn, autocommit=True, **kwargs) as conn:
-            row = conn.execute("SHOW statement_timeout").fetchone()
-        found = row is not None and row[0] == "0"
+            found = bool(scalar(conn.execute("SHOW statement_timeout")) == "0")
     except psycopg.OperationalError as exc:
         if "unsupported startup parameter" not in str(exc):
             cause = " ".join(str(exc).split()) or type(exc).__name__
-            raise DatabaseError(
-                f"cannot connect to PostgreSQL at {describe(dsn)}: {redact(cause)}",
-                sqlstate=exc.sqlstate,
-                transient=transient_state(exc.sqlstate),
+            raise database_error(
+                f"cannot connect to PostgreSQL at {describe(dsn)}: {redact(cause)}", exc
             ) from exc
         found = True
     _POOLED[dsn] = found
@@ -251,7 +345,7 @@ def needs_session_url(dsn: str, timeouts: Timeouts, who: str) -> None:
 
 
 # psycopg_pool retries a failed connection attempt on a schedule of its own (1, 2, 4 s,
-# ...) until reconnect_timeout: after a 20 s outage the first claim waited ~8 s for
+# ...) until reconnect_timeout: after a 20 s outage the first claim would wait ~8 s for
 # that schedule though the database had long been back. Instead each attempt gives up
 # after 0.3 s and LivePool starts the next at once (its reconnect_failed hook), so a
 # connection comes within a third of a second of the database taking one again.

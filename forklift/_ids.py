@@ -1,7 +1,9 @@
-"""Lease owner ids: who holds a job, unique to one process incarnation."""
+"""Who holds a job (a lease owner id, unique to one process incarnation) and who acts on
+one (an operator, as `user@host`)."""
 
 from __future__ import annotations
 
+import getpass
 import os
 import secrets
 import socket
@@ -48,3 +50,12 @@ def application_name(owner: str) -> str:
     same pid on another host (the host name itself may not fit in the 63 bytes).
     """
     return "forklift-worker:" + ":".join(owner.rsplit(":", 2)[-2:])
+
+
+def operator() -> str:
+    """Who acts, as the error history records it: `user@host`."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "someone"
+    return f"{user}@{socket.gethostname()}"

@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 
-from forklift import _sql
+from forklift import _db, _sql
 
 
 def lock_key(name: str) -> int:
@@ -31,8 +31,7 @@ def wait(conn: psycopg.Connection[Any], name: str) -> None:
 
 def try_take(conn: psycopg.Connection[Any], name: str) -> bool:
     """Take the lock `name` on `conn` if it is free; never waits."""
-    row = conn.execute(_queries()["lock_try"], {"key": lock_key(name)}).fetchone()
-    return bool(row and row[0])
+    return bool(_db.scalar(conn.execute(_queries()["lock_try"], {"key": lock_key(name)})))
 
 
 def release(conn: psycopg.Connection[Any], name: str) -> None:
@@ -41,15 +40,14 @@ def release(conn: psycopg.Connection[Any], name: str) -> None:
 
 def held(conn: psycopg.Connection[Any], name: str) -> bool:
     """Whether the session of `conn` holds the lock `name` (a round trip: a ping too)."""
-    row = conn.execute(_queries()["lock_held"], {"key": lock_key(name)}).fetchone()
-    return bool(row and row[0])
+    return bool(_db.scalar(conn.execute(_queries()["lock_held"], {"key": lock_key(name)})))
 
 
 def held_by_anyone(conn: psycopg.Connection[Any], names: Sequence[str]) -> set[str]:
     """Which of the locks `names` any session of this database holds now."""
     keys = {lock_key(n): n for n in names}
-    rows = conn.execute(_queries()["lock_held_many"], {"keys": list(keys)}).fetchall()
-    return {keys[r[0]] for r in rows}
+    found = _db.scalars(conn.execute(_queries()["lock_held_many"], {"keys": list(keys)}))
+    return {keys[key] for key in found}
 
 
 def liveness(schema: str, owner: str) -> str:

@@ -67,9 +67,28 @@ def parse(text: str, shared: str = "") -> dict[str, str]:
     """Split a file of `-- name: x` sections into {name: sql}.
 
     A section named with a leading underscore (`-- name: _part`) is a fragment, not a
-    query: every `{_part}` in the file's queries becomes its text, and it is not returned.
-    The fragments of `shared` (the text of another such file) are the file's too.
+    query: every `{_part}` in the file's queries (and in its other fragments) becomes its
+    text, and it is not returned. The fragments of `shared` (the text of another such
+    file) are the file's too.
     """
+    sections = _sections(text, shared)
+    return {
+        name: _filled(name, sql, sections)
+        for name, sql in sections.items()
+        if not name.startswith("_")
+    }
+
+
+def parse_fragments(text: str, shared: str = "") -> dict[str, str]:
+    """The fragments of `text` (and of `shared`), each with the fragments it uses filled
+    in: a part of a statement, to run or test on its own."""
+    sections = _sections(text, shared)
+    return {
+        name: _filled(name, sql, sections) for name, sql in sections.items() if name.startswith("_")
+    }
+
+
+def _sections(text: str, shared: str) -> dict[str, str]:
     if shared:
         text = f"{shared}\n{text}"
     parts = _HEADER.split(text)
@@ -79,29 +98,49 @@ def parse(text: str, shared: str = "") -> dict[str, str]:
             raise ValueError(f"query {name!r} is defined twice")
         lines = [line for line in body.strip().splitlines() if not line.lstrip().startswith("--")]
         sections[name] = "\n".join(lines).strip().rstrip(";")
-    fragments = {name: sql for name, sql in sections.items() if name.startswith("_")}
-    queries: dict[str, str] = {}
-    for name, sql in sections.items():
-        if name in fragments:
-            continue
-        for part, text_of in fragments.items():
-            sql = sql.replace("{" + part + "}", text_of)
-        if unknown := _FRAGMENT.search(sql):
-            raise ValueError(f"query {name!r} uses {unknown[0]}, which the file does not define")
-        queries[name] = sql
-    return queries
+    return sections
 
 
-@cache
-def load(package: str, filename: str, schema: str) -> dict[str, str]:
-    """The named queries of `package/filename`, rendered for `schema` (cached), with the
-    fragments of the `fragments.sql` of the store (the jobs table's, which any package's
-    queries may insert into) and of the package, where it has one, beside the file's own."""
+def _filled(name: str, sql: str, sections: dict[str, str], within: tuple[str, ...] = ()) -> str:
+    """`sql` (of section `name`) with each `{_part}` replaced by that fragment's text,
+    itself filled; `within`: the fragments being filled around it (one that uses itself,
+    however indirectly, is an error)."""
+
+    def fill(match: re.Match[str]) -> str:
+        part = match[0][1:-1]
+        if part not in sections:
+            raise ValueError(f"query {name!r} uses {match[0]}, which the file does not define")
+        if part in within:
+            raise ValueError(f"fragment {part!r} uses itself")
+        return _filled(name, sections[part], sections, (*within, part))
+
+    return _FRAGMENT.sub(fill, sql)
+
+
+def _read(package: str, filename: str) -> tuple[str, str]:
+    """The text of `package/filename`, and of the `fragments.sql` of the store (the jobs
+    table's, which any package's queries may insert into) and of the package, where it has
+    one."""
     text = resources.files(package).joinpath(filename).read_text(encoding="utf-8")
-    common = "\n".join(_fragments(p) for p in dict.fromkeys((STORE, package)))
-    return {name: render(sql, schema) for name, sql in parse(text, common).items()}
+    return text, "\n".join(_fragments(p) for p in dict.fromkeys((STORE, package)))
 
 
 def _fragments(package: str) -> str:
     shared = resources.files(package).joinpath(FRAGMENTS)
     return shared.read_text(encoding="utf-8") if shared.is_file() else ""
+
+
+@cache
+def load(package: str, filename: str, schema: str) -> dict[str, str]:
+    """The named queries of `package/filename`, rendered for `schema` (cached), with the
+    shared fragments (_read) beside the file's own."""
+    return {name: render(sql, schema) for name, sql in parse(*_read(package, filename)).items()}
+
+
+def load_fragments(package: str, filename: str, schema: str) -> dict[str, str]:
+    """The fragments `load` fills the queries of `package/filename` with, rendered for
+    `schema`: each part of a statement on its own (the tests run them alone)."""
+    return {
+        name: render(sql, schema)
+        for name, sql in parse_fragments(*_read(package, filename)).items()
+    }

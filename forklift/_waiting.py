@@ -117,6 +117,11 @@ class Ends:
             except Exception as exc:  # a lost connection, or worse: waiters poll meanwhile
                 with self._lock:
                     self._listening.clear()
+                if isinstance(exc, DatabaseError) and not _db.transient(exc):
+                    # Refused: every LISTEN would be refused again. Waits read on a timer.
+                    log.error("waiters' listener: %s; waits read every %g s instead", exc, POLL)
+                    self._go_deaf()
+                    return
                 if self._errors.worth_logging(exc):
                     log.warning("waiters' listener: %s; waits read every %g s meanwhile", exc, POLL)
             time.sleep(pause)
@@ -208,8 +213,9 @@ def wait_for_end(
     its end notifies) and checks again before each wait: an end committed between the
     first check and the LISTEN is read, never missed (a LISTEN coming into force wakes
     every waiter on its channel to read again). The first check's DatabaseError is
-    raised at once; a later one (the database away for a moment) is read again every
-    POLL seconds, and raised only if it is still failing at the deadline.
+    raised at once, and so is any refusal (`_db.transient` says no: reading again gets
+    the same answer); a later one of the database unavailable for a moment is read again
+    every POLL seconds, and raised only if it is still failing at the deadline.
     """
     deadline = time.monotonic() + timeout
     found = check()
@@ -227,6 +233,8 @@ def wait_for_end(
                     marked = True
                 found = check()
             except DatabaseError as exc:
+                if not _db.transient(exc):
+                    raise
                 failed = exc
             if found is not None:
                 return found

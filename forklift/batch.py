@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from forklift import _waiting
 from forklift._events import emit
+from forklift._ids import operator
 from forklift._job import JobSpec
 from forklift.errors import (
     ArgumentError,
@@ -167,8 +168,6 @@ class Producer(Protocol):
     @property
     def dsn(self) -> str: ...
     @property
-    def schema(self) -> str: ...
-    @property
     def store(self) -> JobStore: ...
     @property
     def batches(self) -> BatchStore: ...
@@ -288,20 +287,12 @@ class BatchWriter(Batch):
     ) -> None:
         self._sealed = True
         if kind is not None:
-            try:
-                cancel_batch(self._app, self.id, f"the batch block ({kind.__name__})")
+            try:  # as `forklift batches cancel` does
+                self._store.cancel(self.id, operator(), f"the batch block ({kind.__name__})")
             except DatabaseError as error:  # the block's own exception is the one raised
                 emit(log, "batch.cancel_failed", logging.ERROR, batch=self.id, error=error)
         self._store.seal(self.id)
         self._store.finish_if_done({self.id})
-
-
-def cancel_batch(app: Producer, batch_id: int, why: str) -> None:
-    """Mark the batch cancelled and cancel its ready and running jobs (a running job as
-    `forklift jobs cancel` does), as `forklift batches cancel` does."""
-    from forklift.admin.batches import BatchAdmin  # the operator's side, on demand
-
-    BatchAdmin(app.dsn, app.schema).batch_cancel(batch_id, why)
 
 
 def result(app: Producer, job_id: int, timeout: float) -> Any:

@@ -29,9 +29,11 @@ class DatabaseError(ForkliftError):
 
     `sqlstate` is the server's error code (None when no server answered: the connection
     failed or was lost, or no pooled connection came), and the psycopg error is kept as
-    `__cause__`. `transient` says whether trying the same statement again may succeed
-    (the database away or busy), as against an error it will answer again (bad data, a
-    constraint, a privilege, a statement it does not know): see `transient_state`.
+    `__cause__` (`cause`), its class as `cause_class`. `transient` says whether trying
+    the same statement again may succeed (the database unavailable: away, busy, or the
+    transaction lost a race), as against a refusal it will answer again (bad data, a
+    constraint, a privilege, authentication, a statement it does not know), which is
+    reported and never retried: see `transient_state` and `forklift._db.transient`.
     """
 
     def __init__(
@@ -41,8 +43,11 @@ class DatabaseError(ForkliftError):
         sqlstate: str | None = None,
         transient: bool = True,
         row_dependent: bool = False,
+        cause: BaseException | None = None,
     ) -> None:
         super().__init__(message)
+        if cause is not None:
+            self.__cause__ = cause
         self.sqlstate = sqlstate
         self.transient = transient
         # The error comes from the values a statement was given (a data exception,
@@ -50,6 +55,13 @@ class DatabaseError(ForkliftError):
         # own): the same statement over fewer rows may succeed, so a batch is split to
         # find the bad one.
         self.row_dependent = row_dependent
+
+    @property
+    def cause_class(self) -> type[BaseException] | None:
+        """The class of the error this one was raised from: psycopg's for the server's
+        answer (psycopg.errors.CheckViolation, .AdminShutdown, ...) or for no answer
+        (psycopg.OperationalError, psycopg_pool.PoolTimeout); None if it has no cause."""
+        return None if self.__cause__ is None else type(self.__cause__)
 
 
 # SQLSTATE classes (the first two characters) and codes after which the same statement
@@ -64,10 +76,10 @@ _PERMANENT_IN_TRANSIENT_CLASSES = frozenset({"58P01", "58P02"})
 def transient_state(sqlstate: str | None) -> bool:
     """Whether an error with this SQLSTATE may pass if the statement is tried again: no
     answer from the server at all (None: the connection failed or was lost), connection
-    exceptions (08), insufficient resources such as too many clients (53; a full disk,
-    53100, is not), operator intervention such as an admin shutdown, a query cancelled
-    or timed out, the server starting up (57), system errors (58), and a serialization
-    failure or deadlock (40). Data exceptions (22), integrity violations (23),
+    exceptions (08), insufficient resources (53: too many clients, out of memory, a full
+    disk, which its operator may free), operator intervention such as an admin shutdown,
+    a query cancelled or timed out, the server starting up (57), system errors (58), and
+    a serialization failure or deadlock (40). Data exceptions (22), integrity violations (23),
     authorization (28), syntax and privileges (42) and everything else are permanent."""
     if sqlstate is None:
         return True

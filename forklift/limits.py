@@ -4,10 +4,11 @@ across every replica, per task or per value of a key.
     @app.task(limit=forklift.Limit(concurrency=1, key="account"))
     def charge(ctx, *, account: str, cents: int) -> None: ...
 
-A claim of jobs under a limit locks the limit's row, then counts what runs (and what
-started in the rate window) in a fresh snapshot, in the same transaction: exact with
-any number of replicas, and nothing to give back when a worker dies (its jobs stop
-counting the moment they are charged). See store/limits.sql.
+A claim of jobs under a limit takes the limit's lock (an advisory transaction lock keyed
+by the limit's id), then counts what runs (and what started in the rate window) in a
+fresh snapshot, in the same transaction: exact with any number of replicas, and nothing
+to give back when a worker dies (its jobs stop counting the moment they are charged).
+See store/limits.sql.
 """
 
 from __future__ import annotations

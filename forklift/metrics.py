@@ -1,10 +1,12 @@
 """Job metrics: counted in each worker process, summed by the supervisor, exposed once.
 
-A worker keeps small local tallies (`Tally`) and hands the supervisor the deltas every
-half second over its report pipe; the supervisor adds them into `Totals`, which it
-owns, so a child's crash or recycling never makes a counter go down and nothing is
-written to disk. `Totals` is exposed through a prometheus-client collector
-(supervisor/exposition.py: a worker never imports prometheus_client).
+A worker keeps its `Tally` of what it counted since its last report, and hands the
+supervisor the deltas every half second over its report pipe; a supervisor's child
+counts its job outcomes in a `SharedTally` (shared_tally.py) that its supervisor reads
+itself. The supervisor adds both into its `Totals`, never reset, so a child's crash or
+recycling never makes a counter go down and nothing is written to disk. `Totals` is
+exposed through a prometheus-client collector (supervisor/exposition.py: a worker never
+imports prometheus_client).
 
 Its task label is bounded: a task the app does not declare is counted as
 task="(unknown)", and past MAX_TASK_LABELS distinct names further ones as
@@ -21,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from forklift.shared_counts import SharedCounts
+from forklift.shared_tally import SharedTally
 
 DURATION_BUCKETS = (
     0.005,
@@ -123,7 +125,7 @@ class Tally:
     lock: threading.Lock = field(default_factory=threading.Lock)
     # A supervisor's child counts outcomes here, in memory its supervisor reads (and
     # reads once more after a kill); what does not fit goes by `jobs` and the pipe.
-    shared: SharedCounts | None = None
+    shared: SharedTally | None = None
 
     def job(self, queue: str, task: str, outcome: str, duration: float | None) -> None:
         with self.lock:
@@ -137,7 +139,7 @@ class Tally:
 
     def jobs_succeeded(self, done: list[tuple[str, str, float]]) -> None:
         """Many successes (queue, task, duration), counted under one hold of the lock;
-        a group commit's, folded into its intent (SharedCounts.fold) when it has one."""
+        a group commit's, folded into its intent (SharedTally.fold) when it has one."""
         with self.lock:
             if self.shared is not None and self.shared.intended:
                 self.shared.fold(Counter((q, t, "succeeded") for q, t, _ in done))

@@ -1,8 +1,8 @@
 """Whether a supervisor's liveness lock vouches for its children now, shared with them.
 
 A child's jobs are charged by a peer the moment its supervisor's liveness lock is found
-free (supervisor/vanished.py): so a child may claim only while that lock is held, and
-must stop within a second of its loss (DESIGN invariant 22). The lock lives on the
+free (VanishedOwners, supervisor/deaths.py): so a child may claim only while that lock
+is held, and must stop within a second of its loss. The lock lives on the
 supervisor's session connection, which a child cannot see: its own connections may work
 while the session is down ("too many clients" on the session's reconnect, a slow connect
 at boot).

@@ -7,13 +7,14 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 
 from forklift import _db, _names, _sql
+from forklift._ids import operator
 from forklift.admin._connect import Connector
-from forklift.admin.jobs import JobAdmin, operator
+from forklift.admin.jobs import JobAdmin
 from forklift.admin.rows import LimitChange, LimitRow, limit_text
 from forklift.errors import ArgumentError, SchemaMissing
 from forklift.scheduler.store import ScheduleRow, ScheduleSession
@@ -86,8 +87,38 @@ class ProcessRow:
     heartbeat_age: float
 
 
+class QueueDepth(NamedTuple):
+    """A queue_depth row: a queue's jobs by state, counted up to the cap."""
+
+    queue: str
+    ready: int = 0
+    scheduled: int = 0
+    running: int = 0
+    dead: int = 0
+    oldest_ready_age: float | None = None
+
+
+class QueueFinished(NamedTuple):
+    """A queue_finished row: a queue's jobs that ended in the window."""
+
+    queue: str
+    succeeded: int = 0
+    dead: int = 0
+
+
+class QueueLimit(NamedTuple):
+    """A queue's limits row as queue_limit_lock and queue_limit_set read it."""
+
+    id: int
+    concurrency: int | None
+    rate: int | None
+    per: float | None
+    max_depth: int | None
+    rejected: int = 0
+
+
 class AdminStore:
-    """Short, bounded connections; safe to call from the supervisor's ops thread."""
+    """Short, bounded connections; safe to call from the supervisor's database thread."""
 
     def __init__(
         self,
@@ -125,44 +156,56 @@ class AdminStore:
         Paused and limited queues appear too.
         """
         with self._conn("reading queue statistics failed") as conn:
-            rows = conn.execute(self.q["queue_depth"], {"cap": cap}).fetchall()
+            cursor = conn.execute(self.q["queue_depth"], {"cap": cap})
+            depth = {d.queue: d for d in _db.rows(cursor, QueueDepth)}
             minute = self._finished(conn, 60.0) if throughput else {}
             last_hour = self._finished(conn, 3600.0) if throughput and hour else {}
-            paused = {r[0] for r in conn.execute(self.q["queue_paused_list"])}
+            cursor = conn.execute(self.q["queue_paused_list"])
+            paused = {p.queue for p in _db.rows(cursor, PausedQueue)}
             limits = {
                 r.name: r
-                for r in map(_limit_row, conn.execute(self.q["limit_list"]))
+                for r in _db.rows(conn.execute(self.q["limit_list"]), LimitRow)
                 if r.scope == "queue"
             }
-        depth = {r[0]: (int(r[1]), int(r[2]), int(r[3]), int(r[4]), r[5]) for r in rows}
         names = sorted(
             set(depth) | set(minute) | set(last_hour) | set(include) | paused | set(limits)
         )
-        return [
-            QueueStats(
-                q,
-                *depth.get(q, (0, 0, 0, 0, None)),
-                *minute.get(q, (0, 0)),
-                *last_hour.get(q, (0, 0)),
-                paused=q in paused,
-                **_limits_of(limits.get(q)),
+        stats = []
+        for q in names:
+            d = depth.get(q) or QueueDepth(q)
+            m = minute.get(q) or QueueFinished(q)
+            h = last_hour.get(q) or QueueFinished(q)
+            stats.append(
+                QueueStats(
+                    q,
+                    d.ready,
+                    d.scheduled,
+                    d.running,
+                    d.dead,
+                    d.oldest_ready_age,
+                    succeeded_last_minute=m.succeeded,
+                    dead_last_minute=m.dead,
+                    succeeded_last_hour=h.succeeded,
+                    dead_last_hour=h.dead,
+                    paused=q in paused,
+                    **_limits_of(limits.get(q)),
+                )
             )
-            for q in names
-        ]
+        return stats
 
-    def _finished(self, conn: psycopg.Connection[Any], window: float) -> dict[str, tuple[int, int]]:
-        rows = conn.execute(self.q["queue_finished"], {"window": window})
-        return {r[0]: (int(r[1]), int(r[2])) for r in rows}
+    def _finished(self, conn: psycopg.Connection[Any], window: float) -> dict[str, QueueFinished]:
+        cursor = conn.execute(self.q["queue_finished"], {"window": window})
+        return {f.queue: f for f in _db.rows(cursor, QueueFinished)}
 
     def queue_paused_list(self) -> list[PausedQueue]:
         with self._conn("reading paused queues failed") as conn:
-            return [PausedQueue(*r) for r in conn.execute(self.q["queue_paused_list"])]
+            return _db.rows(conn.execute(self.q["queue_paused_list"]), PausedQueue)
 
     def queue_known_list(self) -> set[str]:
         """Every queue in use: with jobs that are not finished, or among the newest
         finished; served by a registered process; or paused. Cheap: a probe per queue."""
         with self._conn("reading the queues in use failed") as conn:
-            return {r[0] for r in conn.execute(self.q["queue_known_list"])}
+            return set(_db.scalars(conn.execute(self.q["queue_known_list"])))
 
     def queue_pause(self, queue: str, by: str | None = None) -> bool:
         """Pause `queue` everywhere, as by `by` (default: this user@host); False if it was
@@ -180,7 +223,7 @@ class AdminStore:
     def limit_list(self) -> list[LimitRow]:
         """Every limit in force: the queues' and the tasks', by scope and name."""
         with self._conn("reading the limits failed") as conn:
-            return [_limit_row(r) for r in conn.execute(self.q["limit_list"])]
+            return _db.rows(conn.execute(self.q["limit_list"]), LimitRow)
 
     def queue_limit_set(self, queue: str, change: LimitChange) -> LimitRow | None:
         """Set the limits `change` gives of `queue`, keep its others; what is in force now
@@ -189,25 +232,24 @@ class AdminStore:
         A `per` that changes resets the rate window, which is kept in hundredths of it."""
         params = change.params(checked_queue(queue))
         with self._conn("setting the queue's limits failed") as conn, conn.transaction():
-            before = conn.execute(self.q["queue_limit_lock"], params).fetchone()
-            row = conn.execute(self.q["queue_limit_set"], params).fetchone()
-            assert row is not None  # an upsert returns its row
-            limit_id, concurrency, rate, per, max_depth, rejected = row
-            if before is None or before[3] != per:
-                conn.execute(self.q["limit_window_reset"], {"id": limit_id})
-            if (concurrency, rate, max_depth) == (None, None, None):
+            before = _db.one(conn.execute(self.q["queue_limit_lock"], params), QueueLimit)
+            now = _db.one(conn.execute(self.q["queue_limit_set"], params), QueueLimit)
+            assert now is not None  # an upsert returns its row
+            if before is None or before.per != now.per:
+                conn.execute(self.q["limit_window_reset"], {"id": now.id})
+            if (now.concurrency, now.rate, now.max_depth) == (None, None, None):
                 conn.execute(self.q["queue_limit_clear"], params)
                 return None
         return LimitRow(
-            "queue", queue, concurrency, rate, per, max_depth=max_depth, rejected=rejected
-        )
+            "queue", queue, now.concurrency, now.rate, now.per, max_depth=now.max_depth,
+            rejected=now.rejected,
+        )  # fmt: skip
 
     def queue_limit_clear(self, queue: str) -> LimitRow | None:
         """Remove every limit of `queue`; what it had (None: it had none)."""
         params = {"queue": checked_queue(queue)}
         with self._conn("removing the queue's limits failed") as conn:
-            row = conn.execute(self.q["queue_limit_clear"], params).fetchone()
-        return None if row is None else _limit_row(row)
+            return _db.one(conn.execute(self.q["queue_limit_clear"], params), LimitRow)
 
     def schedule_list(self) -> list[ScheduleRow]:
         """Every schedule the schedulers declared (`forklift schedules`), read with the
@@ -217,24 +259,18 @@ class AdminStore:
 
     def process_list(self) -> list[ProcessRow]:
         with self._conn("reading the process registry failed") as conn:
-            rows = conn.execute(self.q["process_list"]).fetchall()
-        return [ProcessRow(*r) for r in rows]
+            return _db.rows(conn.execute(self.q["process_list"]), ProcessRow)
 
     def ping(self) -> None:
         """Return if the database answers and has forklift's tables; else raise
         DatabaseError (SchemaMissing when it answers but was never migrated)."""
         with self._conn("database unreachable") as conn:
-            row = conn.execute(self.q["ping"]).fetchone()
-        if row is None or row[0] is None:
+            jobs_table = _db.scalar(conn.execute(self.q["ping"]))
+        if jobs_table is None:
             raise SchemaMissing(
                 f'schema "{self.schema}" (forklift\'s tables) not found in '
                 f"{_db.describe(self.dsn)}: run forklift migrate"
             )
-
-
-def _limit_row(row: Sequence[Any]) -> LimitRow:
-    scope, name, concurrency, rate, per, keyed, key_arg, max_depth, rejected = row
-    return LimitRow(scope, name, concurrency, rate, per, keyed, key_arg, max_depth, int(rejected))
 
 
 def _limits_of(limit: LimitRow | None) -> dict[str, Any]:

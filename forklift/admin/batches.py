@@ -1,19 +1,19 @@
-"""The operator's batch store (forklift batches list|show|cancel): the batch store's own
-queries (store/batches.py) for one batch, admin/batches.sql for the lists, and the job
-admin's cancel for a batch's jobs, over short bounded connections (or a Connector's
-session)."""
+"""The operator's batches (forklift batches list|show|cancel): what follows from a batch's
+row and its jobs' counts (how far, how fast, when done), read through the batch store
+(store/batches.py, the only caller of the batch queries) over short bounded connections
+(or a Connector's session)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from forklift import _sql
 from forklift._bounds import DEAD_SHOWN
+from forklift._ids import operator
 from forklift.admin._connect import Connector
-from forklift.admin.jobs import TIMEOUTS, JobAdmin, operator
-from forklift.admin.rows import Acted, JobDetail
+from forklift.admin.jobs import TIMEOUTS, JobAdmin
+from forklift.admin.rows import JobDetail
 from forklift.errors import BatchNotFound, JobNotFound
-from forklift.store.batches import BatchCounts, BatchRow
+from forklift.store.batches import BatchCounts, BatchRow, CancelledJob
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ class BatchCancelled:
 
     refused: bool
     marked: bool
-    jobs: list[Acted]
+    jobs: list[CancelledJob]
     after: BatchSummary
 
     def cancelled(self, was: str) -> int:
@@ -110,7 +110,6 @@ class BatchAdmin:
     def __init__(self, dsn: str, schema: str, connector: Connector | None = None) -> None:
         self.schema = schema
         self.connector = connector or Connector(dsn, TIMEOUTS)
-        self.q = _sql.load("forklift.admin", "batches.sql", schema)
         self.jobs = JobAdmin(dsn, schema, self.connector)
         self.store = self.jobs.batches
 
@@ -119,15 +118,12 @@ class BatchAdmin:
     ) -> tuple[list[BatchSummary], list[BatchSummary]]:
         """Up to `limit` open batches, newest first, and up to `limit` finished ones, the
         latest to finish first; each with its jobs counted (through the batch indexes;
-        not `exact`: tallied, see `batch_tally`)."""
+        not `exact`: tallied, see `BatchStore.tally_many`)."""
         with self.connector.session("listing batches failed"):
-            with self.connector.conn("listing batches failed") as conn:
-                params = {"limit": limit}
-                open_ = [BatchRow(*r) for r in conn.execute(self.q["batch_list_open"], params)]
-                done = [BatchRow(*r) for r in conn.execute(self.q["batch_list_finished"], params)]
+            open_, done = self.store.list_open(limit), self.store.list_finished(limit)
             if exact:
                 return [self._summary(r) for r in open_], [self._summary(r) for r in done]
-            tallies = self.batch_tally_many(open_ + done)
+            tallies = self.store.tally_many(open_ + done)
             return (
                 [BatchSummary(r, tallies[r.id]) for r in open_],
                 [BatchSummary(r, tallies[r.id]) for r in done],
@@ -138,39 +134,14 @@ class BatchAdmin:
         with self.connector.session("reading the batch failed"):
             return self._find(batch_id)
 
-    def batch_tally_many(self, rows: list[BatchRow]) -> dict[int, BatchCounts]:
-        """These batches' jobs by state, in one statement, at a cost that does not grow
-        with the jobs that succeeded (the dashboard counts its batches every second):
-        ready, running, dead and cancelled counted through their indexes, succeeded what
-        the total leaves (jobs pruned since count as succeeded); no `last_ended`."""
-        found: dict[int, dict[str, int]] = {r.id: {} for r in rows}
-        progress = dict.fromkeys(found, (0.0, 0.0))
-        if rows:
-            with self.connector.conn("counting the batches' jobs failed") as conn:
-                params = {"ids": list(found)}
-                for id_, state, n, done, total in conn.execute(self.q["batch_tally_many"], params):
-                    if n:
-                        found[id_][state] = int(n)
-                    if state == "running":
-                        progress[id_] = (float(done), float(total))
-        tallies = {}
-        for row in rows:
-            by_state = found[row.id]
-            by_state["succeeded"] = max(0, row.total - sum(by_state.values()))
-            tallies[row.id] = BatchCounts(by_state, *progress[row.id], None)
-        return tallies
-
     def batch_get(self, batch_id: int, *, exact: bool = True) -> BatchDetail:
         """Everything about one batch; BatchNotFound if there is none (not `exact`: its
-        jobs tallied, see `batch_tally`)."""
+        jobs tallied, see `BatchStore.tally_many`)."""
         with self.connector.session("reading the batch failed"):
             summary = self._find(batch_id, exact)
-            with self.connector.conn("reading the batch failed") as conn:
-                found = conn.execute(self.q["batch_callback"], {"id": batch_id}).fetchone()
+            callback = self.store.callback(batch_id)
             dead = list(self.store.dead(batch_id, first=DEAD_SHOWN).items())
-            return BatchDetail(
-                summary, found[0] if found else None, self._job(summary.row.callback_job_id), dead
-            )
+            return BatchDetail(summary, callback, self._job(summary.row.callback_job_id), dead)
 
     def batch_cancel(self, batch_id: int, why: str = "", by: str | None = None) -> BatchCancelled:
         """Mark the batch cancelled (by `by`, default this user@host, for `why`) and
@@ -181,16 +152,11 @@ class BatchAdmin:
             before = self._find(batch_id)
             if before.state == "finished":
                 return BatchCancelled(True, False, [], before)
-            who = by or operator()
-            marked = self.store.cancel(batch_id, f"{who} ({why})" if why else who)
-            acted = self.jobs.job_cancel_many(self.store.open_job_ids(batch_id), by=who)
-            # Its jobs' cancel finished it if they were its last open ones; this finishes
-            # one that had none open (its end not yet seen by a worker's sweep).
-            self.store.finish_if_done({batch_id})
+            marked, jobs = self.store.cancel(batch_id, by or operator(), why)
             after = self._find(batch_id)
         # Not marked, and no one else's mark: it finished between the two reads.
         refused = not marked and after.row.cancelled_at is None
-        return BatchCancelled(refused, marked, acted, after)
+        return BatchCancelled(refused, marked, jobs, after)
 
     def _find(self, batch_id: int, exact: bool = True) -> BatchSummary:
         row = self.store.get(batch_id)
@@ -201,7 +167,7 @@ class BatchAdmin:
     def _summary(self, row: BatchRow, exact: bool = True) -> BatchSummary:
         if exact:
             return BatchSummary(row, self.store.counts(row.id))
-        return BatchSummary(row, self.batch_tally_many([row])[row.id])
+        return BatchSummary(row, self.store.tally_many([row])[row.id])
 
     def _job(self, job_id: int | None) -> JobDetail | None:
         if job_id is None:

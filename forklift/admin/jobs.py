@@ -1,15 +1,16 @@
-"""The operator's job store: the only caller of admin/jobs.sql (list, show, retry, cancel,
-purge, and what `forklift top` reads of jobs), over short bounded connections (or a
-Connector's session)."""
+"""The operator's job store: the only caller of admin/jobs.sql (list, show, retry, purge,
+and what `forklift top` reads of jobs; a cancel is the batch store's, which a batch's
+cancel runs too), over short bounded connections (or a Connector's session)."""
 
 from __future__ import annotations
 
-import getpass
-import socket
 from collections.abc import Iterator, Sequence
+from dataclasses import fields
+from typing import NamedTuple
 
 from forklift import _db, _sql
 from forklift._bounds import BATCH, LIST_WINDOW
+from forklift._ids import operator
 from forklift.admin._connect import Connector
 from forklift.admin.rows import (
     Acted,
@@ -30,13 +31,15 @@ from forklift.store.batches import BatchStore
 TIMEOUTS = _db.Timeouts(connect=2.0, statement=5.0, lock=2.0)
 
 
-def operator() -> str:
-    """Who acts, as the error history records it: `user@host`."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = "someone"
-    return f"{user}@{socket.gethostname()}"
+# job_get's first columns: a JobRow's.
+_JOB_ROW = tuple(f.name for f in fields(JobRow))
+
+
+class Window(NamedTuple):
+    """What job_list_window read: how many jobs the window held, the oldest id in it."""
+
+    scanned: int
+    oldest: int | None
 
 
 class JobAdmin:
@@ -65,28 +68,23 @@ class JobAdmin:
             "limit": limit + 1,  # one more than shown: is there a next page?
         }
         with self.connector.conn("listing jobs failed") as conn:
-            jobs = [JobRow(*r) for r in conn.execute(self.q["job_list"], params)]
+            jobs = _db.rows(conn.execute(self.q["job_list"], params), JobRow)
             if len(jobs) > limit:
                 return JobPage(jobs[:limit], jobs[limit - 1].id)
-            row = conn.execute(self.q["job_list_window"], params).fetchone()
-        assert row is not None
-        scanned, oldest = row
+            scanned = _db.one(conn.execute(self.q["job_list_window"], params), Window)
+        assert scanned is not None
         # Short, and the window was full: older jobs may match too.
-        return JobPage(jobs, int(oldest) if scanned == window else None)
+        return JobPage(jobs, scanned.oldest if scanned.scanned == window else None)
 
     def job_get(self, job_id: int) -> JobDetail:
         """Everything about one job; JobNotFound if there is none."""
         with self.connector.conn("reading the job failed") as conn:
-            r = conn.execute(self.q["job_get"], {"id": job_id}).fetchone()
-        if r is None:
+            found = _db.one(conn.execute(self.q["job_get"], {"id": job_id}), dict)
+        if found is None:
             raise JobNotFound(f"no job {job_id} in schema {self.schema}")
-        args, key, timeout, lease_until, errors, now, result, progress, batch_id, limit_key = r[
-            16:26
-        ]
-        return JobDetail(
-            JobRow(*r[:16]), args, key, timeout, lease_until, errors, now, result,
-            Progress.of(progress), batch_id, limit_key, ran_by=r[26],
-        )  # fmt: skip
+        # Its columns: JobRow's, then JobDetail's own.
+        job = JobRow(**{name: found.pop(name) for name in _JOB_ROW})
+        return JobDetail(job, progress=Progress.of(found.pop("progress")), **found)
 
     def job_retry_many(self, ids: Sequence[int], by: str | None = None) -> list[Acted]:
         """Dead or cancelled jobs back to ready now, attempts and crashes reset to 0, the
@@ -99,10 +97,8 @@ class JobAdmin:
         with self.connector.conn("retrying jobs failed") as conn:
             for batch in _batches(sorted(set(ids))):
                 params = {"ids": batch, "by": by or operator()}
-                for id_, was, attempts, crashes, done in conn.execute(
-                    self.q["job_retry_many"], params
-                ):
-                    found[id_] = Acted(id_, done, was, attempts, crashes)
+                for acted in _db.rows(conn.execute(self.q["job_retry_many"], params), Acted):
+                    found[acted.id] = acted
         return [found.get(i, Acted(i, False, None)) for i in sorted(set(ids))]
 
     def job_dead_ids(self, queue: str | None, task: str | None) -> Iterator[list[int]]:
@@ -111,7 +107,7 @@ class JobAdmin:
         while True:
             params = {"after": after, "queue": queue, "task": task, "limit": BATCH}
             with self.connector.conn("finding dead jobs failed") as conn:
-                batch = [r[0] for r in conn.execute(self.q["job_dead_ids"], params)]
+                batch: list[int] = _db.scalars(conn.execute(self.q["job_dead_ids"], params))
             if not batch:
                 return
             yield batch
@@ -123,19 +119,10 @@ class JobAdmin:
 
         One Acted per id asked for, in id order (`owner`: who was running it).
         """
-        found: dict[int, Acted] = {}
-        ended: set[int] = set()  # the batches of jobs cancelled
-        with self.connector.conn("cancelling jobs failed") as conn:
-            for batch in _batches(sorted(set(ids))):
-                params = {"ids": batch, "by": by or operator()}
-                for id_, was, owner, done, batch_id in conn.execute(
-                    self.q["job_cancel_many"], params
-                ):
-                    found[id_] = Acted(id_, done, was, owner=owner)
-                    if done and batch_id is not None:
-                        ended.add(batch_id)
-        # After the commit: a batch whose last open jobs these were finishes now.
-        self.batches.finish_if_done(ended)
+        found = {
+            c.id: Acted(c.id, c.done, c.was, owner=c.owner)
+            for c in self.batches.job_cancel_many(ids, by or operator())
+        }
         return [found.get(i, Acted(i, False, None)) for i in sorted(set(ids))]
 
     def job_purge(
@@ -145,39 +132,34 @@ class JobAdmin:
         a short transaction per batch (or, in a dry run, count them); at most
         `max_batches` batches when given (`more`: it stopped there)."""
         with self.connector.conn("purging jobs failed") as conn:
-            row = conn.execute(self.q["job_purge_cutoff"], {"older": older_than}).fetchone()
-            assert row is not None
-            params = {"state": state, "cutoff": row[0], "limit": BATCH, "cap": 1_000_000}
+            cutoff = _db.scalar(conn.execute(self.q["job_purge_cutoff"], {"older": older_than}))
+            params = {"state": state, "cutoff": cutoff, "limit": BATCH, "cap": 1_000_000}
             if dry_run:
-                counted = conn.execute(self.q["job_purge_count"], params).fetchone()
-                n = int(counted[0]) if counted else 0
-                return Purged(state, row[0], n, capped=n >= params["cap"])
+                n = _db.count(conn.execute(self.q["job_purge_count"], params))
+                return Purged(state, cutoff, n, capped=n >= params["cap"])
             total = batches = 0
             while deleted := conn.execute(self.q["job_purge_batch"], params).rowcount:
                 total += deleted
                 batches += 1
                 if max_batches is not None and batches >= max_batches:
-                    return Purged(state, row[0], total, batches, more=True)
-        return Purged(state, row[0], total, batches)
+                    return Purged(state, cutoff, total, batches, more=True)
+        return Purged(state, cutoff, total, batches)
 
     def job_running_list(self) -> list[RunningJobRow]:
         with self.connector.conn("reading running jobs failed") as conn:
-            rows = conn.execute(self.q["job_running_list"]).fetchall()
-        return [
-            RunningJobRow(id_, queue, task, owner, attempt, took, Progress.of(progress))
-            for id_, queue, task, owner, attempt, took, progress in rows
-        ]
+            running = _db.rows(conn.execute(self.q["job_running_list"]), dict)
+        return [RunningJobRow(**{**r, "progress": Progress.of(r["progress"])}) for r in running]
 
     def job_dead_recent(self, limit: int) -> list[DeadJob]:
         with self.connector.conn("reading dead jobs failed") as conn:
-            return [DeadJob(*r) for r in conn.execute(self.q["job_dead_recent"], {"limit": limit})]
+            return _db.rows(conn.execute(self.q["job_dead_recent"], {"limit": limit}), DeadJob)
 
     def job_finished_per_minute(self, minutes: int) -> list[FinishedMinute]:
         """Jobs that succeeded and that went dead in each of the last `minutes` minutes
         (the current one last, partial), every minute present (0 when none finished)."""
         with self.connector.conn("reading finished jobs failed") as conn:
-            rows = conn.execute(self.q["job_finished_per_minute"], {"minutes": minutes})
-            return [FinishedMinute(*r) for r in rows]
+            cursor = conn.execute(self.q["job_finished_per_minute"], {"minutes": minutes})
+            return _db.rows(cursor, FinishedMinute)
 
 
 def _batches(ids: list[int]) -> Iterator[list[int]]:

@@ -8,10 +8,10 @@
 -- than `before`; with `scheduled`, ready ones due later, through the ready jobs' due-time
 -- index) is scanned in id order, through the primary key or the dead/cancelled index,
 -- and filtered by queue, task and error text; never more than the window is read.
-SELECT w.id, w.queue, w.task, w.state::text, w.priority, w.attempts, w.max_attempts,
-       w.crashes, w.max_crashes, w.created_at, w.available_at, w.started_at,
+SELECT w.id, w.queue, w.task, w.state::text AS state, w.priority, w.attempts,
+       w.max_attempts, w.crashes, w.max_crashes, w.created_at, w.available_at, w.started_at,
        w.completed_at, w.lease_owner, w.last_error,
-       extract(epoch FROM now() - w.created_at)::float8
+       extract(epoch FROM now() - w.created_at)::float8 AS age
 FROM (
     SELECT j.* FROM {schema}.jobs AS j
     WHERE (%(state)s::{schema}.job_state IS NULL OR j.state = %(state)s::{schema}.job_state)
@@ -29,7 +29,7 @@ LIMIT %(limit)s;
 -- name: job_list_window
 -- How many jobs the window of a job_list holds, and the oldest id in it (where a next
 -- page would start when this one came out short).
-SELECT count(*), min(w.id) FROM (
+SELECT count(*) AS scanned, min(w.id) AS oldest FROM (
     SELECT j.id FROM {schema}.jobs AS j
     WHERE (%(state)s::{schema}.job_state IS NULL OR j.state = %(state)s::{schema}.job_state)
       AND (NOT %(scheduled)s::boolean OR j.available_at > now())
@@ -42,12 +42,12 @@ SELECT count(*), min(w.id) FROM (
 -- One job, everything about it (its result as JSON text, its last progress, its batch,
 -- its limit key, the worker that ran its last successful attempt),
 -- with the database's clock for the ages.
-SELECT j.id, j.queue, j.task, j.state::text, j.priority, j.attempts, j.max_attempts,
-       j.crashes, j.max_crashes, j.created_at, j.available_at, j.started_at,
+SELECT j.id, j.queue, j.task, j.state::text AS state, j.priority, j.attempts,
+       j.max_attempts, j.crashes, j.max_crashes, j.created_at, j.available_at, j.started_at,
        j.completed_at, j.lease_owner, j.last_error,
-       extract(epoch FROM now() - j.created_at)::float8,
-       j.args::text, j.idempotency_key, j.timeout, j.lease_until, j.errors, now(),
-       j.result::text, j.progress, j.batch_id, j.limit_key, j.ran_by
+       extract(epoch FROM now() - j.created_at)::float8 AS age,
+       j.args::text AS args, j.idempotency_key, j.timeout, j.lease_until, j.errors,
+       now() AS now, j.result::text AS result, j.progress, j.batch_id, j.limit_key, j.ran_by
 FROM {schema}.jobs AS j
 WHERE j.id = %(id)s::bigint;
 
@@ -82,7 +82,8 @@ WITH old AS (
     SELECT count(pg_notify('{channel}', q.queue)) AS n
     FROM (SELECT DISTINCT queue FROM retried) AS q
 )
-SELECT old.id, old.state::text, old.attempts, old.crashes, old.id IN (SELECT id FROM retried)
+SELECT old.id, old.state::text AS was, old.attempts, old.crashes,
+       old.id IN (SELECT id FROM retried) AS done
 FROM old, woken
 ORDER BY old.id;
 
@@ -95,46 +96,6 @@ WHERE j.state = 'dead' AND j.id > %(after)s::bigint
   AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
 ORDER BY j.id
 LIMIT %(limit)s;
-
--- name: job_cancel_many
--- Cancel ready and running jobs at once, noted in the error history. A running job's
--- lease is taken from its worker, so the owner fence refuses whatever that worker would
--- record next (completion, failure, release: its effect rolls back); the worker is told
--- on the control channel, and the job's waiters (app.result()) on theirs. Its handler
--- may run on until it heeds the cancel or is killed (--cancel-grace), so the lease moves
--- to the job's hold (`stopping_owner`, `stopping_until`: migration 0013), which keeps
--- its limits' slots taken until the worker says the handler stopped or is found dead.
--- Returns every job found with its state and owner before, whether it was cancelled,
--- and its batch.
-WITH old AS (
-    SELECT j.id, j.state, j.attempts, j.lease_owner, j.batch_id FROM {schema}.jobs AS j
-    WHERE j.id = ANY(%(ids)s::bigint[])
-    ORDER BY j.id
-    FOR UPDATE
-), cancelled AS (
-    UPDATE {schema}.jobs AS j SET
-        state = 'cancelled', completed_at = now(), lease_owner = NULL, lease_until = NULL,
-        stopping_owner = CASE WHEN old.state = 'running' THEN old.lease_owner END,
-        stopping_until = CASE WHEN old.state = 'running' THEN j.lease_until END,
-        last_error = 'Cancelled by ' || %(by)s::text,
-        errors = j.errors || jsonb_build_object(
-            'attempt', j.attempts, 'at', now(), 'worker', old.lease_owner,
-            'error', 'Cancelled by ' || %(by)s::text
-                || CASE WHEN old.state = 'running' THEN ' while it ran' ELSE '' END)
-    FROM old
-    WHERE j.id = old.id AND old.state IN ('ready', 'running')
-    RETURNING j.id, j.waited
-), told AS (
-    SELECT count(pg_notify('{control_channel}', 'cancel ' || old.id || ' ' || old.attempts)) AS n
-    FROM old
-    WHERE old.state = 'running' AND old.id IN (SELECT id FROM cancelled)
-), waiters AS (
-    SELECT count(pg_notify('{done_channel}', 'j' || c.id)) AS n FROM cancelled AS c WHERE c.waited
-)
-SELECT old.id, old.state::text, old.lease_owner, old.id IN (SELECT id FROM cancelled),
-       old.batch_id
-FROM old, told, waiters
-ORDER BY old.id;
 
 -- name: job_purge_cutoff
 -- The time before which finished jobs are old enough to purge (the database's clock).
@@ -169,15 +130,16 @@ WHERE id IN (
 -- name: job_running_list
 -- Every running job: who runs it, for how long, how far it said it is (through the
 -- running-jobs index).
-SELECT j.id, j.queue, j.task, j.lease_owner, j.attempts,
-       extract(epoch FROM now() - j.started_at)::float8, j.progress
+SELECT j.id, j.queue, j.task, j.lease_owner AS owner, j.attempts AS attempt,
+       extract(epoch FROM now() - j.started_at)::float8 AS running_for, j.progress
 FROM {schema}.jobs AS j
 WHERE j.state = 'running'
 ORDER BY j.started_at, j.id;
 
 -- name: job_dead_recent
 -- The newest dead jobs: id, queue, task, seconds since they died, their last error.
-SELECT j.id, j.queue, j.task, extract(epoch FROM now() - j.completed_at)::float8, j.last_error
+SELECT j.id, j.queue, j.task, extract(epoch FROM now() - j.completed_at)::float8 AS ago,
+       j.last_error AS error
 FROM {schema}.jobs AS j
 WHERE j.state = 'dead'
 ORDER BY j.id DESC
@@ -187,7 +149,7 @@ LIMIT %(limit)s;
 -- Per minute of the last `minutes` (the current, partial one last): jobs that succeeded
 -- and that went dead, every minute present; a range of the completion-time index read
 -- from the index alone (its cost grows with the jobs finished in that time).
-SELECT m.at, coalesce(f.succeeded, 0)::bigint, coalesce(f.dead, 0)::bigint
+SELECT m.at, coalesce(f.succeeded, 0)::bigint AS succeeded, coalesce(f.dead, 0)::bigint AS dead
 FROM generate_series(date_trunc('minute', now())
                          - make_interval(mins => %(minutes)s::integer - 1),
                      date_trunc('minute', now()), interval '1 minute') AS m(at)

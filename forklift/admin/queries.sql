@@ -37,8 +37,8 @@ ready(queue) AS (
 -- of each index (a probe per queue), the counts from ranges of the due-time indexes
 -- (migration 0011) and of the dead-per-queue index, read from the indexes alone; the
 -- running jobs are read whole (as many as the workers have slots). (Each count is in
--- index order: a count under a LIMIT alone was planned as a table scan expected to stop
--- early, and walked the other queue's half a million rows.)
+-- index order: a count under a LIMIT alone is planned as a table scan expected to stop
+-- early, which walks every other queue's rows.)
 WITH RECURSIVE {_queues_held}, running AS (
     SELECT j.queue, count(*) AS n FROM {schema}.jobs AS j
     WHERE j.state = 'running' GROUP BY j.queue
@@ -57,7 +57,7 @@ SELECT q.queue,
            SELECT count(*) FROM (SELECT FROM {schema}.jobs AS j
                WHERE j.state = 'ready' AND j.limit_key IS NOT NULL AND j.queue = q.queue
                  AND j.available_at <= now()
-               ORDER BY j.available_at LIMIT %(cap)s::integer) AS c)),
+               ORDER BY j.available_at LIMIT %(cap)s::integer) AS c)) AS ready,
        least(%(cap)s::integer, (
            SELECT count(*) FROM (SELECT FROM {schema}.jobs AS j
                WHERE j.state = 'ready' AND j.limit_key IS NULL AND j.queue = q.queue
@@ -66,17 +66,17 @@ SELECT q.queue,
            SELECT count(*) FROM (SELECT FROM {schema}.jobs AS j
                WHERE j.state = 'ready' AND j.limit_key IS NOT NULL AND j.queue = q.queue
                  AND j.available_at > now()
-               ORDER BY j.available_at LIMIT %(cap)s::integer) AS c)),
-       coalesce((SELECT r.n FROM running AS r WHERE r.queue = q.queue), 0),
+               ORDER BY j.available_at LIMIT %(cap)s::integer) AS c)) AS scheduled,
+       coalesce((SELECT r.n FROM running AS r WHERE r.queue = q.queue), 0) AS running,
        (SELECT count(*) FROM (SELECT FROM {schema}.jobs AS j
-            WHERE j.state = 'dead' AND j.queue = q.queue LIMIT %(cap)s::integer) AS c),
+            WHERE j.state = 'dead' AND j.queue = q.queue LIMIT %(cap)s::integer) AS c) AS dead,
        extract(epoch FROM now() - least(
            (SELECT j.available_at FROM {schema}.jobs AS j
             WHERE j.state = 'ready' AND j.limit_key IS NULL AND j.queue = q.queue
               AND j.available_at <= now() ORDER BY j.available_at LIMIT 1),
            (SELECT j.available_at FROM {schema}.jobs AS j
             WHERE j.state = 'ready' AND j.limit_key IS NOT NULL AND j.queue = q.queue
-              AND j.available_at <= now() ORDER BY j.available_at LIMIT 1)))::float8
+              AND j.available_at <= now() ORDER BY j.available_at LIMIT 1)))::float8 AS oldest_ready_age
 FROM queues AS q
 ORDER BY q.queue;
 
@@ -85,8 +85,8 @@ ORDER BY q.queue;
 -- of the completion-time index read from the index alone; its cost grows with the jobs
 -- finished in the window (the last minute: cheap; the last hour: a rate x 3,600 rows).
 SELECT j.queue,
-       count(*) FILTER (WHERE j.state = 'succeeded'),
-       count(*) FILTER (WHERE j.state = 'dead')
+       count(*) FILTER (WHERE j.state = 'succeeded') AS succeeded,
+       count(*) FILTER (WHERE j.state = 'dead') AS dead
 FROM {schema}.jobs AS j
 WHERE j.state IN ('succeeded', 'dead', 'cancelled')
   AND j.completed_at > now() - make_interval(secs => %(window)s::float8)
@@ -102,7 +102,7 @@ ORDER BY host, coalesce(supervisor_id, id), kind = 'supervisor' DESC, pid;
 
 -- name: queue_paused_list
 -- Every paused queue: since when (and seconds ago), and by whom.
-SELECT queue, paused_at, extract(epoch FROM now() - paused_at)::float8, paused_by
+SELECT queue, paused_at, extract(epoch FROM now() - paused_at)::float8 AS paused_for, paused_by
 FROM {schema}.paused_queues
 ORDER BY queue;
 

@@ -7,10 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 from forklift._bounds import BATCH
 from forklift._config import duration
-from forklift.cli import output
 from forklift.cli.apps import app_for, job_admin
 from forklift.cli.errors import Exit, UsageError
 from forklift.cli.flags import operator_command
+from forklift.shown import output
+from forklift.shown.jobview import cancel_line, retry_line
 
 if TYPE_CHECKING:
     from forklift.admin.rows import Acted
@@ -96,17 +97,6 @@ def _retried(a: Acted) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def retry_line(a: Acted) -> str:
-    if a.was is None:
-        return f"job {a.id}: not retried: no such job"
-    if not a.done:
-        return f"job {a.id}: not retried: it is {a.was} (only dead and cancelled jobs are)"
-    return (
-        f"job {a.id}: retried (was {a.was}): ready now, attempts {a.attempts} -> 0, "
-        f"crashes {a.crashes} -> 0"
-    )
-
-
 def cmd_cancel(args: argparse.Namespace) -> int:
     app = app_for(args)
     acted = job_admin(app).job_cancel_many(args.ids)
@@ -121,19 +111,6 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 def _cancelled(a: Acted) -> dict[str, Any]:
     result = "cancelled" if a.done else "not_found" if a.was is None else "not_cancellable"
     return {"id": a.id, "result": result, "was": a.was, "worker": a.owner}
-
-
-def cancel_line(a: Acted) -> str:
-    if a.was is None:
-        return f"job {a.id}: not cancelled: no such job"
-    if not a.done:
-        return f"job {a.id}: not cancelled: it is {a.was} (only ready and running jobs are)"
-    if a.was != "running":
-        return f"job {a.id}: cancelled (was {a.was})"
-    return (
-        f"job {a.id}: cancelled (was running on {a.owner}): its worker is told to stop, "
-        "and killed if its handler has not returned within --cancel-grace"
-    )
 
 
 def cmd_purge(args: argparse.Namespace) -> int:

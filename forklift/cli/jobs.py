@@ -9,13 +9,11 @@ import argparse
 
 from forklift._bounds import LIST_WINDOW
 from forklift._config import positive_int
-from forklift.cli import job_actions, jobview, output
+from forklift.cli import job_actions
 from forklift.cli.apps import app_for, job_admin
 from forklift.cli.flags import operator_command
+from forklift.shown import jobview, output
 
-# "scheduled": ready jobs due later (delayed, or retrying after a backoff), as status
-# counts them apart; "ready" is every ready job, due or not.
-STATES = ("ready", "scheduled", "running", "succeeded", "dead", "cancelled")
 LIMIT = 50
 ERROR_CHARS = 60  # of the last error in the list table
 
@@ -130,7 +128,7 @@ def register(
     )
     p.add_argument(
         "--state",
-        choices=STATES,
+        choices=jobview.STATES,
         help="only jobs in this state (scheduled: ready and due later; ready: due or not)",
     )
     p.add_argument("--queue", help="only jobs of this queue")

@@ -9,8 +9,8 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from forklift.cli import output
 from forklift.cli.errors import UsageError
+from forklift.shown import output
 
 if TYPE_CHECKING:
     from forklift.admin import LimitChange, LimitRow, QueueStats

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from forklift._ids import owner_process
-from forklift.cli import flags, limits, output
+from forklift.cli import flags, limits
 from forklift.cli.apps import admin_store, app_for, job_admin
-
-if TYPE_CHECKING:
-    from forklift.admin import ProcessRow
-    from forklift.admin.rows import RunningJobRow
+from forklift.shown import output
+from forklift.shown.processes import Listed, listed
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -61,30 +57,6 @@ queues, current_job (the first job it runs, or null), jobs (a list of objects wi
 task, queue), rss_bytes, uptime and heartbeat_age (seconds; null when not registered),
 registered, paused_queues.
 """
-
-
-@dataclass(frozen=True)
-class Listed:
-    """One line of `ps`: a registered process, or a worker known only as the owner of
-    jobs it runs (its registry row not written yet, or gone while its lease lasts)."""
-
-    id: str
-    host: str
-    pid: int
-    jobs: list[RunningJobRow]
-    process: ProcessRow | None
-
-
-def listed(procs: list[ProcessRow], running: list[RunningJobRow]) -> list[Listed]:
-    """Every process with the jobs it runs now, read from the jobs (as `top` reads them),
-    not from the registry's heartbeat, which is seconds behind; unregistered owners last."""
-    by_owner: dict[str, list[RunningJobRow]] = {}
-    for job in running:
-        by_owner.setdefault(job.owner, []).append(job)
-    shown = [Listed(p.id, p.host, p.pid, by_owner.pop(p.id, []), p) for p in procs]
-    for owner, jobs in sorted(by_owner.items()):
-        shown.append(Listed(owner, *owner_process(owner), jobs, None))
-    return shown
 
 
 def ps_json(line: Listed, paused: set[str]) -> dict[str, Any]:

@@ -8,10 +8,11 @@ import difflib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from forklift.cli import limits, output
+from forklift.cli import limits
 from forklift.cli.apps import admin_store, app_for
 from forklift.cli.errors import Refused, UsageError
 from forklift.cli.flags import operator_command
+from forklift.shown import output
 
 if TYPE_CHECKING:
     from forklift.admin import AdminStore, LimitChange, PausedQueue, QueueStats

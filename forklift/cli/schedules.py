@@ -8,19 +8,16 @@ from __future__ import annotations
 
 import argparse
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from typing import TYPE_CHECKING
 
-from forklift.cli import flags, output
+from forklift.cli import flags
 from forklift.cli.apps import app_for
 from forklift.scheduler.schedule import format_every
+from forklift.shown import output
+from forklift.shown.schedules import DECLARED_WITHIN, as_json, zone
 
 if TYPE_CHECKING:
     from forklift.scheduler.store import ScheduleRow
-
-# A schedule no scheduler has synced for this long is no longer declared by a running
-# supervisor (removed from the code, or every supervisor is down).
-DECLARED_WITHIN = 60.0
 
 DESCRIPTION = """\
 List every schedule the supervisors' schedulers have declared: its timing, its next
@@ -41,46 +38,12 @@ has not finished), declared (a running supervisor declares it), synced_seconds_a
 """
 
 
-def _zone(name: str) -> ZoneInfo:
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        return ZoneInfo("UTC")
-
-
-def as_json(row: ScheduleRow) -> dict[str, Any]:
-    """One schedule in `--json`'s documented shape."""
-    local = row.next_fire_at.astimezone(_zone(row.tz)) if row.next_fire_at else None
-    return {
-        "name": row.name,
-        "task": row.task,
-        "queue": row.queue,
-        "cron": row.cron,
-        "every_seconds": row.every_seconds,
-        "tz": row.tz,
-        "catchup_seconds": row.catchup_seconds,
-        "overlap": row.overlap,
-        "definition_hash": row.definition_hash,
-        "defined_at": output.utc(row.defined_at),
-        "next_fire": None if local is None else local.isoformat(),
-        "next_fire_utc": output.utc(row.next_fire_at),
-        "last_fire_utc": output.utc(row.last_fire_at),
-        "last_job_id": row.last_job_id,
-        "last_success_utc": output.utc(row.last_success_at),
-        "last_error": row.last_error,
-        "last_error_utc": output.utc(row.last_error_at),
-        "in_flight": row.in_flight,
-        "declared": row.seen_ago <= DECLARED_WITHIN,
-        "synced_seconds_ago": round(row.seen_ago, 3),
-    }
-
-
 def _ago(t: datetime | None, now: datetime) -> str:
     return "-" if t is None else f"{output.age(max(0.0, (now - t).total_seconds()))} ago"
 
 
 def _cells(row: ScheduleRow, now: datetime) -> tuple[str, ...]:
-    zone = _zone(row.tz)
+    local = zone(row.tz)
     when = row.cron if row.cron is not None else f"every {format_every(row.every_seconds or 0)}"
     nxt = row.next_fire_at
     error = "-"
@@ -94,7 +57,7 @@ def _cells(row: ScheduleRow, now: datetime) -> tuple[str, ...]:
         row.task,
         when,
         row.tz,
-        "-" if nxt is None else f"{nxt.astimezone(zone):%Y-%m-%d %H:%M:%S %Z}",
+        "-" if nxt is None else f"{nxt.astimezone(local):%Y-%m-%d %H:%M:%S %Z}",
         "-" if nxt is None else f"{nxt.astimezone(UTC):%Y-%m-%d %H:%M:%SZ}",
         _ago(row.last_fire_at, now),
         _ago(row.last_success_at, now),

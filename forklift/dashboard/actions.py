@@ -13,11 +13,10 @@ from flask import Flask, Response, abort, flash, redirect, request
 
 from forklift._config import duration
 from forklift._events import emit
-from forklift.cli import batches as batch_cli
-from forklift.cli import job_actions, output
 from forklift.dashboard import security
 from forklift.dashboard.reader import Reader
 from forklift.errors import ArgumentError
+from forklift.shown import batchview, jobview, output
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +35,13 @@ def register(app: Flask, reader: Reader) -> None:
     def retry() -> Response:
         job_id = _job_id()
         [acted] = reader.jobs.job_retry_many([job_id], by=security.who())
-        return done("retry", job_actions.retry_line(acted), job=job_id)
+        return done("retry", jobview.retry_line(acted), job=job_id)
 
     @app.post("/actions/cancel", endpoint="cancel")
     def cancel() -> Response:
         job_id = _job_id()
         [acted] = reader.jobs.job_cancel_many([job_id], by=security.who())
-        return done("cancel", job_actions.cancel_line(acted), job=job_id)
+        return done("cancel", jobview.cancel_line(acted), job=job_id)
 
     @app.post("/actions/pause", endpoint="pause")
     def pause() -> Response:
@@ -80,7 +79,7 @@ def register(app: Flask, reader: Reader) -> None:
     def cancel_batch() -> Response:
         batch_id = _int("batch")
         gone = reader.batches.batch_cancel(batch_id, by=security.who())
-        return done("cancel_batch", batch_cli.cancel_text(batch_id, gone), batch=batch_id)
+        return done("cancel_batch", batchview.cancel_text(batch_id, gone), batch=batch_id)
 
 
 def _int(name: str) -> int:

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from flask import Flask, abort, render_template, request, url_for
 
 from forklift.admin.rows import JobFilter
-from forklift.cli import jobs as jobs_cli
-from forklift.cli.schedules import DECLARED_WITHIN, as_json
 from forklift.dashboard import charts, views
 from forklift.dashboard.reader import LIST_WINDOW, PAGE, Reader
+from forklift.shown.jobview import STATES
+from forklift.shown.schedules import DECLARED_WITHIN, as_json
 
 FILTER_CHARS = 200  # the longest filter value a /jobs query may carry
 
@@ -86,7 +86,7 @@ def jobs(reader: Reader, live: bool) -> str:
         older = url_for("jobs", **args, before=found.next_before)
     return render_template(
         "_jobs.html" if live else "jobs.html", wanted=wanted, found=found,
-        states=jobs_cli.STATES, window=LIST_WINDOW, short=len(found.jobs) < PAGE,
+        states=STATES, window=LIST_WINDOW, short=len(found.jobs) < PAGE,
         live_url=None if before is not None else url_for("jobs_live", **args),
         newest=None if before is None else url_for("jobs", **args), older=older,
         page="jobs",
@@ -111,6 +111,6 @@ def _text_arg(name: str) -> str | None:
 
 def _job_filter() -> JobFilter:
     state = _text_arg("state")
-    if state is not None and state not in jobs_cli.STATES:
-        abort(400, f"state must be one of {', '.join(jobs_cli.STATES)}")
+    if state is not None and state not in STATES:
+        abort(400, f"state must be one of {', '.join(STATES)}")
     return JobFilter(state, _text_arg("queue"), _text_arg("task"), _text_arg("error"))

@@ -10,8 +10,8 @@ from forklift import _db
 from forklift.admin import AdminStore, Connector, JobAdmin, ProcessRow, QueueStats
 from forklift.admin.batches import BatchAdmin, BatchDetail, BatchSummary
 from forklift.admin.rows import DeadJob, FinishedMinute, JobDetail, JobFilter, JobPage
-from forklift.cli.observe import Listed, listed
 from forklift.scheduler.store import ScheduleRow
+from forklift.shown.processes import Listed, listed
 
 DEAD_SHOWN = 10  # the latest dead jobs on the overview
 CHART_MINUTES = 60  # the overview's charts: done and dead per minute, the last hour

@@ -1,5 +1,5 @@
-"""How the dashboard's pages read: the CLI's own wording and safety (forklift.cli.jobview,
-forklift.cli.output, forklift._display) turned into what the templates lay out. Every
+"""How the dashboard's pages read: the wording and safety the CLI shows too
+(forklift.shown, forklift._display) turned into what the templates lay out. Every
 value a producer, handler or host wrote still passes the templates' escaping."""
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ from typing import Any
 
 from forklift.admin.batches import BatchDetail, BatchSummary
 from forklift.admin.rows import JobDetail, JobRow, Progress
-from forklift.cli import batches as batch_cli
-from forklift.cli import jobview, output
-from forklift.cli.observe import Listed
+from forklift.shown import batchview, jobview, output
+from forklift.shown.processes import Listed
 
 ARGS_CHARS = 20_000  # of the arguments' and the result's JSON text a job page shows
 ERROR_CHARS = 4_000  # of one error message
@@ -167,20 +166,20 @@ def segments(s: BatchSummary) -> list[Segment]:
 
 
 def batch_rate(s: BatchSummary) -> str:
-    return batch_cli.rate(s)
+    return batchview.rate(s)
 
 
 def batch_eta(s: BatchSummary) -> str:
-    return batch_cli.eta(s)
+    return batchview.eta(s)
 
 
 def callback_cell(s: BatchSummary) -> str:
-    return batch_cli.callback_cell(s)
+    return batchview.callback_cell(s)
 
 
 def callback_spec(d: BatchDetail) -> dict[str, Any] | None:
     """The batch's callback as `batches show` tells it: task, queue, args made safe."""
-    return batch_cli.callback_json(d.callback)
+    return batchview.callback_json(d.callback)
 
 
 def by_host(lines: list[Listed]) -> dict[str, list[Listed]]:

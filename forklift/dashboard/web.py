@@ -21,11 +21,11 @@ from werkzeug.exceptions import HTTPException
 
 from forklift import _db, _display
 from forklift._events import emit
-from forklift.cli import output
 from forklift.dashboard import pages, security, views
 from forklift.dashboard.config import DashboardConfig
 from forklift.dashboard.reader import Reader
 from forklift.errors import BatchNotFound, DatabaseError, JobNotFound
+from forklift.shown import output
 
 log = logging.getLogger(__name__)
 

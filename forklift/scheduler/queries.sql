@@ -40,7 +40,7 @@ ON CONFLICT (name) DO UPDATE SET
         THEN s.fired_through ELSE EXCLUDED.fired_through END,
     next_fire_at = EXCLUDED.next_fire_at,
     seen_at = now()
-RETURNING s.name, s.fired_through, s.defined_at = %(now)s::timestamptz;
+RETURNING s.name, s.fired_through, s.defined_at = %(now)s::timestamptz AS redefined;
 
 -- name: schedule_fire_lock
 -- Take one schedule's firing lock for this transaction; false if another replica is
@@ -54,7 +54,7 @@ SELECT pg_try_advisory_xact_lock(
 -- snapshot: what the last firer advanced is seen. With the transaction's start (`now()`,
 -- the created_at of the jobs it enqueues): what the round plans from, so a fire planned
 -- ahead is enqueued ahead of its time.
-SELECT fired_through, definition_hash, now() FROM {schema}.schedules
+SELECT fired_through, definition_hash, now() AS now FROM {schema}.schedules
 WHERE name = %(name)s::text;
 
 -- name: schedule_fire
@@ -93,8 +93,8 @@ WITH new AS (
     ON CONFLICT DO NOTHING
     RETURNING job_id
 )
-SELECT EXISTS (SELECT 1 FROM busy), (SELECT id FROM job),
-       coalesce((SELECT NOT ours FROM holder), false);
+SELECT EXISTS (SELECT 1 FROM busy) AS busy, (SELECT id FROM job) AS job_id,
+       coalesce((SELECT NOT ours FROM holder), false) AS key_taken;
 
 -- name: schedule_advance
 -- Move a schedule's high-water mark forward, unless its definition changed meanwhile.
@@ -142,7 +142,7 @@ WITH fires AS (
            OR u.last_error_at > coalesce(s.last_error_at, '-infinity'))
     RETURNING s.name
 )
-SELECT (SELECT count(*) FROM done), (SELECT count(*) FROM updated);
+SELECT (SELECT count(*) FROM done) AS settled, (SELECT count(*) FROM updated) AS updated;
 
 -- name: schedule_list
 -- Every schedule any scheduler has declared, with its fires in flight and how long ago
@@ -150,7 +150,8 @@ SELECT (SELECT count(*) FROM done), (SELECT count(*) FROM updated);
 SELECT s.name, s.task, s.queue, s.cron, s.every_seconds, s.tz, s.catchup_seconds,
        s.overlap, s.definition_hash, s.created_at, s.defined_at, s.next_fire_at,
        s.last_fire_at, s.last_job_id, s.last_success_at, s.last_error, s.last_error_at,
-       (SELECT count(*) FROM {schema}.schedule_fires f WHERE f.schedule = s.name)::integer,
-       extract(epoch FROM now() - s.seen_at)::float8
+       (SELECT count(*) FROM {schema}.schedule_fires f WHERE f.schedule = s.name)::integer
+           AS in_flight,
+       extract(epoch FROM now() - s.seen_at)::float8 AS seen_ago
 FROM {schema}.schedules AS s
 ORDER BY s.name;

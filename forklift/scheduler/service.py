@@ -78,8 +78,8 @@ class Round:
 
 
 class Scheduler:
-    """One replica's scheduler; `run_once(now)` is a round (the supervisor's ops thread
-    calls it every tick, under the fork lock: it holds a connection while it runs)."""
+    """One replica's scheduler; `run_once(now)` is a round (the supervisor runs one every
+    tick among its database services, on their connection: it holds it while it runs)."""
 
     def __init__(
         self,

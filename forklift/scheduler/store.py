@@ -46,6 +46,13 @@ class Locked(NamedTuple):
     now: datetime  # the locking transaction's start, on the database's clock
 
 
+class Settled(NamedTuple):
+    """What schedule_settle did: fires settled, schedules updated."""
+
+    settled: int
+    updated: int
+
+
 @dataclass(frozen=True)
 class ScheduleRow:
     """A schedule as `forklift schedules` and the metrics see it."""
@@ -105,9 +112,8 @@ class ScheduleSession:
 
     def schedule_clock(self) -> datetime:
         """The database's clock: the `now` of a round."""
-        row = self.conn.execute(self.q["schedule_clock"]).fetchone()
-        assert row is not None
-        return row[0]  # type: ignore[no-any-return]
+        now: datetime = _db.scalar(self.conn.execute(self.q["schedule_clock"]))
+        return now
 
     def schedule_sync_many(self, schedules: Sequence[Schedule], now: datetime) -> dict[str, Synced]:
         params: dict[str, Any] = {
@@ -123,19 +129,20 @@ class ScheduleSession:
             "definition_hash": [s.definition_hash for s in schedules],
             "next_fire_at": [s.times.after(now) for s in schedules],
         }
-        rows = self.conn.execute(self.q["schedule_sync_many"], params).fetchall()
-        return {name: Synced(through, bool(redefined)) for name, through, redefined in rows}
+        rows = _db.rows(self.conn.execute(self.q["schedule_sync_many"], params), dict)
+        return {r["name"]: Synced(r["fired_through"], bool(r["redefined"])) for r in rows}
 
     @contextmanager
     def schedule_lock(self, name: str) -> Iterator[Locked | None]:
         """A transaction holding the schedule's firing lock (None: another replica is
         firing it)."""
         with self.conn.transaction():
-            taken = self.conn.execute(self.q["schedule_fire_lock"], {"name": name}).fetchone()
-            row = None
-            if taken is not None and taken[0]:
-                row = self.conn.execute(self.q["schedule_lock"], {"name": name}).fetchone()
-            yield None if row is None else Locked(*row)
+            taken = _db.scalar(self.conn.execute(self.q["schedule_fire_lock"], {"name": name}))
+            locked = None
+            if taken:
+                cursor = self.conn.execute(self.q["schedule_lock"], {"name": name})
+                locked = _db.one(cursor, Locked)
+            yield locked
 
     def schedule_fire(self, schedule: Schedule, fire_at: datetime) -> Fired:
         """Enqueue `fire_at`'s job (see the query for when it does not)."""
@@ -147,9 +154,9 @@ class ScheduleSession:
             "key": job.idempotency_key,
             **_inserts.values(job),
         }
-        row = self.conn.execute(self.q["schedule_fire"], params).fetchone()
-        assert row is not None
-        return Fired(bool(row[0]), row[1], bool(row[2]))
+        fired = _db.one(self.conn.execute(self.q["schedule_fire"], params), Fired)
+        assert fired is not None
+        return fired
 
     def schedule_advance(self, schedule: Schedule, through: datetime) -> None:
         params = {
@@ -161,8 +168,8 @@ class ScheduleSession:
 
     def schedule_settle(self, now: datetime) -> int:
         """Record finished fires on their schedules; return how many were settled."""
-        row = self.conn.execute(self.q["schedule_settle"], {"now": now}).fetchone()
-        return int(row[0]) if row else 0
+        settled = _db.one(self.conn.execute(self.q["schedule_settle"], {"now": now}), Settled)
+        return 0 if settled is None else int(settled.settled)
 
     def schedule_list(self) -> list[ScheduleRow]:
-        return [ScheduleRow(*r) for r in self.conn.execute(self.q["schedule_list"])]
+        return _db.rows(self.conn.execute(self.q["schedule_list"]), ScheduleRow)

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
+from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from forklift import _db, _sql
@@ -49,6 +50,13 @@ __all__ = [
 # statement_timeout (10 s for the producer); a keyed insert costs ~35 us a row, so 5,000
 # take ~0.2 s, and 500,000 jobs are 100 statements in the one transaction.
 INSERT_CHUNK = 5_000
+
+
+class TraceContext(NamedTuple):
+    """A job_trace_contexts row."""
+
+    id: int
+    trace_context: Any
 
 
 class ConnSource(Protocol):
@@ -179,23 +187,25 @@ class JobStore:
         claiming = claim_statement(self.q, queues, owner, limit, lease, expired, alone=not done)
         with translated("claim failed", self.where), self.pool.connection() as conn:
             if not done:
-                rows, completed = conn.execute(*claiming).fetchall(), set()
+                cursor = conn.cursor(row_factory=dict_row)
+                rows, completed = cursor.execute(*claiming).fetchall(), set()
             else:
                 completing, claim = pipelined(conn, [self.completion(done, owner), claiming])
-                rows, completed = claim.fetchall(), {r[0] for r in completing}
+                claim.row_factory = dict_row
+                rows, completed = claim.fetchall(), set(_db.column(completing, "id"))
         return Claim(claimed(rows), completed=completed, next_due=next_due(rows, limit))
 
     def job_trace_contexts(self, ids: Sequence[int]) -> list[tuple[int, Any]]:
         """(id, trace context) of the jobs among `ids` enqueued with one (_tracing.py)."""
         with translated("trace context lookup failed", self.where), self.pool.connection() as conn:
-            rows = conn.execute(self.q["job_trace_contexts"], {"ids": list(ids)}).fetchall()
-        return [(int(r[0]), r[1]) for r in rows]
+            cursor = conn.execute(self.q["job_trace_contexts"], {"ids": list(ids)})
+            return [(row.id, row.trace_context) for row in _db.rows(cursor, TraceContext)]
 
     def job_next_available(self, queues: Sequence[str], since: float = 0.0) -> float | None:
         """Seconds until a job a plain claim `since` s ago could take falls due; None: none."""
         params = {"queues": list(queues), "since": since}
         with translated("next-available lookup failed", self.where), self.pool.connection() as conn:
-            return _seconds(conn.execute(self.q["job_next_available"], params).fetchone())
+            return _seconds(_db.scalar(conn.execute(self.q["job_next_available"], params)))
 
     def lease_renew_many(
         self, held: Sequence[tuple[int, int]], owner: str, lease: float
@@ -203,13 +213,13 @@ class JobStore:
         """Renew (id, attempt) leases; return the ids still held."""
         params = {**_leases(held), "owner": owner, "lease": lease}
         with translated("lease renewal failed", self.where), self.pool.connection() as conn:
-            return {r[0] for r in conn.execute(self.q["lease_renew_many"], params)}
+            return set(_db.scalars(conn.execute(self.q["lease_renew_many"], params)))
 
     def job_complete_many(self, done: Sequence[Completion], owner: str) -> set[int]:
         """Mark (id, attempt, result JSON, progress JSON) jobs succeeded; return the ids
         completed (others were lost)."""
         with translated("completion failed", self.where), self.pool.connection() as conn:
-            return {r[0] for r in conn.execute(*self.completion(done, owner))}
+            return set(_db.column(conn.execute(*self.completion(done, owner)), "id"))
 
     def completion(self, done: Sequence[Completion], owner: str) -> tuple[str, dict[str, Any]]:
         """The statement that completes `done` (job_complete_many, or its variant that
@@ -300,20 +310,20 @@ class JobStore:
             "traceback": traceback,
         }
         with translated("failure record failed", self.where), self.pool.connection() as conn:
-            row = conn.execute(self.q["job_fail"], params).fetchone()
-        return None if row is None else JobState(row[0])
+            states = _db.column(conn.execute(self.q["job_fail"], params), "state")
+        return JobState(states[0]) if states else None
 
     def job_release_many(self, held: Sequence[tuple[int, int]], owner: str) -> set[int]:
         """Give (id, attempt) jobs back to ready without counting the attempt."""
         params = {**_leases(held), "owner": owner}
         with translated("release failed", self.where), self.pool.connection() as conn:
-            return {r[0] for r in conn.execute(self.q["job_release_many"], params)}
+            return set(_db.scalars(conn.execute(self.q["job_release_many"], params)))
 
     def job_cancelled_among(self, held: Sequence[tuple[int, int]]) -> set[int]:
         """Which (id, attempt) jobs were cancelled by an operator (their lease taken)."""
         params = _leases(held)
         with translated("cancel lookup failed", self.where), self.pool.connection() as conn:
-            return {r[0] for r in conn.execute(self.q["job_cancelled_among"], params)}
+            return set(_db.scalars(conn.execute(self.q["job_cancelled_among"], params)))
 
     @contextmanager
     def channel_listen(self, dsn: str, timeouts: _db.Timeouts) -> Iterator[Notifications]:
@@ -333,7 +343,7 @@ class JobStore:
 
     def job_rescue_exhausted(self) -> list[int]:
         with translated("rescue failed", self.where), self.pool.connection() as conn:
-            return [r[0] for r in conn.execute(self.q["job_rescue_exhausted"])]
+            return _db.scalars(conn.execute(self.q["job_rescue_exhausted"]))
 
     def job_prune(self, keep_finished: float, keep_dead: float, limit: int = 2000) -> int:
         params = {"keep_finished": keep_finished, "keep_dead": keep_dead, "limit": limit}
@@ -347,8 +357,7 @@ class JobStore:
             translated("reading the jobs table's owner failed", self.where),
             self.pool.connection() as conn,
         ):
-            row = conn.execute(self.q["jobs_owned"]).fetchone()
-        return bool(row and row[0])
+            return bool(_db.scalar(conn.execute(self.q["jobs_owned"])))
 
 
 # -- maintenance's VACUUM ---------------------------------------------------------------
@@ -360,8 +369,7 @@ def jobs_vacuum_due(store: JobStore) -> bool:
         translated("reading the jobs table's statistics failed", store.where),
         store.pool.connection() as conn,
     ):
-        row = conn.execute(store.q["jobs_vacuum_due"]).fetchone()
-    return bool(row and row[0])
+        return bool(_db.scalar(conn.execute(store.q["jobs_vacuum_due"])))
 
 
 def jobs_vacuum(store: JobStore, conn: Conn | None = None) -> None:
@@ -389,7 +397,7 @@ def job_succeeded_among(store: JobStore, held: Sequence[tuple[int, int]]) -> set
     lost: did it commit?)."""
     params = _leases(held)
     with translated("completion check failed", store.where), store.pool.connection() as conn:
-        return {r[0] for r in conn.execute(store.q["job_succeeded_among"], params)}
+        return set(_db.scalars(conn.execute(store.q["job_succeeded_among"], params)))
 
 
 def job_release_unknown(store: JobStore, owner: str, known: Sequence[int]) -> set[int]:
@@ -397,7 +405,7 @@ def job_release_unknown(store: JobStore, owner: str, known: Sequence[int]) -> se
     (claimed by a statement whose answer was lost); the ids released."""
     params = {"owner": owner, "known": list(known)}
     with translated("claim reconciliation failed", store.where), store.pool.connection() as conn:
-        return {r[0] for r in conn.execute(store.q["job_release_unknown"], params)}
+        return set(_db.scalars(conn.execute(store.q["job_release_unknown"], params)))
 
 
 def claim_statement(
@@ -428,8 +436,8 @@ def completion(
     return q["job_complete_many_values"], {**_leases(done, results=2, progress=3), "owner": owner}
 
 
-def _seconds(row: Sequence[Any] | None) -> float | None:
-    return None if row is None else float(row[0])
+def _seconds(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def _leases(held: Sequence[tuple[Any, ...]], **columns: int) -> dict[str, list[Any]]:

@@ -12,7 +12,7 @@ import psycopg
 from psycopg_pool import PoolTimeout
 
 from forklift import _db
-from forklift.errors import DatabaseError, SchemaMissing, transient_state
+from forklift.errors import DatabaseError, SchemaMissing
 
 Conn = psycopg.Connection[Any]
 AsyncConn = psycopg.AsyncConnection[Any]
@@ -56,19 +56,9 @@ def translated(what: str, where: str = "") -> Iterator[None]:
 
 
 def classified(message: str, exc: psycopg.Error) -> DatabaseError:
-    """A DatabaseError saying `message`, classified by `exc`'s SQLSTATE (transient_state).
-    An error psycopg raised itself, with no SQLSTATE, is transient if the connection
-    failed (OperationalError, InterfaceError), permanent otherwise (it refused a value
-    or a statement before sending it)."""
-    state = exc.sqlstate
-    if state is None:
-        transient = isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
-    else:
-        transient = transient_state(state)
-    rows = isinstance(exc, psycopg.DataError | psycopg.IntegrityError) or (
-        state is not None and state[:2] in ("22", "23")
-    )
-    return DatabaseError(message, sqlstate=state, transient=transient, row_dependent=rows)
+    """A DatabaseError saying `message`, raised from `exc` and classified as
+    `_db.database_error` does (unavailable or refused, by its SQLSTATE and class)."""
+    return _db.database_error(message, exc)
 
 
 @contextmanager

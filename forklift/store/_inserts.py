@@ -60,7 +60,8 @@ class Inserts:
         yield from self.producing.prepare([job])  # with the limit's key found
         rows = yield Query(self.q["job_insert_quiet" if quiet else "job_insert"], values(job))
         if rows:
-            return int(rows[0][0])
+            ((job_id,),) = rows  # one row of one column: the new job's id
+            return int(job_id)
         # The key is taken: by a committed job (found now) or by one whose insert we
         # waited on; a fresh statement sees it either way.
         assert job.idempotency_key is not None

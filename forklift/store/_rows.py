@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -69,35 +69,25 @@ class ClaimedJob:
     batch_id: int | None = None  # the batch it belongs to
 
 
-_CLAIMED_COLUMNS = 11  # the `_claimed` fragment's
+# The `_claimed` fragment's columns (store/fragments.sql), which every claim returns.
+_CLAIMED = tuple(f.name for f in fields(ClaimedJob))
 
 
-def claimed(rows: Sequence[Sequence[Any]]) -> list[ClaimedJob]:
-    """The claim's rows (job_claim's columns, in order) as ClaimedJob."""
-    return [
-        ClaimedJob(
-            id=r[0],
-            queue=r[1],
-            task=r[2],
-            args=r[3] if isinstance(r[3], dict) else json.loads(r[3]),
-            idempotency_key=r[4],
-            priority=r[5],
-            attempt=r[6],
-            max_attempts=r[7],
-            timeout=r[8],
-            wait=r[9],
-            batch_id=r[10],
-        )
-        for r in rows
-    ]
+def claimed(rows: Iterable[Mapping[str, Any]]) -> list[ClaimedJob]:
+    """The claim's rows (read as dicts: dict_row) as ClaimedJob, column by name."""
+    jobs = [ClaimedJob(**{name: row[name] for name in _CLAIMED}) for row in rows]
+    for job in jobs:
+        if not isinstance(job.args, dict):  # jsonb read as text
+            job.args = json.loads(job.args)
+    return jobs
 
 
-def next_due(rows: Sequence[Sequence[Any]], limit: int) -> tuple[float | None] | None:
-    """What job_claim_one's last column says of the next ready job (Claim.next_due): only
-    a claim that took some jobs but fewer than `limit` carries it."""
-    if not rows or len(rows) >= limit or len(rows[0]) < _CLAIMED_COLUMNS + 1:
+def next_due(rows: Sequence[Mapping[str, Any]], limit: int) -> tuple[float | None] | None:
+    """What job_claim_one's `next_due` column says of the next ready job (Claim.next_due):
+    only a claim that took some jobs but fewer than `limit` carries it."""
+    if not rows or len(rows) >= limit or "next_due" not in rows[0]:
         return None
-    return (rows[0][_CLAIMED_COLUMNS],)
+    return (rows[0]["next_due"],)
 
 
 class JobState(enum.StrEnum):

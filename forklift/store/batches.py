@@ -1,4 +1,5 @@
-"""The batch store: the only caller of the batch queries (store/batches.sql).
+"""The batch store: the only caller of the batch queries (store/batches.sql), and of the
+job queries that waiting for a result and cancelling a batch need.
 
 A batch is a row in `batches` and the jobs whose `batch_id` names it. It finishes once:
 the transaction that sets its `finished_at` also enqueues its callback, under the row's
@@ -8,13 +9,16 @@ lock, after seeing none of its jobs open.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from psycopg.rows import class_row, dict_row, scalar_row
+
 from forklift import _sql
+from forklift._bounds import BATCH
 from forklift.store._boundary import Conn, translated
 
 PAGE = 5_000  # rows per statement when reading a batch's jobs
@@ -59,6 +63,18 @@ class BatchCounts:
     last_ended: datetime | None
 
 
+@dataclass(frozen=True, slots=True)
+class CancelledJob:
+    """A job asked to be cancelled: its state (`was`) and owner before, whether it was
+    cancelled (`done`: only ready and running jobs are), and its batch."""
+
+    id: int
+    was: str
+    owner: str | None
+    done: bool
+    batch_id: int | None
+
+
 class BatchStore:
     """Runs the batch queries on connections from `connect` (a pool's `connection`, or a
     one-shot command's), or on a caller's connection where stated."""
@@ -88,9 +104,10 @@ class BatchStore:
             "sealed": sealed,
         }
         with translated("creating the batch failed"):
-            row = conn.execute(self.q["batch_create"], params).fetchone()
-        assert row is not None
-        return int(row[0])
+            cur = conn.cursor(row_factory=scalar_row)
+            batch_id = cur.execute(self.q["batch_create"], params).fetchone()
+        assert batch_id is not None
+        return int(batch_id)
 
     def add(self, batch_id: int, n: int, conn: Conn) -> bool:
         """Count `n` jobs added; False when the batch is sealed, cancelled (or gone)."""
@@ -107,7 +124,7 @@ class BatchStore:
     def done_among(self, batch_ids: list[int]) -> list[int]:
         """Which of these batches look finished (sealed, none of their jobs open)."""
         with self._conn("checking batches failed") as conn:
-            return [r[0] for r in conn.execute(self.q["batch_done_among"], {"ids": batch_ids})]
+            return _ids(conn, self.q["batch_done_among"], {"ids": batch_ids})
 
     def finish(self, batch_id: int) -> Finished | None:
         """Finish the batch if it is sealed and none of its jobs is open, enqueueing its
@@ -115,11 +132,12 @@ class BatchStore:
         with self._conn("finishing the batch failed") as conn, conn.transaction():
             if conn.execute(self.q["batch_lock_open"], {"id": batch_id}).fetchone() is None:
                 return None  # finished already, or not sealed
-            row = conn.execute(self.q["batch_finish"], {"id": batch_id}).fetchone()
+            cur = conn.cursor(row_factory=dict_row)
+            row = cur.execute(self.q["batch_finish"], {"id": batch_id}).fetchone()
         if row is None:
             return None
-        outcome, callback, _, delay = row
-        return Finished(outcome, callback, max(0.0, float(delay or 0.0)))
+        delay = max(0.0, float(row["delay"] or 0.0))
+        return Finished(row["outcome"], row["callback_job_id"], delay)
 
     def finish_if_done(self, batch_ids: set[int]) -> dict[int, Finished]:
         """After jobs of these batches ended (committed): finish those that are done.
@@ -137,13 +155,13 @@ class BatchStore:
         their last enqueue; their ids."""
         params = {"after": after, "limit": limit}
         with self._conn("abandoning batches failed") as conn:
-            return [r[0] for r in conn.execute(self.q["batch_abandon"], params)]
+            return _ids(conn, self.q["batch_abandon"], params)
 
     def sweep_ids(self, after: int, limit: int) -> list[int]:
         """Sealed batches not finished, in id order after `after`."""
         params = {"after": after, "limit": limit}
         with self._conn("reading open batches failed") as conn:
-            return [r[0] for r in conn.execute(self.q["batch_sweep"], params)]
+            return _ids(conn, self.q["batch_sweep"], params)
 
     def prune(self, keep: float, limit: int = 2000) -> int:
         with self._conn("pruning batches failed") as conn:
@@ -153,60 +171,105 @@ class BatchStore:
 
     def get(self, batch_id: int, conn: Conn | None = None) -> BatchRow | None:
         with self._conn("reading the batch failed", conn) as c:
-            row = c.execute(self.q["batch_get"], {"id": batch_id}).fetchone()
-        return None if row is None else BatchRow(*row)
+            cur = c.cursor(row_factory=class_row(BatchRow))
+            return cur.execute(self.q["batch_get"], {"id": batch_id}).fetchone()
+
+    def list_open(self, limit: int) -> list[BatchRow]:
+        """Up to `limit` batches not finished, newest first."""
+        with self._conn("listing batches failed") as conn:
+            cur = conn.cursor(row_factory=class_row(BatchRow))
+            return cur.execute(self.q["batch_list_open"], {"limit": limit}).fetchall()
+
+    def list_finished(self, limit: int) -> list[BatchRow]:
+        """Up to `limit` finished batches, the latest to finish first."""
+        with self._conn("listing batches failed") as conn:
+            cur = conn.cursor(row_factory=class_row(BatchRow))
+            return cur.execute(self.q["batch_list_finished"], {"limit": limit}).fetchall()
+
+    def callback(self, batch_id: int) -> str | None:
+        """The batch's callback as its row keeps it (JSON text); None: it has none."""
+        with self._conn("reading the batch failed") as conn:
+            cur = conn.cursor(row_factory=scalar_row)
+            found: str | None = cur.execute(self.q["batch_callback"], {"id": batch_id}).fetchone()
+            return found
 
     def counts(self, batch_id: int, conn: Conn | None = None) -> BatchCounts:
         with self._conn("counting the batch's jobs failed", conn) as c:
-            rows = c.execute(self.q["batch_counts"], {"id": batch_id}).fetchall()
-        ended = [r[4] for r in rows if r[4] is not None]
+            cur = c.cursor(row_factory=dict_row)
+            rows = cur.execute(self.q["batch_counts"], {"id": batch_id}).fetchall()
+        ended = [r["last_ended"] for r in rows if r["last_ended"] is not None]
         return BatchCounts(
-            {r[0]: int(r[1]) for r in rows},
-            sum(float(r[2]) for r in rows),
-            sum(float(r[3]) for r in rows),
+            {r["state"]: int(r["n"]) for r in rows},
+            sum(float(r["done"]) for r in rows),
+            sum(float(r["total"]) for r in rows),
             max(ended) if ended else None,
         )
 
+    def tally_many(self, rows: list[BatchRow]) -> dict[int, BatchCounts]:
+        """These batches' jobs by state, in one statement, at a cost that does not grow
+        with the jobs that succeeded (the dashboard counts its batches every second):
+        ready, running, dead and cancelled counted through their indexes, succeeded what
+        the total leaves (jobs pruned since count as succeeded); no `last_ended`."""
+        found: dict[int, dict[str, int]] = {r.id: {} for r in rows}
+        progress = dict.fromkeys(found, (0.0, 0.0))
+        if rows:
+            with self._conn("counting the batches' jobs failed") as conn:
+                cur = conn.cursor(row_factory=dict_row)
+                for t in cur.execute(self.q["batch_tally_many"], {"ids": list(found)}):
+                    if t["n"]:
+                        found[t["id"]][t["state"]] = int(t["n"])
+                    if t["state"] == "running":
+                        progress[t["id"]] = (float(t["done"]), float(t["total"]))
+        tallies = {}
+        for row in rows:
+            by_state = found[row.id]
+            by_state["succeeded"] = max(0, row.total - sum(by_state.values()))
+            tallies[row.id] = BatchCounts(by_state, *progress[row.id], None)
+        return tallies
+
     def job_ids(self, batch_id: int) -> list[int]:
-        return [r[0] for r in self._pages("batch_job_ids", batch_id)]
+        return [r["id"] for r in self._pages("batch_job_ids", batch_id)]
 
     def results(self, batch_id: int) -> dict[int, Any]:
         """The succeeded jobs' results, in job order (None: the handler returned none)."""
         return {
-            r[0]: None if r[1] is None else json.loads(r[1])
+            r["id"]: None if r["result"] is None else json.loads(r["result"])
             for r in self._pages("batch_results", batch_id)
         }
 
     def dead(self, batch_id: int, first: int | None = None) -> dict[int, str | None]:
         """The dead jobs' last errors, in job order (only the `first` ones, if given)."""
-        return {r[0]: r[1] for r in self._pages("batch_dead", batch_id, first)}
+        return {r["id"]: r["last_error"] for r in self._pages("batch_dead", batch_id, first)}
 
     def open_job_ids(self, batch_id: int) -> list[int]:
-        return [r[0] for r in self._pages("batch_open_jobs", batch_id)]
+        return [r["id"] for r in self._pages("batch_open_jobs", batch_id)]
 
     def _pages(
         self, query: str, batch_id: int, first: int | None = None
-    ) -> Iterator[tuple[Any, ...]]:
-        """Every row (the `first` ones, if given), a page of PAGE at a time."""
+    ) -> Iterator[dict[str, Any]]:
+        """Every row (the `first` ones, if given), a page of PAGE at a time, in job id
+        order."""
         after, page = 0, PAGE if first is None else min(first, PAGE)
         while True:
             params = {"id": batch_id, "after": after, "limit": page}
             with self._conn("reading the batch's jobs failed") as conn:
-                rows = conn.execute(self.q[query], params).fetchall()
+                rows = conn.cursor(row_factory=dict_row).execute(self.q[query], params).fetchall()
             yield from rows
             if len(rows) < page or first is not None:
                 return
-            after = rows[-1][0]
+            after = rows[-1]["id"]
 
     def job_outcome(
         self, job_id: int, conn: Conn | None = None
     ) -> tuple[str, Any, str | None] | None:
         """A job's state, result (decoded) and last error; None if there is no such job."""
         with self._conn("reading the job failed", conn) as c:
-            row = c.execute(self.q["job_outcome"], {"id": job_id}).fetchone()
-        if row is None:
+            row = c.cursor(row_factory=dict_row).execute(self.q["job_outcome"], {"id": job_id})
+            found = row.fetchone()
+        if found is None:
             return None
-        return row[0], None if row[1] is None else json.loads(row[1]), row[2]
+        result = None if found["result"] is None else json.loads(found["result"])
+        return found["state"], result, found["last_error"]
 
     def job_wait_mark(self, job_id: int, conn: Conn | None = None) -> None:
         with self._conn("marking the job waited for failed", conn) as c:
@@ -218,9 +281,40 @@ class BatchStore:
 
     # -- acting ------------------------------------------------------------------------
 
-    def cancel(self, batch_id: int, by: str) -> bool:
-        """Mark the batch cancelled, and sealed if it was filling; False when it was
-        cancelled already, or finished."""
+    def cancel(self, batch_id: int, by: str, why: str = "") -> tuple[bool, list[CancelledJob]]:
+        """Mark the batch cancelled (by `by`, for `why`), and sealed if it was filling;
+        cancel its ready and running jobs (a running one as `forklift jobs cancel` does:
+        its worker is told to stop); finish it if none of its jobs is left open. Whether
+        this call marked it (False: cancelled already, or finished) and its jobs asked to
+        cancel. A finished batch (or none) is left as it is."""
+        row = self.get(batch_id)
+        if row is None or row.finished_at is not None:
+            return False, []
         with self._conn("cancelling the batch failed") as conn:
-            params = {"id": batch_id, "by": by}
-            return conn.execute(self.q["batch_cancel"], params).fetchone() is not None
+            params = {"id": batch_id, "by": f"{by} ({why})" if why else by}
+            marked = conn.execute(self.q["batch_cancel"], params).fetchone() is not None
+        jobs = self.job_cancel_many(self.open_job_ids(batch_id), by)
+        # Its jobs' cancel finished it if they were its last open ones; this finishes one
+        # that had none open (its end not yet seen by a worker's sweep).
+        self.finish_if_done({batch_id})
+        return marked, jobs
+
+    def job_cancel_many(self, ids: Sequence[int], by: str) -> list[CancelledJob]:
+        """Cancel ready and running jobs now, BATCH at a statement; a running job's worker
+        is told to stop. The error history says by whom: `by`. Then the batches whose
+        last open jobs these were finish. Every job found, in id order."""
+        found: list[CancelledJob] = []
+        asked = sorted(set(ids))
+        with self._conn("cancelling jobs failed") as conn:
+            cur = conn.cursor(row_factory=class_row(CancelledJob))
+            for start in range(0, len(asked), BATCH):
+                params = {"ids": asked[start : start + BATCH], "by": by}
+                found += cur.execute(self.q["job_cancel_many"], params).fetchall()
+        # After the commit: a batch whose last open jobs these were finishes now.
+        self.finish_if_done({j.batch_id for j in found if j.done and j.batch_id is not None})
+        return found
+
+
+def _ids(conn: Conn, query: str, params: dict[str, Any]) -> list[int]:
+    """The ids a statement of one `id` column returns."""
+    return conn.cursor(row_factory=scalar_row).execute(query, params).fetchall()

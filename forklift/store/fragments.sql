@@ -9,7 +9,7 @@
 -- `host:pid:nonce@spid.snonce`, else its own: _ids.liveness_holder) is held by a session
 -- that began after the lease ran out, under a minute ago. Its renewer takes the lease
 -- back within a third of the lease, so meanwhile the job is neither re-run nor
--- dead-lettered (DESIGN invariant 14). A lock held since before the lease ran out
+-- dead-lettered. A lock held since before the lease ran out
 -- vouches for nothing: that owner was not cut off but froze or wedged (SIGSTOP), and its
 -- lease expires as ever. The lock's key is _locks.lock_key's: the first 63 bits of the
 -- SHA-256 of `forklift:liveness:<schema>:<holder>`. A lease that ran out while the server
@@ -33,6 +33,43 @@
             'UTF8')), 'hex'), 16))::bit(64) >> 1)::bigint
       AND a.backend_start > j.lease_until
       AND a.backend_start > now() - interval '60 seconds'))
+
+-- name: _claimed
+-- The columns of a claimed job, every claim's (RETURNING), named as ClaimedJob's fields
+-- (_rows.claimed): a claimed column is added here and there only.
+j.id, j.queue, j.task, j.args, j.idempotency_key, j.priority, j.attempts AS attempt,
+    j.max_attempts, j.timeout,
+    greatest(0, extract(epoch FROM now() - j.available_at))::float8 AS wait, j.batch_id
+
+-- name: _lease_expired
+-- Whether running job `j` is a lost one a claim of these queues (`queues`) may take back:
+-- its lease ran out, its queue is not paused, it has attempts left, and no live owner
+-- vouches for it (_owner_vouched, the costliest test, asked last). A lost job keeps its
+-- place in line: its original due time, not its lease's end.
+j.state = 'running' AND j.lease_until < now()
+      AND j.queue NOT IN (SELECT p.queue FROM {schema}.paused_queues AS p)
+      AND j.attempts < j.max_attempts AND j.queue = ANY(%(queues)s::text[])
+      AND NOT {_owner_vouched}
+
+-- name: _lease_taken
+-- What a claim sets on the job `j` it takes (UPDATE ... SET): running, one more attempt,
+-- its lease `owner`'s for `lease` seconds.
+state = 'running',
+    attempts = j.attempts + 1,
+    lease_owner = %(owner)s::text,
+    lease_until = now() + make_interval(secs => %(lease)s::float8)
+
+-- name: _lease_lost
+-- What a claim sets on a job it takes back from an expired lease (still `running` as it
+-- is taken; UPDATE ... SET): the lost attempt recorded as its last error and among its
+-- errors. A ready job's are left as they are.
+last_error = CASE WHEN j.state = 'running'
+        THEN 'LeaseExpired: lease of ' || j.lease_owner || ' expired' ELSE j.last_error END,
+    errors = CASE WHEN j.state = 'running'
+        THEN j.errors || jsonb_build_object(
+            'attempt', j.attempts, 'at', now(), 'worker', j.lease_owner,
+            'error', 'LeaseExpired: lease of ' || j.lease_owner || ' expired')
+        ELSE j.errors END
 
 -- name: _job_columns
 -- A fragment: the columns a new job's row takes from its producer as they are (every one

@@ -1,7 +1,7 @@
 """The limit store: the only caller of the limit queries (store/limits.sql).
 
-A claim under limits is one round trip of a pipelined transaction: lock the limits'
-rows (limit_lock), then claim in a fresh snapshot (job_claim_limited), which sees every
+A claim under limits is one round trip of a pipelined transaction: take the limits'
+locks (limit_lock), then claim in a fresh snapshot (job_claim_limited), which sees every
 claim committed under them and none in flight. A claim with no limit to hold stays the
 plain one-statement claim (JobStore.job_claim).
 """
@@ -11,9 +11,13 @@ from __future__ import annotations
 import enum
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from psycopg.rows import dict_row
+
 from forklift import _sql
+from forklift._db import column, one, scalar, scalars
 from forklift.limits import Limit
 from forklift.store import ConnSource, translated
 from forklift.store._boundary import pipelined
@@ -21,6 +25,16 @@ from forklift.store._rows import Claim, claimed
 
 # A completion statement to run first in a claim's transaction: (query, params).
 Completing = tuple[str, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class _Applies:
+    """limits_apply's row: the limits a claim must hold, whether all may take the shared
+    path, and whether jobs wait with the key of a limit there is none of."""
+
+    limits: int
+    shared: bool
+    keyed_unlimited: bool
 
 
 class LimitStore:
@@ -39,10 +53,10 @@ class LimitStore:
             self._declare(boot=False)
         params = {"queues": list(queues), "tasks": list(tasks), **_LANES}
         with translated("limit lookup failed", self.where), self.pool.connection() as conn:
-            row = conn.execute(self.q["limits_apply"], params).fetchone()
-        if row is None or not (row[0] or row[2]):
+            row = one(conn.execute(self.q["limits_apply"], params), _Applies)
+        if row is None or not (row.limits or row.keyed_unlimited):
             return Applying.NONE
-        return Applying.SHARED if row[0] and row[1] else Applying.EXACT
+        return Applying.SHARED if row.limits and row.shared else Applying.EXACT
 
     def claim(
         self,
@@ -68,11 +82,13 @@ class LimitStore:
         params["after_keys"] = [tk[1] for _, tk in looked]
         rows, completed, _ = self._pipelined("job_claim_limited", params, complete)
         # (one row of NULLs but `again` when nothing was taken)
-        jobs = claimed([r for r in rows if r[0] is not None])
-        queues_, tasks_, keys_ = rows[0][12:15] if rows else (None, None, None)
-        ended = dict(zip(queues_ or [], zip(tasks_ or [], keys_ or [], strict=True), strict=True))
-        shared = bool(rows and rows[0][16])
-        return Claim(jobs, any(r[11] for r in rows), completed, looked=ended, shared=shared)
+        jobs = claimed([r for r in rows if r["id"] is not None])
+        first = rows[0] if rows else {}
+        ends = (first.get(c) or [] for c in ("after_queues", "after_tasks", "after_keys"))
+        queues_, tasks_, keys_ = ends
+        ended = dict(zip(queues_, zip(tasks_, keys_, strict=True), strict=True))
+        again = any(r["again"] for r in rows)
+        return Claim(jobs, again, completed, looked=ended, shared=bool(first.get("shared")))
 
     def claim_shared(
         self,
@@ -90,7 +106,7 @@ class LimitStore:
         `declined` (no lane free, or too close to a limit; `complete` is written all the
         same): claim on the exact path."""
         params = _params(queues, tasks, owner, limit, lease, expired, shared=True)
-        rows, completed, exact = self._pipelined("job_claim_shared", params, complete, "limit_path")
+        rows, completed, exact = self._pipelined("job_claim_shared", params, complete, path=True)
         return Claim([] if exact else claimed(rows), False, completed, declined=exact)
 
     def _pipelined(
@@ -98,24 +114,29 @@ class LimitStore:
         claim: str,
         params: dict[str, Any],
         complete: Completing | None,
-        after: str | None = None,
-    ) -> tuple[list[Any], set[int], bool]:
-        """[complete;] lock; claim; [after;] in one transaction and one round trip: the
-        claim's rows, the ids completed, and what `after` said."""
+        *,
+        path: bool = False,
+    ) -> tuple[list[dict[str, Any]], set[int], bool]:
+        """[complete;] lock; claim; [limit_path;] in one transaction and one round trip:
+        the claim's rows (by column name), the ids completed, and whether the claim
+        declined (limit_path, asked with `path`)."""
         statements: list[tuple[str, Any]] = [
             (self.q["limit_lock"], params),
             (self.q[claim], params),
         ]
         if complete is not None:
             statements[:0] = [(self.q["claim_completing"], None), complete]
-        if after is not None:
-            statements.append((self.q[after], None))
+        if path:
+            statements.append((self.q["limit_path"], None))
         with translated("claim failed", self.where), self.pool.connection() as conn:
             cursors = pipelined(conn, statements)
-            completed = {r[0] for r in cursors[1]} if complete is not None else set()
-            rows = cursors[-2 if after is not None else -1].fetchall()
-            flag = cursors[-1].fetchone() if after is not None else None
-        return rows, completed, bool(flag and flag[0])
+            completed = set(column(cursors[1], "id")) if complete is not None else set()
+            named = cursors[-2:] if path else cursors[-1:]  # the claim's, limit_path's
+            for cursor in named:
+                cursor.row_factory = dict_row
+            rows = named[0].fetchall()
+            said = named[1].fetchone() if path else None
+        return rows, completed, bool(said and said["exact"])
 
     def wake_in(
         self, queues: Sequence[str], tasks: Sequence[str], since: float = 0.0
@@ -125,8 +146,8 @@ class LimitStore:
         concurrency slot notifies)."""
         params = {"queues": list(queues), "tasks": list(tasks), "since": max(0.0, since)}
         with translated("limit lookup failed", self.where), self.pool.connection() as conn:
-            row = conn.execute(self.q["limit_wake"], params).fetchone()
-        return None if row is None or row[0] is None else float(row[0])
+            wake_in = scalar(conn.execute(self.q["limit_wake"], params))
+        return None if wake_in is None else float(wake_in)
 
     def stopping_renew(self, held: Sequence[tuple[int, int]], owner: str, lease: float) -> set[int]:
         """Extend the holds of cancelled jobs whose handlers still run at `owner`, as
@@ -138,7 +159,7 @@ class LimitStore:
             "lease": lease,
         }
         with translated("renewing holds failed", self.where), self.pool.connection() as conn:
-            return {r[0] for r in conn.execute(self.q["job_stopping_renew"], params)}
+            return set(scalars(conn.execute(self.q["job_stopping_renew"], params)))
 
     def stopping_let_go(self, job_id: int, attempt: int, owner: str) -> None:
         """A cancelled job's handler stopped at `owner`: its hold ends, its slots free."""
@@ -173,7 +194,7 @@ class LimitStore:
 class Applying(enum.Enum):
     """Which claim a worker's queues and tasks need."""
 
-    NONE = "plain"  # no limit: the plain claim
+    NONE = "none"  # no limit to hold: the plain claim
     EXACT = "exact"  # lock each limit, then count and claim
     SHARED = "shared"  # far from every limit: the shared path first
 

@@ -24,35 +24,45 @@ WITH RECURSIVE keyed(queue, task) AS (
         ORDER BY j.queue, j.task LIMIT 1
     ) AS n
 )
-SELECT count(*),
+SELECT count(*) AS limits,
        coalesce(bool_and(l.rate IS NULL AND NOT l.keyed
-                         AND l.concurrency >= 2 * %(lanes)s * %(lane_claim)s), false),
+                         AND l.concurrency >= 2 * %(lanes)s * %(lane_claim)s), false) AS shared,
        EXISTS (SELECT 1 FROM keyed k
                WHERE k.task = ANY(%(tasks)s::text[])
                  AND k.task NOT IN (SELECT t.name FROM {schema}.limits t
                                     WHERE t.scope = 'task'
                                       AND (t.concurrency IS NOT NULL OR t.rate IS NOT NULL)))
+           AS keyed_unlimited
 FROM {schema}.limits l
 WHERE (l.concurrency IS NOT NULL OR l.rate IS NOT NULL)
   AND ((l.scope = 'task' AND l.name = ANY(%(tasks)s::text[]))
     OR (l.scope = 'queue' AND l.name = ANY(%(queues)s::text[])));
 
--- name: job_claim_shared
--- job_claim on the shared path, after limit_lock (shared): the plain claim of up to
--- `lane_claim` jobs (none under a limit it does not hold), taken only if a lane was free
--- and every limit it holds has room for what runs plus `lanes` such claims; otherwise
--- nothing, and `forklift.exact` says to claim on the exact path.
-WITH held AS (
-    SELECT l.id, l.scope, l.name, l.concurrency, l.rate, l.keyed
+-- name: _limits_held
+-- The first part of a claim under limits (job_claim_shared, job_claim_limited), after
+-- limit_lock in its transaction: `held`, the limits whose locks it holds (their ids in
+-- `forklift.limits`); `clock`, the time its jobs start at, read after the locks (a start
+-- no claim before it counted); `unheld`, every other limit in force, whose jobs wait for
+-- a claim that holds it.
+held AS (
+    SELECT l.id, l.scope, l.name, l.concurrency, l.rate, l.per, l.keyed, l.key_arg
     FROM {schema}.limits l
     WHERE l.id = ANY(string_to_array(current_setting('forklift.limits'), ',')::bigint[])
 ), clock AS (
-    SELECT clock_timestamp() AS at  -- after the locks: a start no claim before it counted
+    SELECT clock_timestamp() AS at
 ), unheld AS (
     SELECT l.scope, l.name FROM {schema}.limits l
     WHERE (l.concurrency IS NOT NULL OR l.rate IS NOT NULL)
       AND l.id NOT IN (SELECT id FROM held)
-), room AS (
+)
+
+-- name: _lane_room
+-- Whether a claim on the shared path may claim (after _limits_held): `room`, whether it
+-- holds a lane and every limit it holds (none keyed, none with a rate) has room for what
+-- runs plus `lanes` claims of `lane_claim` jobs; `said`, the answer noted in
+-- `forklift.exact` (limit_path reads it), and the queues woken (`woke`) when it declines
+-- after completing jobs in its transaction, whose freed slots woke no worker.
+room AS (
     SELECT current_setting('forklift.lane') <> '' AND NOT EXISTS (
         SELECT 1 FROM held h
         WHERE h.rate IS NOT NULL OR h.keyed OR h.concurrency IS NULL
@@ -67,14 +77,19 @@ WITH held AS (
                   OR (h.scope = 'queue' AND j.queue = h.name))
     ) AS ok
 ), said AS (
-    -- (Declining after completing jobs in its transaction, whose freed slots woke no
-    -- worker: it wakes its queues, being near a limit.)
     SELECT set_config('forklift.exact', (NOT ok)::text, true) AS exact,
            CASE WHEN NOT ok AND current_setting('forklift.claiming', true) = 'on'
                 THEN (SELECT count(pg_notify('{channel}', q)) FROM unnest(%(queues)s::text[]) AS q)
            END AS woke
     FROM room
-), ready AS (
+)
+
+-- name: job_claim_shared
+-- job_claim on the shared path, after limit_lock (shared): the plain claim of up to
+-- `lane_claim` jobs (none under a limit it does not hold), taken only if a lane was free
+-- and every limit it holds has room for what runs plus `lanes` such claims; otherwise
+-- nothing, and `forklift.exact` says to claim on the exact path.
+WITH {_limits_held}, {_lane_room}, ready AS (
     -- The first jobs of each queue's two claim indexes (no limit's key stored, and one
     -- stored: migration 0007); on this path no limit held is keyed.
     SELECT c.id, c.priority, c.available_at
@@ -112,12 +127,9 @@ WITH held AS (
     SELECT j.id, j.priority, j.available_at
     FROM {schema}.jobs j
     WHERE %(expired)s::boolean AND (SELECT exact FROM said) = 'false'
-      AND j.state = 'running' AND j.lease_until < now()
-      AND j.queue NOT IN (SELECT p.queue FROM {schema}.paused_queues AS p)
       AND j.queue NOT IN (SELECT u.name FROM unheld u WHERE u.scope = 'queue')
       AND j.task NOT IN (SELECT u.name FROM unheld u WHERE u.scope = 'task')
-      AND j.attempts < j.max_attempts AND j.queue = ANY(%(queues)s::text[])
-      AND NOT {_owner_vouched}
+      AND {_lease_expired}
     ORDER BY j.priority DESC, j.available_at, j.id
     LIMIT least(%(limit)s, %(lane_claim)s)
     FOR UPDATE SKIP LOCKED
@@ -128,24 +140,13 @@ WITH held AS (
     LIMIT least(%(limit)s, %(lane_claim)s)
 )
 UPDATE {schema}.jobs AS j SET
-    state = 'running',
-    attempts = j.attempts + 1,
-    lease_owner = %(owner)s::text,
-    lease_until = now() + make_interval(secs => %(lease)s::float8),
+    {_lease_taken},
     started_at = (SELECT at FROM clock),
     limited = j.task IN (SELECT h.name FROM held h WHERE h.scope = 'task')
            OR j.queue IN (SELECT h.name FROM held h WHERE h.scope = 'queue'),
-    last_error = CASE WHEN j.state = 'running'
-        THEN 'LeaseExpired: lease of ' || j.lease_owner || ' expired' ELSE j.last_error END,
-    errors = CASE WHEN j.state = 'running'
-        THEN j.errors || jsonb_build_object(
-            'attempt', j.attempts, 'at', now(), 'worker', j.lease_owner,
-            'error', 'LeaseExpired: lease of ' || j.lease_owner || ' expired')
-        ELSE j.errors END
+    {_lease_lost}
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
-RETURNING j.id, j.queue, j.task, j.args, j.idempotency_key, j.priority, j.attempts,
-          j.max_attempts, j.timeout,
-          greatest(0, extract(epoch FROM now() - j.available_at))::float8, j.batch_id;
+RETURNING {_claimed};
 
 -- name: claim_completing
 -- First in a claim's transaction that completes jobs too: their freed slots wake no
@@ -154,7 +155,7 @@ SELECT set_config('forklift.claiming', 'on', true);
 
 -- name: limit_path
 -- After job_claim_shared: whether it declined (claim on the exact path).
-SELECT current_setting('forklift.exact', true) = 'true';
+SELECT current_setting('forklift.exact', true) = 'true' AS exact;
 
 -- name: limit_lock
 -- A limited claim's first statement: take a transaction lock per limit of these queues
@@ -190,38 +191,12 @@ FROM (
     ) AS s
 ) AS h;
 
--- name: job_claim_limited
--- job_claim under limits, after limit_lock in the same transaction. Jobs of a full key
--- (running at its concurrency, or its rate window full) are passed over, so a busy key
--- never hides the others; among the rest, each key admits as many as it has room for,
--- in line order, then each queue limit among those. A job under a limit this claim does
--- not hold waits for a claim that does. Returns job_claim's columns, then whether
--- candidates were turned away (claim again: their keys are now full).
---
--- Where it looks, per queue (migration 0007):
--- - `plain`: the first `limit` jobs with no key stored (jobs_ready_unlimited_idx). A
---   job of a limited task among them (its producer did not know the limit) is keyed by
---   its arguments; if there are any, the first `limit` + `rekey` of the queue's jobs are
---   stored with their keys (`rekeyed`, all but those taken): they move to the limited
---   indexes, and a later claim does not walk past them again.
--- - `walked`: the jobs with a key stored (jobs_ready_limited_idx), in line order, at most
---   `limit` + `visit` of them.
--- - `heads`: only when that walk stopped at its length short of `limit` candidates (the
---   keys in front are full): the first jobs of every other key with room, found one probe
---   per key (jobs_ready_key_idx), at most `keys` keys. So a key with 10,000 held-back
---   jobs costs a claim what one with 10 does, and the first of another key still runs
---   before them.
-WITH RECURSIVE held AS (
-    SELECT l.id, l.scope, l.name, l.concurrency, l.rate, l.per, l.keyed, l.key_arg
-    FROM {schema}.limits l
-    WHERE l.id = ANY(string_to_array(current_setting('forklift.limits'), ',')::bigint[])
-), clock AS (
-    SELECT clock_timestamp() AS at
-), unheld AS (
-    SELECT l.scope, l.name FROM {schema}.limits l
-    WHERE (l.concurrency IS NOT NULL OR l.rate IS NOT NULL)
-      AND l.id NOT IN (SELECT id FROM held)
-), task_limits AS (
+-- name: _limits_used
+-- The held limits' use (after _limits_held): `task_limits`, every task limit, held or
+-- not, and how a job of its task is keyed; `used`, per held limit and key, the jobs
+-- running under it and the starts in its rate window; `full_keys` (limit, key) and
+-- `full_tasks` (task, key), those with no room.
+task_limits AS (
     -- Every task limit, held or not: how a job of its task is keyed.
     SELECT l.name, l.keyed, l.key_arg FROM {schema}.limits l
     WHERE l.scope = 'task' AND (l.concurrency IS NOT NULL OR l.rate IS NOT NULL)
@@ -258,7 +233,20 @@ WITH RECURSIVE held AS (
     -- (task, key) pairs with no room; an unkeyed limit's jobs all have key ''.
     SELECT h.name AS task, f.key FROM full_keys f JOIN held h ON h.id = f.id
     WHERE h.scope = 'task'
-), open_queues AS (
+)
+
+-- name: _limited_walks
+-- Where a claim under limits looks first, per queue neither paused, nor under a limit it
+-- does not hold, nor full (`open_queues`), in line order (migration 0007):
+-- - `plain`: the first `limit` jobs with no key stored (jobs_ready_unlimited_idx), each
+--   with the key a limit of its task gives it (NULL: no limit). A job of a limited task
+--   among them (its producer did not know the limit) is keyed by its arguments; if there
+--   are any, the first `limit` + `rekey` of the queue's jobs are stored with their keys
+--   (_limited_taken's `rekeyed`, all but those taken): they move to the limited indexes,
+--   and a later claim does not walk past them again.
+-- - `walked`: the jobs with a key stored (jobs_ready_limited_idx), at most `limit` +
+--   `visit` of them; `open_walked`, those whose task is held and key not full.
+open_queues AS (
     SELECT q.name FROM unnest(%(queues)s::text[]) AS q(name)
     WHERE q.name NOT IN (SELECT p.queue FROM {schema}.paused_queues AS p)
       AND q.name NOT IN (SELECT u.name FROM unheld u WHERE u.scope = 'queue')
@@ -294,7 +282,16 @@ WITH RECURSIVE held AS (
     SELECT w.* FROM walked w
     WHERE w.task NOT IN (SELECT u.name FROM unheld u WHERE u.scope = 'task')
       AND (w.task, w.key) NOT IN (SELECT f.task, f.key FROM full_tasks f)
-), cut AS (
+)
+
+-- name: _limited_heads
+-- Where a claim under limits looks next (after _limited_walks): only in the queues whose
+-- walk stopped at its length short of `limit` candidates (`cut`: the keys in front are
+-- full), the first jobs of every other key with room (`heads`), found one probe per key
+-- (jobs_ready_key_idx), at most `keys` keys (`looked`) from where the last claim's look
+-- ended (`after_*`). So a key with 10,000 held-back jobs costs a claim what one with 10
+-- does, and the first of another key still runs before them.
+cut AS (
     -- Queues whose walk stopped at its length with fewer than `limit` jobs to offer.
     SELECT w.queue FROM walked w GROUP BY w.queue
     HAVING count(*) >= %(limit)s + %(visit)s
@@ -354,16 +351,19 @@ WITH RECURSIVE held AS (
     WHERE k.task NOT IN (SELECT u.name FROM unheld u WHERE u.scope = 'task')
       AND (k.task, k.key) NOT IN (SELECT f.task, f.key FROM full_tasks f)
       AND c.id NOT IN (SELECT id FROM walked)
-), expired AS (
+)
+
+-- name: _limited_candidates
+-- What a claim under limits may take (after _limited_heads): the jobs it found ready and
+-- open, and (with `expired`) lost ones (`expired`), each with its key and the held
+-- limits it counts against (`task_limit`, `queue_limit`; NULL: none).
+expired AS (
     SELECT j.id, j.priority, j.available_at, j.queue, j.task,
            CASE WHEN t.name IS NULL THEN j.limit_key
                 WHEN t.keyed THEN coalesce(j.limit_key, j.args ->> t.key_arg, '')
                 ELSE coalesce(j.limit_key, '') END AS key
     FROM {schema}.jobs j LEFT JOIN task_limits t ON t.name = j.task
-    WHERE %(expired)s::boolean AND j.state = 'running' AND j.lease_until < now()
-      AND j.queue NOT IN (SELECT p.queue FROM {schema}.paused_queues AS p)
-      AND j.attempts < j.max_attempts AND j.queue = ANY(%(queues)s::text[])
-      AND NOT {_owner_vouched}
+    WHERE %(expired)s::boolean AND {_lease_expired}
     ORDER BY j.priority DESC, j.available_at, j.id
     LIMIT %(limit)s
 ), candidates AS (
@@ -380,7 +380,14 @@ WITH RECURSIVE held AS (
     -- an expired job under a limit this claim does not hold waits, as a ready one does
     WHERE NOT EXISTS (SELECT 1 FROM unheld u WHERE (u.scope = 'task' AND u.name = c.task)
                                              OR (u.scope = 'queue' AND u.name = c.queue))
-), by_task AS (
+)
+
+-- name: _limited_admitted
+-- What a claim under limits would take (after _limited_candidates): among the
+-- candidates, in line order, each task key admits as many as it has room for
+-- (`task_admitted`), then each queue limit among those (`admitted`); of those under a
+-- limit, at most its worker's `share`; at most `limit` in all (`picked`).
+by_task AS (
     -- Room per task key: its limit less what runs (an expired job re-run here keeps
     -- the slot it holds) and less what started in its window.
     SELECT c.*,
@@ -432,7 +439,14 @@ WITH RECURSIVE held AS (
     WHERE NOT limited OR nth_limited <= (SELECT n FROM share)
     ORDER BY priority DESC, available_at, id
     LIMIT %(limit)s
-), taken AS (
+)
+
+-- name: _limited_taken
+-- What a claim under limits takes and writes besides its jobs (after _limited_admitted):
+-- `taken`, the picked jobs still free, locked; `rekeyed`, the unkeyed jobs of limited
+-- tasks its walk met, stored with their keys; `counted`, what those taken add to their
+-- rate windows; `told`, the queues woken for what it left free to run.
+taken AS (
     -- Only what it takes is locked (no candidate row is written): a job another claim
     -- took meanwhile, one that holds no limit this claim holds, is passed over.
     SELECT j.id FROM {schema}.jobs j
@@ -495,7 +509,13 @@ WITH RECURSIVE held AS (
         WHERE a.id NOT IN (SELECT id FROM picked)
     ) AS b
     WHERE current_setting('forklift.claiming', true) = 'on'
-), took_share AS (
+)
+
+-- name: _limited_again
+-- Whether a claim under limits should claim again at once, and what the claimer keeps
+-- (after _limited_taken): `cut_short`, its one row (`again`, `after_*`, `woke`,
+-- `shared`).
+took_share AS (
     SELECT count(*) >= (SELECT n FROM share) AS took FROM picked WHERE limited
 ), cut_short AS (
     -- Fewer taken than asked while a walk stopped at its length, past which there may be
@@ -523,33 +543,39 @@ WITH RECURSIVE held AS (
            (SELECT array_agg(l.key ORDER BY l.queue) FROM (
                 SELECT DISTINCT ON (queue) queue, task, key FROM looked
                 ORDER BY queue, task DESC, key DESC) AS l) AS after_keys
-), claimed AS (
+)
+
+-- name: job_claim_limited
+-- job_claim under limits, after limit_lock in the same transaction. Jobs of a full key
+-- (running at its concurrency, or its rate window full) are passed over, so a busy key
+-- never hides the others; among the rest, each key admits as many as it has room for,
+-- in line order, then each queue limit among those. A job under a limit this claim does
+-- not hold waits for a claim that does. Returns the claimed columns (`_claimed`), then
+-- whether candidates were turned away (`again`: their keys are now full), where its look
+-- at the keys ended (`after_*`), and whether it took its share (`shared`).
+--
+-- Built of the fragments above, in order, each naming the CTEs it adds from those of
+-- the ones before it (each is run alone in tests/integration/test_claim_parts.py).
+WITH RECURSIVE {_limits_held},
+{_limits_used},
+{_limited_walks},
+{_limited_heads},
+{_limited_candidates},
+{_limited_admitted},
+{_limited_taken},
+{_limited_again}, claimed AS (
     UPDATE {schema}.jobs AS j SET
-        state = 'running',
-        attempts = j.attempts + 1,
-        lease_owner = %(owner)s::text,
-        lease_until = now() + make_interval(secs => %(lease)s::float8),
+        {_lease_taken},
         started_at = (SELECT at FROM clock),
         limited = p.limited,
         limit_key = coalesce(j.limit_key, p.key),
-        last_error = CASE WHEN j.state = 'running'
-            THEN 'LeaseExpired: lease of ' || j.lease_owner || ' expired' ELSE j.last_error END,
-        errors = CASE WHEN j.state = 'running'
-            THEN j.errors || jsonb_build_object(
-                'attempt', j.attempts, 'at', now(), 'worker', j.lease_owner,
-                'error', 'LeaseExpired: lease of ' || j.lease_owner || ' expired')
-            ELSE j.errors END
+        {_lease_lost}
     FROM picked AS p
     WHERE j.id = p.id AND j.id IN (SELECT id FROM taken)
-    RETURNING j.id, j.queue, j.task, j.args, j.idempotency_key, j.priority, j.attempts,
-              j.max_attempts, j.timeout,
-              greatest(0, extract(epoch FROM now() - j.available_at))::float8 AS wait,
-              j.batch_id
+    RETURNING {_claimed}
 )
 -- At least one row, so that `again` is told when nothing was taken (a row of NULLs then).
-SELECT c.id, c.queue, c.task, c.args, c.idempotency_key, c.priority, c.attempts,
-       c.max_attempts, c.timeout, c.wait, c.batch_id, s.again,
-       s.after_queues, s.after_tasks, s.after_keys, s.woke, s.shared
+SELECT c.*, s.again, s.after_queues, s.after_tasks, s.after_keys, s.woke, s.shared
 FROM cut_short AS s LEFT JOIN claimed AS c ON true;
 
 -- name: limit_wake
@@ -561,7 +587,7 @@ FROM cut_short AS s LEFT JOIN claimed AS c ON true;
 -- interval while the window stands open. A delayed job counts if it fell due after the
 -- claim: one due before, it passed over (held back by a full key), and one due since
 -- gives 0. Each queue's next is one probe of each due-time index (migration 0011).
-SELECT CASE WHEN w.at IS NOT NULL THEN greatest(0, w.at) END::float8
+SELECT CASE WHEN w.at IS NOT NULL THEN greatest(0, w.at) END::float8 AS wake_in
 FROM (SELECT least(
     (SELECT min({schema}.limit_window_frees(w.newest, w.counts, l.per / 100))
             - extract(epoch FROM clock_timestamp())

@@ -101,13 +101,9 @@ WITH line AS (
     ) AS c
     WHERE q.name NOT IN (SELECT p.queue FROM {schema}.paused_queues AS p)
 ), expired AS (
-    -- A lost job keeps its place in line: its original due time, not its lease's end.
     SELECT j.id, j.priority, j.available_at
     FROM {schema}.jobs j
-    WHERE %(expired)s::boolean AND j.state = 'running' AND j.lease_until < now()
-      AND j.queue NOT IN (SELECT p.queue FROM {schema}.paused_queues AS p)
-      AND j.attempts < j.max_attempts AND j.queue = ANY(%(queues)s::text[])
-      AND NOT {_owner_vouched}
+    WHERE %(expired)s::boolean AND {_lease_expired}
     ORDER BY j.priority DESC, j.available_at, j.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -149,18 +145,9 @@ WITH line AS (
     LIMIT %(limit)s
 )
 UPDATE {schema}.jobs AS j SET
-    state = 'running',
-    attempts = j.attempts + 1,
-    lease_owner = %(owner)s::text,
-    lease_until = now() + make_interval(secs => %(lease)s::float8),
+    {_lease_taken},
     started_at = now(),
-    last_error = CASE WHEN j.state = 'running'
-        THEN 'LeaseExpired: lease of ' || j.lease_owner || ' expired' ELSE j.last_error END,
-    errors = CASE WHEN j.state = 'running'
-        THEN j.errors || jsonb_build_object(
-            'attempt', j.attempts, 'at', now(), 'worker', j.lease_owner,
-            'error', 'LeaseExpired: lease of ' || j.lease_owner || ' expired')
-        ELSE j.errors END
+    {_lease_lost}
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND {_claim_commit}
 RETURNING {_claimed};
 
@@ -170,7 +157,7 @@ RETURNING {_claimed};
 -- every run (a generic plan knows no limit and scans a whole backlog: 22 ms a claim of
 -- one among 1,000,000 ready jobs, against 0.5 ms), and job_claim's planning was half
 -- the time an idle worker took to claim a new job (0.5 of 1.0 ms, fsync included).
--- A claim that did not fill also says, in a last column of each row, when the next job
+-- A claim that did not fill also says, in a last column of each row (`next_due`), when the next job
 -- it could take falls due (as job_next_available: a job due now that it did not take is
 -- another claim's, or under a limit; the jobs it took, which its snapshot still sees
 -- ready, are due now too). The worker then sleeps until then without a lookup of its own,
@@ -187,10 +174,7 @@ WITH picked AS (
     FOR UPDATE SKIP LOCKED
 )
 UPDATE {schema}.jobs AS j SET
-    state = 'running',
-    attempts = j.attempts + 1,
-    lease_owner = %(owner)s::text,
-    lease_until = now() + make_interval(secs => %(lease)s::float8),
+    {_lease_taken},
     started_at = now()
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND {_claim_commit}
 RETURNING {_claimed},
@@ -201,7 +185,7 @@ RETURNING {_claimed},
           AND n.available_at > now()
         ORDER BY n.available_at
         LIMIT 1
-    ) END;
+    ) END AS next_due;
 
 -- name: _claim_commit
 -- A fragment: how a claim's commit waits. A claim on its own (`%(alone)s`) commits
@@ -217,12 +201,6 @@ RETURNING {_claimed},
 (SELECT set_config('synchronous_commit',
     CASE WHEN %(alone)s::boolean THEN 'off' ELSE current_setting('synchronous_commit') END,
     true)) IS NOT NULL
-
--- name: _claimed
--- A fragment: the columns of a claimed job, as _rows.claimed reads them.
-j.id, j.queue, j.task, j.args, j.idempotency_key, j.priority, j.attempts,
-    j.max_attempts, j.timeout,
-    greatest(0, extract(epoch FROM now() - j.available_at))::float8, j.batch_id
 
 -- name: job_next_available
 -- Seconds until the next job a plain claim of the given queues could take falls due,

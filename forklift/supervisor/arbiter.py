@@ -73,10 +73,11 @@ def maintenance_thread(
     totals: Totals,
     db: DbThread,
 ) -> DbThread | None:
-    """Maintenance on a thread and a connection of its own (DESIGN invariant 25): a
-    VACUUM or a prune of a big table takes minutes, while deaths must be charged,
-    schedules fired and the probes refreshed within a second (on `db`). Its connection
-    opens on the replica that holds the maintenance lock only."""
+    """Maintenance on a thread and a connection of its own, since nothing slow may share
+    either with what must be prompt: a VACUUM or a prune of a big table takes minutes,
+    while deaths must be charged, schedules fired and the probes refreshed within a
+    second (on `db`). Its connection opens on the replica that holds the maintenance lock
+    only."""
     w = cfg.worker
     if not w.maintenance:
         return None
@@ -130,7 +131,7 @@ class Supervisor:
         self.session = SupervisorSession(session_dsn, timeouts, app.schema, news_of, self.fanout)
         self.board = SnapshotBoard(Snapshot(last_tick=time.monotonic()))
         # Asked on the database thread, never before the port is bound or the first fork:
-        # a database that never answers must not delay /healthz (DESIGN invariant 15).
+        # a database that never answers must not delay /healthz.
         self.boot = BootCheck(app.dsn, timeouts, held.connection, cfg.refused_grace)
         self.failure: ForkliftError | None = None  # why the supervisor gave up, if it did
         self.db = DbThread([DbService("boot", 0.5, self.boot.run_once), *self._db_services(cfg)])

@@ -15,7 +15,7 @@ from typing import NoReturn
 
 from forklift.app import App
 from forklift.metrics import Tally
-from forklift.shared_counts import SharedCounts
+from forklift.shared_tally import SharedTally
 from forklift.shared_vouch import SharedVouch
 from forklift.store import ClaimedJob
 from forklift.supervisor.config import SupervisorConfig
@@ -47,7 +47,7 @@ class ChildSpec:
     report_fd: int
     parent_pid: int
     hint_fd: int | None = None  # the parent's session thread's orders (LISTEN, forwarded)
-    counts: SharedCounts | None = None  # its job outcome counters, shared with the parent
+    counts: SharedTally | None = None  # its job outcome counters, shared with the parent
     # Its claim loop's self-pipe (read, write), whose write end the parent's session
     # thread has too: a new job's NEWS (session.HintFanout).
     wake_fds: tuple[int, int] | None = None

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forklift._events import emit
-from forklift.shared_counts import SharedCounts
+from forklift.shared_tally import SharedTally
 from forklift.supervisor.exits import ChildFacts
 from forklift.supervisor.reports import (
     Booted,
@@ -90,7 +90,7 @@ class Child:
     booted: bool = False  # it said its worker loop runs
     reported: bool = False  # it has said anything at all since its fork
     on_close: Callable[[], None] | None = None  # forgets its hint pipes (the spawner's)
-    counts: SharedCounts | None = None  # its job outcome counters (shared_counts.py)
+    counts: SharedTally | None = None  # its job outcome counters (shared_tally.py)
     # Read from its counters after its exit: a group commit it sent and never heard back
     # from, (id, attempt, key) each, for the database to settle (Reaper).
     unanswered: list[tuple[int, int, tuple[str, str, str]]] = field(default_factory=list)
@@ -198,7 +198,7 @@ class Child:
         self._reports.close()
         if self.counts is not None:
             self.take_counts()  # what it counted before it exited, killed or not
-            self.unanswered = self.counts.pending()
+            self.unanswered = self.counts.unanswered()
             self.counts.close()
             self.counts = None
         if self.handlers is not None:

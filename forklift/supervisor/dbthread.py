@@ -2,7 +2,7 @@
 connection, fed by the loop through a queue and by the periodic services on their own
 schedules.
 
-The loop never waits on the database (DESIGN invariant 15): what it decides (charge a
+The loop never waits on the database: what it decides (charge a
 dead child's jobs, end a killed child's sessions) it submits here and goes on. Work runs
 in the order it was submitted, so a timeout's charge comes before the release of the
 killed child's other jobs. A round that raises is logged and outlived.

@@ -1,7 +1,8 @@
 """Who decides that a worker is dead, and what its jobs are charged: one authority.
 
-DESIGN invariant 14. `AUTHORITY` below is the table, row by row: who decides, about
-whom, on what evidence, and what the jobs are charged. Nothing else charges a job.
+Its own supervisor's reaper, else a peer that finds the owner's liveness lock free, else
+lease expiry. `AUTHORITY` below is the table, row by row: who decides, about whom, on
+what evidence, and what the jobs are charged. Nothing else charges a job.
 
 Never proof of death on its own: a late registry heartbeat (the registry is for
 display), an ended session of a child (its supervisor vouches for it), a notification.

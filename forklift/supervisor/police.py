@@ -61,8 +61,8 @@ class Police:
     def enforce_timeouts(self, now: float) -> None:
         """A job past its task's timeout: kill its child, and note the job, which its
         reaper charges (a timeout, never a crash) once the child is dead. Not before:
-        until its handler has stopped, the job keeps its limit's slot and its next
-        attempt waits (DESIGN invariant 20)."""
+        until its handler has stopped, the job keeps its limit's slot (a limit is never
+        exceeded, not even briefly) and its next attempt waits."""
         for child in self.children:
             for job in list(child.jobs.values()):
                 if not job.overdue(now) or job.job_id in child.timed_out:

@@ -1,7 +1,7 @@
 """What /healthz, /readyz and the live gauges of /metrics answer.
 
 Each answer is read from memory: the loop's published snapshot, and the database's last
-answers, which `refresh()` gathers on an ops thread (never on the request path). Nothing
+answers, which `refresh()` gathers on the database thread (never on the request path). Nothing
 here touches the loop's live state.
 """
 
@@ -27,7 +27,7 @@ from forklift.supervisor.snapshot import SnapshotBoard
 
 log = logging.getLogger(__name__)
 
-REFRESH_EVERY = 1.0  # the database is read for the probes this often (an ops thread)
+REFRESH_EVERY = 1.0  # the database is read for the probes this often (on the database thread)
 STALE_AFTER = 10.0  # an answer older than this is no answer (the refresher is stuck)
 STALLED_AFTER = 10.0  # a loop silent this long fails /healthz
 
@@ -100,7 +100,7 @@ class Probes:
 
     def refresh(self) -> None:
         """Ping the database and, if it answers, read the served queues' counts and the
-        prefetched collectors (the ops thread's work, every REFRESH_EVERY s); logs a change
+        prefetched collectors (the database thread's work, every REFRESH_EVERY s); logs a change
         of reachability only."""
         if not self._ping():
             self._stats = _Cached(None, time.monotonic())

@@ -1,7 +1,7 @@
 """A progress line while work flows: `supervisor.progress done=… rate=…/s failed=… backlog=…`.
 
 At INFO a supervisor otherwise says nothing between `worker.started` and its stop, however
-many jobs run (successes log at DEBUG). This service, run on the registry's ops thread,
+many jobs run (successes log at DEBUG). This service, run on the database thread (dbthread.py),
 logs one line every `every` seconds while jobs finish or wait, and keeps quiet when
 nothing moves.
 """

@@ -4,7 +4,8 @@ order as a line on the child's hint pipe, a new job as a byte on its claim loop'
 self-pipe), and the lock that makes this replica the one that maintains.
 
 One connection for what needs a session, whatever the number of children: a child holds
-only the connection its claims, renewals and completions share (DESIGN invariant 18).
+only the connection its claims, renewals and completions share (`--workers N` holds at
+most N + 2 connections while handlers do not use ctx.transaction()).
 The thread owns the connection; nothing else touches it. The loop only ever adds and
 removes children's pipes on the `HintFanout`, under a lock no I/O waits under (a write
 to a pipe is non-blocking; a full pipe drops the hint, as a missed NOTIFY would be).

@@ -14,7 +14,7 @@ from forklift._events import emit
 from forklift._ids import child_owner
 from forklift.app import App
 from forklift.metrics import Totals
-from forklift.shared_counts import SharedCounts
+from forklift.shared_tally import SharedTally
 from forklift.shared_vouch import SharedVouch
 from forklift.supervisor.boot import ChildSpec, child_main
 from forklift.supervisor.child import Child, Children
@@ -78,7 +78,7 @@ class Spawner:
         # there. So the first children are forked before the helper threads start (they
         # are busiest then: connecting, first rounds); a child of a later fork that
         # such a lock wedges never reports, and is replaced (Police.kill_unresponsive).
-        counts = SharedCounts()  # mapped before the fork: the child's counters, shared
+        counts = SharedTally()  # mapped before the fork: the child's counters, shared
         handlers = RunningHandlers()  # and which of its jobs' handlers run
         crash_log = os.memfd_create("forklift-crash-log", os.MFD_CLOEXEC)
         with self.signals.held():

@@ -128,26 +128,23 @@ class SupervisorStore:
                 "delays": [orphan_delay(retry, a) for _, a in held],
                 "crash": crash,
             }
-            return [ChargedJob(*r) for r in c.execute(self.q["job_fail_orphaned"], params)]
+            return _db.rows(c.execute(self.q["job_fail_orphaned"], params), ChargedJob)
 
     def job_release_owner(self, owner: str) -> list[ReleasedJob]:
         with self._conn("releasing a worker's jobs failed") as c:
-            return [
-                ReleasedJob(*r) for r in c.execute(self.q["job_release_owner"], {"owner": owner})
-            ]
+            return _db.rows(c.execute(self.q["job_release_owner"], {"owner": owner}), ReleasedJob)
 
     def job_let_go_cancelled(self, owner: str) -> int:
         """End the holds of the cancelled jobs a dead (or killed) worker process still
         held (their handlers ran on after the cancel): their limits' slots free. How many."""
         with self._conn("letting go of a worker's cancelled jobs failed") as c:
-            row = c.execute(self.q["job_let_go_cancelled"], {"owner": owner}).fetchone()
-        return int(row[0]) if row is not None else 0
+            return _db.count(c.execute(self.q["job_let_go_cancelled"], {"owner": owner}))
 
     def owners_unlocked(self) -> list[str]:
         """The owners of running jobs whose liveness lock (their supervisor's, or their
         own) no session holds now."""
         with self._conn("looking for vanished workers failed") as c:
-            owners = [r[0] for r in c.execute(self.q["job_running_owners"])]
+            owners: list[str] = _db.scalars(c.execute(self.q["job_running_owners"]))
             if not owners:
                 return []
             names = {o: _locks.liveness(self.schema, liveness_holder(o)) for o in owners}
@@ -157,25 +154,22 @@ class SupervisorStore:
     def backend_terminate(self, application_name: str) -> int:
         """End the sessions called `application_name`; how many there were."""
         with self._conn("ending a worker's sessions failed") as c:
-            row = c.execute(self.q["backend_terminate"], {"name": application_name}).fetchone()
-        return int(row[0]) if row else 0
+            return _db.count(c.execute(self.q["backend_terminate"], {"name": application_name}))
 
     def job_backlog(self, queues: Sequence[str], cap: int = 10_000) -> int:
         params = {"queues": list(queues), "cap": cap}
         with self._conn("reading the backlog failed") as c:
-            row = c.execute(self.q["job_backlog"], params).fetchone()
-        return int(row[0]) if row else 0
+            return _db.count(c.execute(self.q["job_backlog"], params))
 
     def backend_count(self, application_name: str) -> int:
         with self._conn("counting a worker's sessions failed") as c:
-            row = c.execute(self.q["backend_count"], {"name": application_name}).fetchone()
-        return int(row[0]) if row else 0
+            return _db.count(c.execute(self.q["backend_count"], {"name": application_name}))
 
     def job_succeeded_among(self, held: Sequence[tuple[int, int]]) -> set[int]:
         """Which (id, attempt) succeeded on that attempt (store/queries.sql)."""
         params = {"ids": [h[0] for h in held], "attempts": [h[1] for h in held]}
         with self._conn("reading a dead child's completions failed") as c:
-            return {r[0] for r in c.execute(self.job_q["job_succeeded_among"], params)}
+            return set(_db.scalars(c.execute(self.job_q["job_succeeded_among"], params)))
 
     def process_upsert_many(self, rows: Sequence[ProcessInfo]) -> None:
         fields = ProcessInfo.__dataclass_fields__
@@ -192,7 +186,7 @@ class SupervisorStore:
         """Drop the registry rows of processes silent for `stale` seconds. Display only:
         a late heartbeat is no proof of death, so no job is charged here."""
         with self._conn("pruning stale processes failed") as c:
-            return [r[0] for r in c.execute(self.q["process_prune_stale"], {"stale": stale})]
+            return _db.scalars(c.execute(self.q["process_prune_stale"], {"stale": stale}))
 
 
 @contextmanager

@@ -1,8 +1,8 @@
 """The worker's event loop: async def handlers, up to --concurrency at once, on one
 asyncio loop in a thread of its own, beside the executor threads' plain def handlers.
 
-A job goes the same way as on an executor thread (worker.py's `_begin`, `_returned`,
-`_record`): the same leases (renewed by the renewer's thread, never by the loop), fences,
+A job goes the same way as on an executor thread (runs.py's `begin`, `returned`,
+`record`): the same leases (renewed by the renewer's thread, never by the loop), fences,
 results, progress and crash charging. What differs, and why:
 
 - Its effect transaction is an AsyncConnection (`async with ctx.transaction()`), from

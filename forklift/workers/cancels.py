@@ -7,7 +7,8 @@ the handler is told to stop (`ctx.cancelled`), the job's end is logged as a canc
 rather than a lost lease, and `on_cancel` tells the supervisor, which kills this process
 if the handler has not returned within its --cancel-grace.
 
-Until the handler has stopped, the job keeps its limits' slots (DESIGN invariant 20):
+Until the handler has stopped, the job keeps its limits' slots (a limit is never
+exceeded, not even briefly):
 the cancel moved its lease to a hold (`stopping_owner`, migration 0013), which the lease
 renewer's rounds extend here (`among_lost`: a cancelled job's lease is found gone each
 round) and `stopped` ends once the job's outcome is refused, its handler done. A death

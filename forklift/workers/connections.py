@@ -55,10 +55,11 @@ class AsyncEffects:
 
 @dataclass(frozen=True)
 class WorkerConnections:
-    """The worker's own connection (claims, renewals, completions: DESIGN invariant 18)
-    and the pools its handlers' effect transactions take theirs from, opened lazily, so
-    the worker's statements never wait behind a handler: a sync pool and an async one
-    (async handlers), at most --pool connections between them (`EffectBudget`)."""
+    """The worker's own connection (claims, renewals, completions: one per worker, so
+    `--workers N` holds N + 2 while handlers do not use ctx.transaction()) and the pools
+    its handlers' effect transactions take theirs from, opened lazily, so the worker's
+    statements never wait behind a handler: a sync pool and an async one (async
+    handlers), at most --pool connections between them (`EffectBudget`)."""
 
     own: _db.LivePool
     effects: _db.LivePool

@@ -14,7 +14,7 @@ from forklift.workers.context import JobContext
 from forklift.workers.holdings import Holdings
 from forklift.workers.wakeup import NEWS, SLOT, Wakeup
 
-# Job events keep the logger they always had: log filters may select on its name.
+# Job events log as forklift.workers.worker, the worker's logger: log filters select on it.
 log = logging.getLogger("forklift.workers.worker")
 
 

@@ -138,6 +138,9 @@ class Listener:
             except DatabaseError as exc:
                 if self.closing.is_set():
                     return
+                if not _db.transient(exc):  # refused: each reconnect would be refused again
+                    emit(log, "listener.refused", logging.ERROR, error=exc)
+                    return  # the claim loop's polling serves alone
                 delay = self._reconnect.failed()
                 emit(log, "listener.reconnect", logging.WARNING, error=exc, retry_in=delay)
                 self.closing.wait(delay)

@@ -3,7 +3,7 @@ held on a connection of its own for as long as the process lives.
 
 PostgreSQL releases it the moment that session ends (the process died, its host
 vanished and keepalives gave up, the session was terminated), so another replica can
-tell a vanished owner from a slow one within a second (supervisor/vanished.py) instead
+tell a vanished owner from a slow one within a second (VanishedOwners, supervisor/deaths.py) instead
 of waiting for the registry prune or the leases. The keeper looks at its connection
 every `tick` (a poll of the socket: an ended session has its FATAL message or EOF
 waiting there) and asks the server every `ping_every` whether it still holds the lock;

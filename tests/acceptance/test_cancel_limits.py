@@ -1,6 +1,7 @@
-"""A cancelled job keeps its limit's slot until its handler has stopped (DESIGN invariant
-20), through the real CLI: a handler deaf to its cancel runs on, returning by itself or
-killed at --cancel-grace, and the next job of its key starts only after it stopped.
+"""A cancelled job keeps its limit's slot until its handler has stopped (a limit is never
+exceeded, not even briefly), through the real CLI: a handler deaf to its cancel runs on,
+returning by itself or killed at --cancel-grace, and the next job of its key starts only
+after it stopped.
 
 "At once" is read from the handlers' own start and end times (`{schema}.runs`, written by
 tests/apps/limited.py's `stubborn`), never from claim rows."""

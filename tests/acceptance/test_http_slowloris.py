@@ -113,7 +113,7 @@ def test_slow_and_idle_clients_freeze_nothing(forklift_cli: Any) -> None:
         time.sleep(DRIP_EVERY)  # the drips have begun: every slow client holds a request
         probes = [probe(url + "/healthz") for _ in range(10)]
         print("healthz under a slowloris (status, s):", [(s, round(t, 3)) for s, t in probes])
-        # A liveness bound, not a speed goal: the old server never answered at all.
+        # A liveness bound, not a speed goal: a server one slow client can hold never answers.
         assert all(status == 200 and took < 1.0 for status, took in probes), probes
 
         before = sup.children()

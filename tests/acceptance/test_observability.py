@@ -418,8 +418,8 @@ def test_what_a_killed_worker_finished_is_still_counted(
     dsn: str, schema: str, db: psycopg.Connection[Any], forklift_cli: Any
 ) -> None:
     """Workers SIGKILLed while they finish jobs by the hundred: once every job is done,
-    the counters say what the database says (they used to lose each killed worker's
-    last half second of counts for good)."""
+    the counters say what the database says (counts sent over the pipe alone would lose
+    each killed worker's last half second of them for good)."""
     app = forklift.App(dsn, schema=schema)
     n = 6000
     app.enqueue_many([("noop", {}) for _ in range(n)])

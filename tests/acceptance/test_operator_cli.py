@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from forklift.admin.jobs import operator
+from forklift._ids import operator
 from forklift.testing import wait_for
 from tests.acceptance.conftest import cli, cli_json, wait_state
 

@@ -1,5 +1,6 @@
 """The supervisor stays prompt whatever the database does: a long VACUUM, a database that
-never answers, one that refuses forklift for good (DESIGN invariants 12, 15, 25)."""
+never answers, one that refuses forklift for good: it stays up, its loop and /healthz wait
+on no database, and nothing slow shares a thread with what must be prompt."""
 
 from __future__ import annotations
 

@@ -55,7 +55,7 @@ def test_a_long_job_hoards_nothing_and_the_short_ones_finish_while_it_runs(
     warm = app.enqueue_many([("noop", {}) for _ in range(200)])
     for job_id in warm:
         wait_state(db, schema, job_id, "succeeded", timeout=30)
-    # The long job just before the short ones, as the issue has it. (A claim that takes
+    # The long job just before the short ones: the order that would strand them. (A claim that takes
     # the long job with short ones behind it gives them back: tests/integration.)
     long_job = app.enqueue("sleep", {"seconds": 8.0})
     short = app.enqueue_many([("sleep", {"seconds": 0.001}) for _ in range(200)])

@@ -1,5 +1,5 @@
 """pg_terminate_backend of a worker's own connection, again and again, while it claims
-and group-commits (issue 34, item 5): a statement whose answer is lost with its
+and group-commits: a statement whose answer is lost with its
 connection is reconciled from the database once it is back, so no job stays leased to
 the worker without it knowing (stranded until its lease runs out), and no handler that
 finished is counted failed because its completion did commit."""

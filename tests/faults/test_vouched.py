@@ -1,6 +1,6 @@
 """Liveness vouches, on real processes against the private cluster: an outage longer than
-the lease charges no live worker (issue 34 item 3), and a supervisor's children claim only
-while its liveness lock is held (DESIGN invariant 22, issue 34 item 4)."""
+the lease charges no live worker, and a supervisor's children claim only while its
+liveness lock is held, stopping within a second of its loss."""
 
 from __future__ import annotations
 

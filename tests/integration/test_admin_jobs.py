@@ -13,8 +13,8 @@ import forklift
 from forklift import _db, _sql
 from forklift.admin import AdminStore, JobAdmin
 from forklift.admin.rows import JobFilter
-from forklift.cli import jobview
 from forklift.dashboard import views
+from forklift.shown import jobview
 from forklift.store import JobStore
 from forklift.testing import wait_for
 from tests.integration.conftest import RunWorker

@@ -1,4 +1,4 @@
-"""A group completion with one bad row among good ones (issue 34, item 2), against a
+"""A group completion with one bad row among good ones, against a
 real PostgreSQL: only the bad row fails, saying why; the rest succeed; a data error is
 never retried as if the database were away."""
 
@@ -27,8 +27,8 @@ from forklift.workers.renewer import LeaseRenewer, RenewerConfig
 from tests.integration.conftest import RunWorker
 from tests.integration.test_worker_services import OWNER, Rig, open_rig, state
 
-# Before the fix a refused batch was retried until this gave up: long enough that a
-# retried data error shows in the statement count, short enough for the test.
+# A completer that retried a refused batch would retry it until this gave up: long
+# enough that a retried data error shows in the statement count, short enough for a test.
 CONFIG = CompleterConfig(give_up_after=3.0)
 
 # What jsonb refuses, as JSON text: a NUL escape (22P05) and a lone surrogate (22P02).
@@ -144,8 +144,9 @@ def test_a_claim_carrying_a_bad_row_is_made_again_without_it(
 def test_hostile_progress_messages_fail_no_job(
     app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
 ) -> None:
-    """The issue's reproduction: ctx.progress(1, 2, "bad\\x00") and a lone surrogate
-    among ordinary jobs, group-committed together: 46 of 79 innocent jobs ended dead."""
+    """ctx.progress(1, 2, "bad\\x00") and a lone surrogate among ordinary jobs,
+    group-committed together: no innocent job ends dead (a retried whole batch took 46
+    of 79 down with them)."""
     ids = app.enqueue_many([("noop", {}) for _ in range(77)])
     hostile = app.enqueue_many(
         [("progress_says", {"which": "nul"}), ("progress_says", {"which": "surrogate"})]
@@ -172,7 +173,7 @@ def test_hostile_progress_messages_fail_no_job(
     assert json.loads(json.dumps(rows))  # what was stored reads back as plain JSON
 
 
-# -- statements whose answer was lost (issue 34, item 5) ------------------------------
+# -- statements whose answer was lost --------------------------------------------------
 
 
 def test_a_completion_that_committed_with_its_answer_lost_is_counted_succeeded(

@@ -23,7 +23,8 @@ TOKEN = "a-token-of-sixteen-or-more"
 
 
 class Recording:
-    """A connection that notes every statement (and its parameters) it executes."""
+    """A connection that notes every statement (and its parameters) it executes, itself or
+    through its cursors."""
 
     def __init__(self, conn: Conn, seen: list[tuple[str, Any]]) -> None:
         self._conn = conn
@@ -32,6 +33,9 @@ class Recording:
     def execute(self, query: Any, params: Any = None, **kw: Any) -> Any:
         self._seen.append((str(query), params))
         return self._conn.execute(query, params, **kw)
+
+    def cursor(self, *args: Any, **kw: Any) -> Any:
+        return Recording(self._conn.cursor(*args, **kw), self._seen)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._conn, name)

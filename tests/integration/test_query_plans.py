@@ -146,7 +146,8 @@ def filled(db: psycopg.Connection[Any], schema: str) -> str:
     return schema
 
 
-# The batch store's queries that read a batch's jobs (the rest write, or read one row).
+# The batch store's queries that an operator runs or that read a batch's jobs (the rest
+# write, or read one row).
 BATCH_READS: dict[str, list[dict[str, Any]]] = {
     "batch_done_among": [{"ids": [1, 2, 3]}],
     "batch_counts": [{"id": 1}],
@@ -155,6 +156,11 @@ BATCH_READS: dict[str, list[dict[str, Any]]] = {
     "batch_dead": [{"id": 1, "after": 0, "limit": 5000}],
     "batch_open_jobs": [{"id": 1, "after": 0, "limit": 5000}],
     "batch_finish": [{"id": 1}],
+    "job_cancel_many": PARAMS["job_cancel_many"],
+    "batch_list_open": PARAMS["batch_list_open"],
+    "batch_list_finished": PARAMS["batch_list_finished"],
+    "batch_callback": PARAMS["batch_callback"],
+    "batch_tally_many": PARAMS["batch_tally_many"],
 }
 
 
@@ -163,7 +169,6 @@ BATCH_READS: dict[str, list[dict[str, Any]]] = {
     [
         ("forklift.admin", "queries.sql"),
         ("forklift.admin", "jobs.sql"),
-        ("forklift.admin", "batches.sql"),
         ("forklift.store", "batches.sql"),
     ],
 )

@@ -1,8 +1,8 @@
 """An expired lease whose owner is vouched for again (its liveness lock taken back since
 the lease ran out: the worker is alive, cut off for longer than its lease by an outage)
 is neither re-claimed nor dead-lettered; one whose lock is free, or held since before
-(a frozen worker), is (DESIGN invariants 4 and 14). Every path that takes an expired
-lease: the plain claim, both claims under limits, the rescue."""
+(a frozen worker), is: lease expiry charges only an owner nobody vouches for. Every path
+that takes an expired lease: the plain claim, both claims under limits, the rescue."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from forklift.admin.batches import BatchSummary
 from forklift.admin.rows import Progress
-from forklift.cli import output
+from forklift.shown import output
 from forklift.store.batches import BatchCounts, BatchRow
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from forklift.cli import output
+from forklift.shown import output
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import pytest
 
 from forklift import _display, _names
 from forklift._logging import JsonFormatter, TextFormatter
-from forklift.cli import output
+from forklift.shown import output
 
 HOSTILE = "\x1b[2J\x1b[H\x1b[31mFAKE\x1b]2;pwned\x07 \r\n  attempts 0 of 0\x9b\x7f\u202eevil"
 

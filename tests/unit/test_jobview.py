@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from forklift.admin.rows import JobRow
-from forklift.cli.jobview import error_text, operator_action
+from forklift.shown.jobview import error_text, operator_action
 
 NOW = datetime(2026, 12, 1, 11, 0, tzinfo=UTC)
 JOB = JobRow(

@@ -180,3 +180,23 @@ def test_render_fills_the_control_channel_apart_from_the_job_channel() -> None:
         "LISTEN t_x_ctl; LISTEN t_x_jobs"
     )
     assert len(_sql.control_channel_name("a" * 58)) == 62
+
+
+def test_a_fragment_may_use_fragments_defined_before_or_after_it() -> None:
+    text = (
+        "-- name: _outer\nSELECT {_inner} FROM t\n"
+        "-- name: job_a\nWITH o AS ({_outer}) SELECT 1 FROM o;\n"
+        "-- name: _inner\nid, {_last}\n"
+        "-- name: _last\nname\n"
+    )
+    assert _sql.parse(text) == {"job_a": "WITH o AS (SELECT id, name FROM t) SELECT 1 FROM o"}
+    assert _sql.parse_fragments(text) == {
+        "_outer": "SELECT id, name FROM t",
+        "_inner": "id, name",
+        "_last": "name",
+    }
+
+
+def test_a_fragment_that_uses_itself_is_an_error() -> None:
+    with pytest.raises(ValueError, match="uses itself"):
+        _sql.parse("-- name: _a\nx {_b}\n-- name: _b\ny {_a}\n-- name: q\nSELECT {_a};\n")

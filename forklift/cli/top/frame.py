@@ -12,9 +12,10 @@ from forklift import _db
 from forklift._ids import owner_process
 from forklift.admin import AdminStore, Connector, JobAdmin, ProcessRow, QueueStats
 from forklift.admin.rows import DeadJob, RunningJobRow
-from forklift.cli import limits, output
-from forklift.cli.jobview import progress_json
+from forklift.cli import limits
 from forklift.errors import DatabaseError
+from forklift.shown import output
+from forklift.shown.jobview import progress_json
 
 TREND = 11  # samples a sparkline shows: the last 11 refreshes
 FAILURES = 5  # recent dead jobs read

@@ -9,12 +9,12 @@ import time
 from rich.console import Console
 from rich.live import Live
 
-from forklift.cli import output
 from forklift.cli.apps import app_for
 from forklift.cli.top.frame import Frame, TopReader, Trends, frame_json
 from forklift.cli.top.terminal import Keys
 from forklift.cli.top.view import render
 from forklift.errors import DatabaseError
+from forklift.shown import output
 
 REFRESH = 1.0  # seconds between frames
 ONCE_HEIGHT = 200  # lines `--once` may print: all there is, not a screen's worth

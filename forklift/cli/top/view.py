@@ -12,8 +12,9 @@ from rich.text import Text
 
 from forklift._display import line as shown
 from forklift.admin.rows import Progress
-from forklift.cli import limits, output
+from forklift.cli import limits
 from forklift.cli.top.frame import Frame, Trends, Worker
+from forklift.shown import output
 
 SPARKS = "▁▂▃▄▅▆▇█"
 QUEUE_HEAD = (

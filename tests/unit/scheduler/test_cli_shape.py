@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from forklift.cli.schedules import DESCRIPTION, as_json
+from forklift.cli.schedules import DESCRIPTION
 from forklift.scheduler.schedule import format_every
 from forklift.scheduler.store import ScheduleRow
+from forklift.shown.schedules import as_json
 
 WHEN = datetime(2026, 3, 29, 1, 0, tzinfo=UTC)
 

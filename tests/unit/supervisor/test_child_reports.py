@@ -197,7 +197,7 @@ def test_parse_line(line: bytes, report: Report) -> None:
     [
         b"",
         b"nonsense",
-        b"heartbeat 4096",  # the old line format is no report any more
+        b"heartbeat 4096",  # a word and a number: not JSON, no report
         b'{"k":"heartbeat","rss":"x"}',
         b'{"k":"started","job":1,"timeout":"soon","task":"t"}',
         b'{"k":"started","job":1,"timeout":-1,"task":"t"}',

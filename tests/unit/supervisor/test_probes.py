@@ -18,7 +18,7 @@ READY = Snapshot(last_tick=0.0, supervisor_id="s", live_workers=2, busy=1, idle=
 
 
 def probes_for(snapshot: Snapshot, admin: FakeAdmin | None = None) -> Probes:
-    """Probes serving "default", their database answers read once (as the ops thread does)."""
+    """Probes serving "default", their database answers read once (as the database thread does)."""
     fresh = replace(snapshot, last_tick=time.monotonic())
     probes = Probes(SnapshotBoard(fresh), admin or FakeAdmin(), ["default"])
     probes.refresh()

@@ -1,4 +1,5 @@
-"""How a job reads: its `--json` shapes and its text, with arguments made safe to show."""
+"""How a job reads: the states it is listed by, its `--json` shapes and its text (arguments
+made safe to show), and what an operator's retry or cancel did to it."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 from forklift import _display
 from forklift._redact import redact
-from forklift.cli import output
+from forklift.shown import output
 
 if TYPE_CHECKING:
-    from forklift.admin.rows import JobDetail, JobRow, Progress
+    from forklift.admin.rows import Acted, JobDetail, JobRow, Progress
 
+# "scheduled": ready jobs due later (delayed, or retrying after a backoff), as status
+# counts them apart; "ready" is every ready job, due or not.
+STATES = ("ready", "scheduled", "running", "succeeded", "dead", "cancelled")
 ARGS_CHARS = 2000  # of the arguments' (and the result's) JSON text that `jobs show` prints
 # Argument keys whose values are never shown, at any depth.
 _SECRET = re.compile(r"pass(word|wd)?|secret|token|credential|api_?key|private_?key", re.I)
@@ -242,3 +246,27 @@ def print_detail(detail: JobDetail) -> None:
             block = _display.block(str(traceback).rstrip())
             lines += [f"      {line}" for line in block.split("\n")]
     print("\n".join(lines))
+
+
+def retry_line(a: Acted) -> str:
+    if a.was is None:
+        return f"job {a.id}: not retried: no such job"
+    if not a.done:
+        return f"job {a.id}: not retried: it is {a.was} (only dead and cancelled jobs are)"
+    return (
+        f"job {a.id}: retried (was {a.was}): ready now, attempts {a.attempts} -> 0, "
+        f"crashes {a.crashes} -> 0"
+    )
+
+
+def cancel_line(a: Acted) -> str:
+    if a.was is None:
+        return f"job {a.id}: not cancelled: no such job"
+    if not a.done:
+        return f"job {a.id}: not cancelled: it is {a.was} (only ready and running jobs are)"
+    if a.was != "running":
+        return f"job {a.id}: cancelled (was {a.was})"
+    return (
+        f"job {a.id}: cancelled (was running on {a.owner}): its worker is told to stop, "
+        "and killed if its handler has not returned within --cancel-grace"
+    )

@@ -1,5 +1,6 @@
-"""What one-shot commands print: aligned tables for people, JSON for scripts, both safe to
-show on a terminal (forklift._display escapes what a terminal would act on)."""
+"""How values read for people (ages, times, counts) and what one-shot commands print:
+aligned tables for people, JSON for scripts, both safe to show on a terminal
+(forklift._display escapes what a terminal would act on)."""
 
 from __future__ import annotations
 

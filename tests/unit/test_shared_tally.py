@@ -1,4 +1,4 @@
-"""A child's shared job counters, read by its parent across a real fork: what grew, an
+"""A child's SharedTally, read by its parent across a real fork: what grew, an
 unanswered group commit, and garbage that must not take the parent down."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ import os
 import random
 from collections import Counter
 
-from forklift import shared_counts
-from forklift.shared_counts import SharedCounts
+from forklift import shared_tally
+from forklift.shared_tally import SharedTally
 
 
-def in_child(counts: SharedCounts, work: object) -> None:
+def in_child(counts: SharedTally, work: object) -> None:
     pid = os.fork()
     if pid == 0:
         try:
@@ -22,9 +22,9 @@ def in_child(counts: SharedCounts, work: object) -> None:
 
 
 def test_the_parent_reads_what_its_child_counted_once() -> None:
-    counts = SharedCounts()
+    counts = SharedTally()
 
-    def work(c: SharedCounts) -> None:
+    def work(c: SharedTally) -> None:
         for _ in range(3):
             c.add(("default", "noop", "succeeded"))
         c.add(("q", "t", "dead"), 2)
@@ -34,27 +34,27 @@ def test_the_parent_reads_what_its_child_counted_once() -> None:
     assert sorted(grown) == [["default", "noop", "succeeded", 3], ["q", "t", "dead", 2]]
     assert bad == 0
     assert counts.changes() == ([], 0)  # nothing new: nothing added twice
-    assert counts.pending() == []
+    assert counts.unanswered() == []
 
 
 def test_an_unanswered_group_commit_is_left_for_the_parent_to_settle() -> None:
-    counts = SharedCounts()
+    counts = SharedTally()
     key = ("default", "noop", "succeeded")
 
-    def sent_and_killed(c: SharedCounts) -> None:
+    def sent_and_killed(c: SharedTally) -> None:
         assert c.intend([(11, 1, key), (12, 3, key)])
 
     in_child(counts, sent_and_killed)
-    assert counts.pending() == [(11, 1, key), (12, 3, key)]
+    assert counts.unanswered() == [(11, 1, key), (12, 3, key)]
 
-    counted = SharedCounts()
+    counted = SharedTally()
 
-    def counted_then_killed(c: SharedCounts) -> None:
+    def counted_then_killed(c: SharedTally) -> None:
         c.intend([(11, 1, key), (12, 3, key)])
         c.fold({key: 1})  # one of the two succeeded, and the child counted it
 
     in_child(counted, counted_then_killed)
-    assert counted.pending() == []
+    assert counted.unanswered() == []
     assert counted.changes() == ([[*key, 1]], 0)
 
 
@@ -62,10 +62,10 @@ def test_a_kill_in_the_middle_of_a_fold_leaves_only_the_unfolded_slots_to_settle
     """A group commit of two tasks, killed after the first slot took its count and
     before the second did: the parent asks about the second task's jobs alone, and the
     first task's count arrives once, from its slot."""
-    counts = SharedCounts()
+    counts = SharedTally()
     a, b = ("default", "a", "succeeded"), ("default", "b", "succeeded")
 
-    def killed_mid_fold(c: SharedCounts) -> None:
+    def killed_mid_fold(c: SharedTally) -> None:
         c.add(a, 5)  # counted before: kept through the intent's marks
         assert c.intend([(1, 1, a), (2, 1, b), (3, 1, a)])
         c.add(b)  # another thread's count while the statement runs
@@ -73,26 +73,26 @@ def test_a_kill_in_the_middle_of_a_fold_leaves_only_the_unfolded_slots_to_settle
         c._bump(slots[a], 2, generation=generation)  # fold() got this far
 
     in_child(counts, killed_mid_fold)
-    assert counts.pending() == [(2, 1, b)]
+    assert counts.unanswered() == [(2, 1, b)]
     grown, bad = counts.changes()
     assert sorted(grown) == [[*a, 7], [*b, 1]] and bad == 0
 
 
 def test_counts_survive_many_intents_and_their_marks() -> None:
-    counts = SharedCounts()
+    counts = SharedTally()
     key = ("q", "t", "succeeded")
     for i in range(2000):
         assert counts.intend([(i, 1, key)])
         counts.add(key)
         counts.fold({key: 1})
-    assert counts.pending() == []
+    assert counts.unanswered() == []
     assert counts.changes() == ([[*key, 4000]], 0)
 
 
 def test_garbage_in_the_region_is_dropped_and_counted_as_malformed() -> None:
-    counts = SharedCounts()
+    counts = SharedTally()
 
-    def scribble(c: SharedCounts) -> None:
+    def scribble(c: SharedTally) -> None:
         c.add(("default", "noop", "succeeded"))
         start = 8 + 10
         c.region[start : start + 20] = b"\xff" * 20  # the first key: not UTF-8 JSON
@@ -105,14 +105,14 @@ def test_garbage_in_the_region_is_dropped_and_counted_as_malformed() -> None:
 
 
 def test_a_full_table_says_so_and_the_count_goes_elsewhere() -> None:
-    counts = SharedCounts()
-    for i in range(shared_counts.SLOTS):
+    counts = SharedTally()
+    for i in range(shared_tally.SLOTS):
         assert counts.add(("q", f"t{i}", "succeeded"))
     assert not counts.add(("q", "one-more", "succeeded"))
     assert not counts.intend([(1, 1, ("q", "another", "succeeded"))])
 
 
-def _hammer(c: SharedCounts, rounds: int) -> Counter[tuple[str, str, str]]:
+def _hammer(c: SharedTally, rounds: int) -> Counter[tuple[str, str, str]]:
     """What a busy child does: single outcomes, and group commits intended and folded
     (seeded: the parent replays it for the totals)."""
     rng = random.Random(7)
@@ -135,7 +135,7 @@ def _hammer(c: SharedCounts, rounds: int) -> Counter[tuple[str, str, str]]:
 def test_a_parent_reading_while_its_child_counts_never_sees_a_count_go_back() -> None:
     # struct's pack_into zeroes a word before writing it: a reader between the two saw
     # a count of 0 (about one read in a hundred here) and called the counters malformed.
-    counts = SharedCounts()
+    counts = SharedTally()
     rounds = 100_000
     pid = os.fork()
     if pid == 0:
@@ -156,4 +156,4 @@ def test_a_parent_reading_while_its_child_counts_never_sees_a_count_go_back() ->
             break
     assert bad == 0, f"{bad} of {reads} reads saw a count go back"
     assert reads > 100  # it did read while the child counted
-    assert added == _hammer(SharedCounts(), rounds)
+    assert added == _hammer(SharedTally(), rounds)

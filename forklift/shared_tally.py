@@ -1,13 +1,12 @@
-"""Job outcome counters a worker keeps in memory its supervisor shares, so what a killed
-worker finished is still counted.
+"""A worker's tally of job outcomes, kept in memory its supervisor shares, so what a
+killed worker finished is still counted.
 
-A supervisor's child used to send its counts over its report pipe every half second; a
-SIGKILL lost the last half second of them (the database showed 700 succeeded jobs,
-`forklift_jobs_total` 698, for good). Now the supervisor maps an anonymous shared
-region before the fork, and the child adds each outcome to a counter there in the
-same thread, right after the statement that recorded the outcome returns: only a kill
-in those microseconds loses one. The supervisor reads the counters as the child reports
-and once more after it exited, and adds what grew.
+The supervisor maps an anonymous shared region before the fork, and the child adds each
+outcome to a counter there in the same thread, right after the statement that recorded
+the outcome returns: only a kill in those microseconds loses one (counts sent over the
+report pipe every half second would lose the last half second of them to a SIGKILL).
+The supervisor reads the counters as the child reports and once more after it exited,
+and adds what grew.
 
 A group commit's completions are the other gap: the statement commits on the server
 while the worker waits for its answer, and a kill then loses them all (hundreds at full
@@ -17,10 +16,10 @@ folded. When the statement returns, the worker folds the successes into those sl
 each with one aligned 8-byte store that carries the new count and the intent's
 generation together, then clears the intent. (The words are written through a
 memoryview of 8-byte items, one memcpy each: struct's pack_into zeroes its bytes before
-it writes them, and a reader saw a count of 0 now and then.) A supervisor that finds an
-intent in a dead child's memory asks the database which attempts succeeded
-(`pending()`) for the slots not yet folded, and counts those: a kill at any instruction
-counts each job once.
+it writes them, so a reader could see a count of 0.) A supervisor that finds an intent
+in a dead child's memory asks the database which attempts succeeded (`unanswered()`)
+for the slots not yet folded, and counts those: a kill at any instruction counts each
+job once.
 
 Layout: a header of one u64 (slots in use), then SLOTS slots of [u64 word: generation
 (high 20 bits) and count (low 44)][u16 key length][key: UTF-8 JSON of [queue, task,
@@ -63,7 +62,7 @@ def _word_of(slot: int) -> int:
     return (8 + slot * _SLOT) // 8
 
 
-class SharedCounts:
+class SharedTally:
     """One child's counters. The child calls `add()` (under its own lock); the parent
     calls `changes()`."""
 
@@ -152,7 +151,7 @@ class SharedCounts:
 
     # -- the parent ----------------------------------------------------------------------
 
-    def pending(self) -> list[tuple[int, int, Key]]:
+    def unanswered(self) -> list[tuple[int, int, Key]]:
         """A dead child's group commit that was sent and not counted: its jobs (id,
         attempt, key) in slots not yet folded, for the database to say which succeeded;
         [] if there is none."""
