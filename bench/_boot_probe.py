@@ -92,7 +92,7 @@ def main() -> int:
 
     mark("cli_imported")
     # Imported here only to be wrapped (their import is timed by the marks around them).
-    wrap("forklift._config:load_app", "app_import", when="both")
+    wrap("forklift._loading:load_app", "app_import", when="both")
     wrap("forklift.supervisor.arbiter:Supervisor.run", "supervisor_run", when="begin")
     wrap("forklift.supervisor.arbiter:Supervisor.refuse_a_pooler_alone", "pooler_check")
     wrap("forklift.supervisor.spawner:Spawner.spawn", "fork", when="begin")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from forklift._version import __version__ as __version__
 from forklift.errors import (
     AppImportError,
     ArgumentError,
@@ -96,4 +97,3 @@ __all__ = [
     "UnknownTaskError",
     "WorkerConfig",
 ]
-__version__ = "0.1.0"

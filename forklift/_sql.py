@@ -14,6 +14,7 @@ _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,57}$")
 _HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 _FRAGMENT = re.compile(r"\{_\w+\}")
 FRAGMENTS = "fragments.sql"  # a package's shared fragments (load)
+STORE = "forklift.store"  # whose fragments every package's queries have (load)
 
 
 def check_schema_name(schema: str) -> str:
@@ -117,17 +118,22 @@ def _filled(name: str, sql: str, sections: dict[str, str], within: tuple[str, ..
 
 
 def _read(package: str, filename: str) -> tuple[str, str]:
-    """The text of `package/filename` and of the package's `fragments.sql` ("" if none)."""
-    files = resources.files(package)
-    text = files.joinpath(filename).read_text(encoding="utf-8")
-    shared = files.joinpath(FRAGMENTS)
-    return text, shared.read_text(encoding="utf-8") if shared.is_file() else ""
+    """The text of `package/filename`, and of the `fragments.sql` of the store (the jobs
+    table's, which any package's queries may insert into) and of the package, where it has
+    one."""
+    text = resources.files(package).joinpath(filename).read_text(encoding="utf-8")
+    return text, "\n".join(_fragments(p) for p in dict.fromkeys((STORE, package)))
+
+
+def _fragments(package: str) -> str:
+    shared = resources.files(package).joinpath(FRAGMENTS)
+    return shared.read_text(encoding="utf-8") if shared.is_file() else ""
 
 
 @cache
 def load(package: str, filename: str, schema: str) -> dict[str, str]:
     """The named queries of `package/filename`, rendered for `schema` (cached), with the
-    fragments of the package's `fragments.sql`, if it has one, beside the file's own."""
+    shared fragments (_read) beside the file's own."""
     return {name: render(sql, schema) for name, sql in parse(*_read(package, filename)).items()}
 
 

@@ -20,6 +20,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
+from forklift._version import __version__
+
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
@@ -54,8 +56,6 @@ def tracer() -> Tracer | None:
     if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
         return None
     if _cached is None or _cached[0] is not provider:
-        from forklift import __version__
-
         _cached = (provider, provider.get_tracer(SCOPE, __version__))
     return _cached[1]
 

@@ -7,14 +7,14 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any, ParamSpec, TypedDict, TypeVar, Unpack, cast, overload
+from typing import Any, ParamSpec, TypeVar, Unpack, cast, overload
 
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from forklift import _config, _db, _json, _names, _producing, _singleton, _sql, _waiting, batch
+from forklift import _config, _db, _job, _names, _producing, _singleton, _sql, _waiting, batch
+from forklift._job import JobOptions as JobOptions
+from forklift._job import JobSpec as JobSpec
 from forklift.backoff import Backoff
 from forklift.batch import Batch
 from forklift.errors import ArgumentError, ConfigError, UnknownTaskError
@@ -23,89 +23,13 @@ from forklift.scheduler import declare
 from forklift.scheduler.schedule import Schedule
 from forklift.store import JobStore, NewJob, _steps, short_connection, translated
 from forklift.store.batches import BatchStore
-from forklift.task import Task, check_priority
+from forklift.task import Task
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 MAX_RESULT_BYTES = 1 << 20  # 1 MiB of JSON
-MAX_ARG_BYTES = _json.MAX_ARG_BYTES
-
-
-def _seconds(delay: float | timedelta | None) -> float:
-    if delay is None:
-        return 0.0
-    seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
-    if seconds < 0:
-        raise ArgumentError(f"delay must be >= 0 seconds, got {seconds}")
-    return seconds
-
-
-class JobOptions(TypedDict, total=False):
-    """How one job is enqueued, besides its task and arguments."""
-
-    idempotency_key: str | None
-    run_at: datetime | None
-    delay: float | timedelta | None
-    priority: int | None
-    queue: str | None
-    max_attempts: int | None
-    max_crashes: int | None
-
-
-def build_job(
-    task: Task[Any, Any] | None,
-    task_name: str,
-    args: Mapping[str, Any] | None,
-    *,
-    idempotency_key: str | None = None,
-    run_at: datetime | None = None,
-    delay: float | timedelta | None = None,
-    priority: int | None = None,
-    queue: str | None = None,
-    max_attempts: int | None = None,
-    max_crashes: int | None = None,
-    max_arg_bytes: int = MAX_ARG_BYTES,
-) -> NewJob:
-    """The job to insert, validated: `task` is the app's task of that name (None for a
-    producer-only app)."""
-    args = {} if args is None else args
-    text = _json.dumps_args(args, max_arg_bytes)
-    if task is not None:
-        task.check_args(args)
-    try:
-        if queue is not None:
-            _names.check("queue", queue)
-        if idempotency_key is not None:
-            _names.check_key(idempotency_key)
-    except ValueError as exc:
-        raise ArgumentError(str(exc)) from None
-    if run_at is not None and run_at.tzinfo is None:
-        raise ArgumentError("run_at must be timezone-aware (e.g. datetime.now(timezone.utc))")
-    if priority is not None:
-        check_priority(priority)
-    if max_attempts is not None and max_attempts < 1:
-        raise ArgumentError("max_attempts must be >= 1")
-    if max_crashes is not None and max_crashes < 1:
-        raise ArgumentError("max_crashes must be >= 1")
-    if task is None:
-        return NewJob(
-            task_name, text, queue or "default", priority or 0, max_attempts or 5, None,
-            idempotency_key, run_at, _seconds(delay), max_crashes or 2,
-        )  # fmt: skip
-    return NewJob(
-        task_name,
-        text,
-        queue or task.queue,
-        task.priority if priority is None else priority,
-        max_attempts or task.max_attempts,
-        task.timeout,
-        idempotency_key,
-        run_at,
-        _seconds(delay),
-        max_crashes or task.max_crashes,
-        limit_key=task.limit_key(args),
-    )
+MAX_ARG_BYTES = _job.MAX_ARG_BYTES
 
 
 def _check_new_task(
@@ -151,19 +75,14 @@ def _built(
     specs: Iterable[JobSpec | tuple[str, Mapping[str, Any]]],
     max_arg_bytes: int,
 ) -> Iterator[NewJob]:
-    """Each job of `specs` validated (build_job) as it is taken."""
+    """Each job of `specs` validated (_job.build) as it is taken."""
     for spec in specs:
         if isinstance(spec, tuple):
             if len(spec) != 2:
                 raise ArgumentError(f"a job as a tuple is (task name, args), got {spec!r}")
-            task_name, args = spec
-            task = _task_for_enqueue(tasks, task_name)
-            yield build_job(task, task_name, args, max_arg_bytes=max_arg_bytes)
-        elif isinstance(spec, JobSpec):
-            task = _task_for_enqueue(tasks, spec.task)
-            yield build_job(
-                task, spec.task, spec.args, **spec.options(), max_arg_bytes=max_arg_bytes
-            )
+            spec = JobSpec(*spec)
+        if isinstance(spec, JobSpec):
+            yield _job.build(spec, _task_for_enqueue(tasks, spec.task), max_arg_bytes)
         else:
             raise ArgumentError(
                 "each job is a forklift.JobSpec or a (task name, args) tuple, got "
@@ -183,28 +102,6 @@ def _max_arg_bytes(given: int | None) -> int:
     if value < 1:
         raise ConfigError(f"max_arg_bytes must be >= 1, got {value}")
     return value
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    """One job for App.enqueue_many()."""
-
-    task: str
-    args: Mapping[str, Any]
-    idempotency_key: str | None = None
-    run_at: datetime | None = None
-    delay: float | timedelta | None = None
-    priority: int | None = None
-    queue: str | None = None
-    max_attempts: int | None = None
-    max_crashes: int | None = None  # runs that may kill their worker (the task's: default)
-
-    def options(self) -> JobOptions:
-        return JobOptions(
-            idempotency_key=self.idempotency_key, run_at=self.run_at, delay=self.delay,
-            priority=self.priority, queue=self.queue, max_attempts=self.max_attempts,
-            max_crashes=self.max_crashes,
-        )  # fmt: skip
 
 
 class App:
@@ -348,7 +245,8 @@ class App:
         **options: Unpack[JobOptions],
     ) -> NewJob:
         task = _task_for_enqueue(self.tasks, task_name)
-        return build_job(task, task_name, args, **options, max_arg_bytes=self.max_arg_bytes)
+        spec = JobSpec(task_name, {} if args is None else args, **options)
+        return _job.build(spec, task, self.max_arg_bytes)
 
     def enqueue(
         self,

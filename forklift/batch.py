@@ -9,16 +9,16 @@ its callback, so the callback goes in exactly once, however many workers saw the
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from forklift import _waiting
 from forklift._events import emit
 from forklift._ids import operator
+from forklift._job import JobSpec
 from forklift.errors import (
     ArgumentError,
     BatchNotFound,
@@ -27,12 +27,9 @@ from forklift.errors import (
     JobFailed,
     JobNotFound,
 )
-from forklift.store import Conn, NewJob
+from forklift.store import Conn, JobStore, NewJob
+from forklift.store._inserts import stored
 from forklift.store.batches import BatchRow, BatchStore
-
-if TYPE_CHECKING:
-    from forklift.app import App, JobSpec
-    from forklift.task import Task
 
 log = logging.getLogger(__name__)
 
@@ -154,11 +151,33 @@ def callback_of(key: str | None) -> int | None:
 
 # -- making batches (App's methods call these) -------------------------------------------
 
-Specs = Iterable["JobSpec | tuple[str, Mapping[str, Any]]"]
+Specs = Iterable[JobSpec | tuple[str, Mapping[str, Any]]]
+
+
+class Named(Protocol):
+    """A task, as a batch names it (forklift.Task)."""
+
+    @property
+    def name(self) -> str: ...
+
+
+class Producer(Protocol):
+    """What making batches needs of their app (forklift.App): its database, its stores,
+    what waiters hear ends by, and its checks of new jobs."""
+
+    @property
+    def dsn(self) -> str: ...
+    @property
+    def store(self) -> JobStore: ...
+    @property
+    def batches(self) -> BatchStore: ...
+    def ends(self) -> _waiting.Ends: ...
+    def _new_job(self, task_name: str, args: Mapping[str, Any] | None) -> NewJob: ...
+    def _new_jobs(self, jobs: Specs) -> list[NewJob]: ...
 
 
 def callback_spec(
-    app: App, on_complete: Task[Any, Any] | str | None, args: Mapping[str, Any] | None
+    app: Producer, on_complete: Named | str | None, args: Mapping[str, Any] | None
 ) -> dict[str, Any] | None:
     """The callback job as the batch row keeps it (validated now, like any enqueue)."""
     if on_complete is None:
@@ -166,19 +185,10 @@ def callback_spec(
             raise ArgumentError("on_complete_args given without on_complete")
         return None
     name = on_complete if isinstance(on_complete, str) else on_complete.name
-    job = app._new_job(name, args)
-    return {
-        "queue": job.queue,
-        "task": job.task,
-        "args": json.loads(job.args),
-        "priority": job.priority,
-        "max_attempts": job.max_attempts,
-        "max_crashes": job.max_crashes,
-        "timeout": job.timeout,
-    }
+    return stored(app._new_job(name, args))
 
 
-def member_jobs(app: App, specs: Specs, batch_id: int | None = None) -> list[NewJob]:
+def member_jobs(app: Producer, specs: Specs, batch_id: int | None = None) -> list[NewJob]:
     """Validated jobs for a batch; keys are refused (the batch is the unit: a job that
     matched an existing key would not be this batch's)."""
     jobs = app._new_jobs(specs)
@@ -193,9 +203,9 @@ def member_jobs(app: App, specs: Specs, batch_id: int | None = None) -> list[New
 
 
 def enqueue_batch(
-    app: App,
+    app: Producer,
     specs: Specs,
-    on_complete: Task[Any, Any] | str | None,
+    on_complete: Named | str | None,
     on_complete_args: Mapping[str, Any] | None,
     conn: Conn | None,
 ) -> Batch:
@@ -228,7 +238,7 @@ class BatchWriter(Batch):
     once no job was added for `--batch-abandon-after`: it finishes when its jobs have,
     with the outcome 'abandoned' that its callback sees."""
 
-    def __init__(self, app: App, callback: dict[str, Any] | None) -> None:
+    def __init__(self, app: Producer, callback: dict[str, Any] | None) -> None:
         self._app = app
         self._callback = callback
         self._added: list[int] = []
@@ -240,7 +250,7 @@ class BatchWriter(Batch):
             self.id = self._store.create(self._callback, 0, sealed=False, conn=conn)
         return self
 
-    def enqueue(self, task: Task[Any, Any] | str, /, **args: Any) -> int:
+    def enqueue(self, task: Named | str, /, **args: Any) -> int:
         """Add one job (`task` a Task or a task name, `args` its keyword arguments)."""
         name = task if isinstance(task, str) else task.name
         return self.enqueue_many([(name, args)])[0]
@@ -285,7 +295,7 @@ class BatchWriter(Batch):
         self._store.finish_if_done({self.id})
 
 
-def result(app: App, job_id: int, timeout: float) -> Any:
+def result(app: Producer, job_id: int, timeout: float) -> Any:
     """See App.result."""
     store = app.batches
 

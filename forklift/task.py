@@ -6,34 +6,50 @@ import difflib
 import inspect
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, Unpack
 
 import psycopg
 
+from forklift._job import JobOptions, check_priority
 from forklift.backoff import Backoff
 from forklift.errors import ArgumentError, ConfigError
 from forklift.limits import Limit
 
 if TYPE_CHECKING:
-    from forklift.app import App
     from forklift.workers.context import JobContext
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-# Keyword names Task.enqueue() takes for itself (app.JobOptions and `conn`): a handler
+# Keyword names Task.enqueue() takes for itself (JobOptions and `conn`): a handler
 # parameter with one of these names could never be given through it.
-ENQUEUE_OPTIONS = frozenset(
-    {
-        "idempotency_key", "run_at", "delay", "priority", "queue", "max_attempts",
-        "max_crashes", "conn",
-    }
-)  # fmt: skip
+ENQUEUE_OPTIONS = frozenset(JobOptions.__annotations__) | {"conn"}
 
 
-def check_priority(priority: int) -> None:
-    if not -32768 <= priority <= 32767:
-        raise ConfigError(f"priority must be between -32768 and 32767, got {priority}")
+class Producer(Protocol):
+    """What a task needs of its app (forklift.App): enqueue its runs, and the bound on
+    their results."""
+
+    @property
+    def max_result_bytes(self) -> int: ...
+
+    def enqueue(
+        self,
+        task_name: str,
+        args: Mapping[str, Any] | None = None,
+        *,
+        conn: psycopg.Connection[Any] | None = None,
+        **options: Unpack[JobOptions],
+    ) -> int: ...
+
+    async def enqueue_async(
+        self,
+        task_name: str,
+        args: Mapping[str, Any] | None = None,
+        *,
+        conn: psycopg.AsyncConnection[Any] | None = None,
+        **options: Unpack[JobOptions],
+    ) -> int: ...
 
 
 def _unknown(name: str, free: list[str]) -> str:
@@ -96,7 +112,7 @@ class Task(Generic[P, R]):
 
     def __init__(
         self,
-        app: App,
+        app: Producer,
         fn: Callable[..., R],
         *,
         name: str,

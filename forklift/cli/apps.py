@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from forklift import _config
+from forklift import _loading
 
 if TYPE_CHECKING:
     from forklift.admin import AdminStore, JobAdmin
@@ -21,7 +21,7 @@ def app_for(args: argparse.Namespace) -> App:
 
     target = getattr(args, "app", None)
     if target:
-        app = _config.load_app(target)
+        app = _loading.load_app(target)
         if args.dsn:
             app._dsn = args.dsn
     else:

@@ -86,8 +86,9 @@ examples:
 --json prints one object with the keys of a `batches list` batch ({BATCH_KEYS}), and
 running_progress_done, running_progress_total (the progress its running jobs report,
 summed), last_ended_at (its latest job's end, or null), callback (the callback as the
-batch keeps it: queue, task, args (JSON text, made safe as above), priority,
-max_attempts, max_crashes, timeout; or null: none), callback_job (the callback's job with
+batch keeps it, the columns of its job: queue, task, args (JSON text, made safe as
+above), priority, max_attempts, max_crashes, timeout, batch_id, limit_key, trace_context;
+or null: none), callback_job (the callback's job with
 the keys of a `jobs list` job, or null: not enqueued yet, none, or pruned), dead_jobs
 (its first {DEAD_SHOWN} dead jobs: objects with id, last_error).
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from forklift import _config
+from forklift import _loading
 from forklift.cli import flags
 from forklift.cli.apps import app_for
 
@@ -38,7 +38,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from forklift.supervisor.reload import reimport
 
     # An app that does not import stops here (exit 3), before any fork would loop on it.
-    app = _config.load_app(args.app)
+    app = _loading.load_app(args.app)
     if args.dsn:
         app._dsn = args.dsn
     app.dsn  # noqa: B018 - fail now, not in every child, when no database is configured

@@ -8,21 +8,41 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, ParamSpec, TypedDict, TypeVar, overload
+from typing import Any, ParamSpec, Protocol, TypedDict, TypeVar, overload
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from forklift import _json, _names
+from forklift import _job, _names
+from forklift._job import JobSpec
 from forklift.backoff import Backoff
 from forklift.errors import ArgumentError, ConfigError
 from forklift.scheduler.fire_times import Cron, Every, FireTimes
 from forklift.scheduler.schedule import Schedule
-from forklift.task import Task, check_priority
-
-if TYPE_CHECKING:
-    from forklift.app import App
+from forklift.task import Task
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class Declaring(Protocol):
+    """What declaring a schedule needs of its app (forklift.App): its tasks, its
+    schedules, its bound on arguments, and declaring a task."""
+
+    tasks: dict[str, Task[Any, Any]]
+    schedules: dict[str, Schedule]
+
+    @property
+    def max_arg_bytes(self) -> int: ...
+
+    def task(
+        self,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        priority: int = 0,
+        max_attempts: int = 5,
+        timeout: float | None = None,
+        backoff: Backoff | None = None,
+    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
 
 class ScheduleOptions(TypedDict, total=False):
@@ -62,7 +82,7 @@ class Periodic:
     """What `@app.periodic(...)` returns: registers the function as a task (or takes a
     Task already registered) and schedules it."""
 
-    def __init__(self, app: App, options: PeriodicOptions) -> None:
+    def __init__(self, app: Declaring, options: PeriodicOptions) -> None:
         self.app = app
         self.options = options
         _timing(options)  # a bad expression or zone fails at the decorator's line
@@ -99,7 +119,7 @@ class Periodic:
         return task
 
 
-def schedule(app: App, task: Task[Any, Any] | str, options: ScheduleOptions) -> Schedule:
+def schedule(app: Declaring, task: Task[Any, Any] | str, options: ScheduleOptions) -> Schedule:
     """Check `options` for `task` (a Task, or a registered task's name) and add the
     schedule to `app`; ConfigError if anything about it is wrong."""
     known = _resolve(app, task)
@@ -109,25 +129,23 @@ def schedule(app: App, task: Task[Any, Any] | str, options: ScheduleOptions) -> 
     if name in app.schedules:
         raise ConfigError(f"two schedules are named {name!r} in this app: give one name=...")
     times, cron, every, tz = _timing(options)
-    args = _args(known, task_name, options.get("args", {}), app.max_arg_bytes)
-    queue = options.get("queue", known.queue if known is not None else "default")
-    _check_name("queue", queue)
-    priority = options.get("priority", known.priority if known is not None else 0)
-    check_priority(priority)
-    max_attempts = options.get("max_attempts", known.max_attempts if known is not None else 5)
-    if max_attempts < 1:
-        raise ConfigError(f"schedule {name!r}: max_attempts must be >= 1")
+    spec = JobSpec(
+        task_name,
+        options.get("args", {}),
+        queue=options.get("queue"),
+        priority=options.get("priority"),
+        max_attempts=options.get("max_attempts"),
+    )
+    try:
+        job = _job.build(spec, known, app.max_arg_bytes)
+    except ArgumentError as exc:
+        raise ConfigError(f"schedule {name!r}: {exc}") from None
     catchup = _seconds(options["catchup"], "catchup") if "catchup" in options else None
     if times.after(datetime.now(UTC)) is None:
         raise ConfigError(f"schedule {name!r}: {cron!r} never fires")
     found = Schedule(
         name=name,
-        task=task_name,
-        args=args,
-        queue=queue,
-        priority=priority,
-        max_attempts=max_attempts,
-        timeout=known.timeout if known is not None else None,
+        job=job,
         cron=cron,
         every=every,
         tz=tz,
@@ -139,7 +157,7 @@ def schedule(app: App, task: Task[Any, Any] | str, options: ScheduleOptions) -> 
     return found
 
 
-def _resolve(app: App, task: Task[Any, Any] | str) -> Task[Any, Any] | None:
+def _resolve(app: Declaring, task: Task[Any, Any] | str) -> Task[Any, Any] | None:
     """The Task to schedule; None for a name an app with no tasks may enqueue."""
     if isinstance(task, Task):
         return task
@@ -180,18 +198,6 @@ def _timing(options: ScheduleOptions) -> tuple[FireTimes, str | None, int | None
         )
     times = Cron(cron, zone)
     return times, times.expr, None, tz
-
-
-def _args(
-    task: Task[Any, Any] | None, task_name: str, args: Mapping[str, Any], max_bytes: int
-) -> str:
-    try:
-        text = _json.dumps_args(args, max_bytes)
-        if task is not None:
-            task.check_args(args)
-    except ArgumentError as exc:
-        raise ConfigError(f"schedule of task {task_name!r}: {exc}") from None
-    return text
 
 
 def _seconds(value: timedelta | float, what: str) -> float:

@@ -65,22 +65,22 @@ WHERE name = %(name)s::text;
 -- goes in without a key. With `exclusive` (overlap=False), nothing while an earlier
 -- fire's job is unfinished (ready or running). Returns (busy, the new job's id or
 -- NULL, whether the key was held by a job not of this schedule).
-WITH busy AS (
+WITH new AS (
+    SELECT * FROM (VALUES ({_job_values})) AS j({_job_columns}, idempotency_key, run_at, delay)
+), busy AS (
     SELECT 1 FROM {schema}.schedule_fires f JOIN {schema}.jobs j ON j.id = f.job_id
     WHERE %(exclusive)s::boolean AND f.schedule = %(name)s::text
       AND f.fire_at < %(fire_at)s::timestamptz AND j.state IN ('ready', 'running')
     LIMIT 1
 ), holder AS (
-    SELECT j.task = %(task)s::text AND j.queue = %(queue)s::text
-           AND j.args = %(args)s::jsonb AS ours
-    FROM {schema}.jobs j WHERE j.idempotency_key = %(key)s::text
+    SELECT h.task = n.task AND h.queue = n.queue AND h.args = n.args AS ours
+    FROM {schema}.jobs h, new n WHERE h.idempotency_key = %(key)s::text
 ), job AS (
-    INSERT INTO {schema}.jobs
-        (queue, task, args, idempotency_key, priority, max_attempts, timeout, available_at)
-    SELECT %(queue)s::text, %(task)s::text, %(args)s::jsonb,
-           CASE WHEN EXISTS (SELECT 1 FROM holder) THEN NULL ELSE %(key)s::text END,
-           %(priority)s::smallint, %(max_attempts)s::integer, %(timeout)s::float8,
-           %(fire_at)s::timestamptz
+    INSERT INTO {schema}.jobs ({_job_columns}, idempotency_key, available_at)
+    SELECT {_job_columns},
+           CASE WHEN EXISTS (SELECT 1 FROM holder) THEN NULL ELSE j.idempotency_key END,
+           {_job_due}
+    FROM new AS j
     WHERE NOT EXISTS (SELECT 1 FROM busy)
       AND NOT EXISTS (SELECT 1 FROM holder WHERE ours)
       AND NOT EXISTS (SELECT 1 FROM {schema}.schedule_fires f

@@ -4,34 +4,59 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from forklift.scheduler.fire_times import Every, FireTimes
+
+if TYPE_CHECKING:
+    from forklift.store import NewJob
 
 
 @dataclass(frozen=True)
 class Schedule:
     """When a task is enqueued (cron in a zone, or every N seconds) and with what.
 
-    `args` is the jobs' arguments as validated JSON text. `catchup` is the misfire
+    `job` is the job of every fire, built and checked as any enqueue's (_job.build),
+    which each fire inserts with its key and its fire time. `catchup` is the misfire
     window in seconds (None: after downtime only the most recent missed fire runs);
     with `overlap` false a fire is skipped while an earlier one's job is in progress.
     """
 
     name: str
-    task: str
-    args: str
-    queue: str
-    priority: int
-    max_attempts: int
-    timeout: float | None
+    job: NewJob = field(hash=False)  # a NewJob is mutable: compared, never hashed
     cron: str | None
     every: int | None
     tz: str
     catchup: float | None
     overlap: bool
     times: FireTimes = field(compare=False, repr=False)
+
+    @property
+    def task(self) -> str:
+        return self.job.task
+
+    @property
+    def args(self) -> str:
+        """The jobs' arguments, as validated JSON text."""
+        return self.job.args
+
+    @property
+    def queue(self) -> str:
+        return self.job.queue
+
+    @property
+    def priority(self) -> int:
+        return self.job.priority
+
+    @property
+    def max_attempts(self) -> int:
+        return self.job.max_attempts
+
+    @property
+    def timeout(self) -> float | None:
+        return self.job.timeout
 
     @property
     def definition_hash(self) -> str:
@@ -54,6 +79,10 @@ class Schedule:
     def key(self, fire: datetime) -> str:
         """The idempotency key of the job for `fire`: the same on every replica."""
         return f"forklift:schedule:{self.name}:{fire.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}"
+
+    def job_at(self, fire: datetime) -> NewJob:
+        """The job for `fire`: due then, under its key."""
+        return replace(self.job, idempotency_key=self.key(fire), run_at=fire)
 
     def interval(self, now: datetime) -> float | None:
         """Seconds between the fire times around `now` (None if it never fires again)."""

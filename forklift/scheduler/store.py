@@ -18,7 +18,7 @@ import psycopg
 from forklift import _db, _sql
 from forklift._conns import HeldConnection
 from forklift.scheduler.schedule import Schedule
-from forklift.store import short_connection, translated
+from forklift.store import _inserts, short_connection, translated
 
 
 class Synced(NamedTuple):
@@ -146,17 +146,13 @@ class ScheduleSession:
 
     def schedule_fire(self, schedule: Schedule, fire_at: datetime) -> Fired:
         """Enqueue `fire_at`'s job (see the query for when it does not)."""
+        job = schedule.job_at(fire_at)
         params = {
             "name": schedule.name,
             "exclusive": not schedule.overlap,
             "fire_at": fire_at,
-            "queue": schedule.queue,
-            "task": schedule.task,
-            "args": schedule.args,
-            "key": schedule.key(fire_at),
-            "priority": schedule.priority,
-            "max_attempts": schedule.max_attempts,
-            "timeout": schedule.timeout,
+            "key": job.idempotency_key,
+            **_inserts.values(job),
         }
         fired = _db.one(self.conn.execute(self.q["schedule_fire"], params), Fired)
         assert fired is not None

@@ -3,7 +3,9 @@ on a sync connection or a caller's AsyncConnection."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Sequence
+from operator import attrgetter
 from typing import Any, TypeVar
 
 from forklift.store._rows import NewJob
@@ -12,11 +14,36 @@ from forklift.store.producing import ProducerLimits
 
 _T = TypeVar("_T")
 
-# The NewJob fields an insert takes, as its parameters are named.
-JOB_COLUMNS = (
-    "queue", "task", "args", "idempotency_key", "priority", "max_attempts", "max_crashes",
-    "timeout", "run_at", "delay", "batch_id", "limit_key", "trace_context",
+# The NewJob fields its row takes as they are, in the order of the `_job_columns` fragment
+# (fragments.sql): job_copy's rows, and the columns every insert of a job selects.
+COLUMNS = (
+    "queue", "task", "args", "priority", "max_attempts", "max_crashes", "timeout", "batch_id",
+    "limit_key", "trace_context",
 )  # fmt: skip
+# An insert's parameters (the `_job_arrays` and `_job_values` fragments): the columns,
+# then the key and when the job is due (run_at, else now, plus delay: the database's clock).
+FIELDS = (*COLUMNS, "idempotency_key", "run_at", "delay")
+_columns = attrgetter(*COLUMNS)
+
+
+def params(jobs: Sequence[NewJob]) -> dict[str, list[Any]]:
+    """`jobs` as an insert's parameters: one array per field (FIELDS, `_job_arrays`)."""
+    return {name: [getattr(job, name) for job in jobs] for name in FIELDS}
+
+
+def values(job: NewJob) -> dict[str, Any]:
+    """`job` as the parameters of an insert of it alone (FIELDS, `_job_values`)."""
+    return {name: getattr(job, name) for name in FIELDS}
+
+
+def stored(job: NewJob) -> dict[str, Any]:
+    """`job`'s columns as a JSON object, kept until it is inserted from it (a batch's
+    callback, by batch_finish); its key and due time are the inserting statement's."""
+    row = dict(zip(COLUMNS, _columns(job), strict=True))
+    row["args"] = json.loads(job.args)
+    if job.trace_context is not None:
+        row["trace_context"] = json.loads(job.trace_context)
+    return row
 
 
 class Inserts:
@@ -30,9 +57,8 @@ class Inserts:
     def one(self, job: NewJob, *, quiet: bool = False) -> Steps[int]:
         """Insert `job`; `quiet`: without notifying in its transaction (an autocommit
         connection of forklift's own, whose caller wakes the queue after the commit)."""
-        yield from self.producing.prepare([job])
-        params = {name: getattr(job, name) for name in JOB_COLUMNS}  # with the key found
-        rows = yield Query(self.q["job_insert_quiet" if quiet else "job_insert"], params)
+        yield from self.producing.prepare([job])  # with the limit's key found
+        rows = yield Query(self.q["job_insert_quiet" if quiet else "job_insert"], values(job))
         if rows:
             ((job_id,),) = rows  # one row of one column: the new job's id
             return int(job_id)
@@ -134,17 +160,13 @@ class Inserts:
             i, j = taken
             taken = None
             ids[i] = new_id = int(new_id)
-            yield (new_id, j.queue, j.task, j.args, j.priority, j.max_attempts, j.max_crashes,
-                   j.timeout, j.batch_id, j.limit_key, j.trace_context)  # fmt: skip
+            yield (new_id, *_columns(j))
 
     def _insert_rows(
         self, jobs: Sequence[NewJob], ids: Sequence[int | None]
     ) -> Steps[dict[str, int]]:
         """One INSERT of keyed or delayed jobs; the ids of the keys it inserted."""
-        cols: dict[str, list[Any]] = {"id": list(ids)}
-        for k in JOB_COLUMNS:
-            cols[k] = [getattr(j, k) for j in jobs]
-        rows = yield Query(self.q["job_insert_many"], cols)
+        rows = yield Query(self.q["job_insert_many"], {"id": list(ids), **params(jobs)})
         return {key: int(id_) for id_, key in rows if key is not None}
 
     def _chunks(self, items: Sequence[_T]) -> Iterator[Sequence[_T]]:

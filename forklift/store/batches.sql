@@ -60,12 +60,9 @@ WITH open AS (
     FROM {schema}.batches AS b, open
     WHERE b.id = %(id)s::bigint AND b.finished_at IS NULL AND NOT open.any
 ), callback AS (
-    INSERT INTO {schema}.jobs
-        (queue, task, args, idempotency_key, priority, max_attempts, max_crashes, timeout)
-    SELECT c->>'queue', c->>'task', c->'args', 'forklift:batch:' || b.id,
-           (c->>'priority')::smallint, (c->>'max_attempts')::integer,
-           (c->>'max_crashes')::integer, (c->>'timeout')::float8
-    FROM b, LATERAL (SELECT b.callback AS c) AS cb
+    INSERT INTO {schema}.jobs ({_job_columns}, idempotency_key)
+    SELECT {_job_columns}, 'forklift:batch:' || b.id
+    FROM b, jsonb_populate_record(NULL::{schema}.jobs, b.callback) AS j
     WHERE b.callback IS NOT NULL
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id

@@ -1,5 +1,6 @@
--- Fragments the store's query files share (queries.sql, limits.sql): each `{_name}` in
--- their queries becomes the text of the section of that name here (_sql.load).
+-- Fragments the store's query files share (queries.sql, limits.sql, batches.sql), and the
+-- scheduler's, which inserts jobs too: each `{_name}` in their queries becomes the text
+-- of the section of that name here (_sql.load).
 
 -- name: _owner_vouched
 -- A fragment, not a query: whether the lease owner of job `j`, whose lease ran out, is a
@@ -69,3 +70,32 @@ last_error = CASE WHEN j.state = 'running'
             'attempt', j.attempts, 'at', now(), 'worker', j.lease_owner,
             'error', 'LeaseExpired: lease of ' || j.lease_owner || ' expired')
         ELSE j.errors END
+
+-- name: _job_columns
+-- A fragment: the columns a new job's row takes from its producer as they are (every one
+-- but its id, idempotency key and due time), in the order of _inserts.COLUMNS: the rows
+-- job_copy writes, and the names every insert of a job selects them by.
+queue, task, args, priority, max_attempts, max_crashes, timeout, batch_id, limit_key,
+trace_context
+
+-- name: _job_arrays
+-- A fragment: new jobs as parameters, one array per field of _inserts.FIELDS: those of
+-- _job_columns, then idempotency_key, run_at and delay, which every insert of many
+-- unnests `AS j(<_job_columns>, idempotency_key, run_at, delay)`.
+%(queue)s::text[], %(task)s::text[], %(args)s::jsonb[], %(priority)s::smallint[],
+%(max_attempts)s::integer[], %(max_crashes)s::integer[], %(timeout)s::float8[],
+%(batch_id)s::bigint[], %(limit_key)s::text[], %(trace_context)s::jsonb[],
+%(idempotency_key)s::text[], %(run_at)s::timestamptz[], %(delay)s::float8[]
+
+-- name: _job_values
+-- A fragment: one new job as parameters, the fields of _job_arrays one by one, for an
+-- insert of one job `FROM (VALUES ({_job_values})) AS j(...)` (cheaper than unnesting
+-- one-element arrays, on the path of every single enqueue).
+%(queue)s::text, %(task)s::text, %(args)s::jsonb, %(priority)s::smallint,
+%(max_attempts)s::integer, %(max_crashes)s::integer, %(timeout)s::float8,
+%(batch_id)s::bigint, %(limit_key)s::text, %(trace_context)s::jsonb,
+%(idempotency_key)s::text, %(run_at)s::timestamptz, %(delay)s::float8
+
+-- name: _job_due
+-- A fragment: when the new job `j` is due, on the database's clock.
+coalesce(j.run_at, now()) + make_interval(secs => j.delay)

@@ -24,16 +24,9 @@ LATERAL (
 
 -- name: job_insert
 -- Insert one job; with an idempotency key already taken, insert nothing.
-INSERT INTO {schema}.jobs
-    (queue, task, args, idempotency_key, priority, max_attempts, max_crashes, timeout,
-     available_at, batch_id, limit_key, trace_context)
-VALUES (
-    %(queue)s::text, %(task)s::text, %(args)s::jsonb, %(idempotency_key)s::text,
-    %(priority)s::smallint, %(max_attempts)s::integer, %(max_crashes)s::integer,
-    %(timeout)s::float8,
-    coalesce(%(run_at)s::timestamptz, now()) + make_interval(secs => %(delay)s::float8),
-    %(batch_id)s::bigint, %(limit_key)s::text, %(trace_context)s::jsonb
-)
+INSERT INTO {schema}.jobs ({_job_columns}, idempotency_key, available_at)
+SELECT {_job_columns}, idempotency_key, {_job_due}
+FROM (VALUES ({_job_values})) AS j({_job_columns}, idempotency_key, run_at, delay)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id;
 
@@ -41,37 +34,21 @@ RETURNING id;
 -- job_insert for forklift's own autocommit connection: the insert's transaction is marked
 -- quiet first (the row comes from the subquery that sets it), so the insert trigger does
 -- not notify in it; the producer wakes the queue after the commit (wake, store/_waker.py).
-INSERT INTO {schema}.jobs
-    (queue, task, args, idempotency_key, priority, max_attempts, max_crashes, timeout,
-     available_at, batch_id, limit_key, trace_context)
-SELECT
-    %(queue)s::text, %(task)s::text, %(args)s::jsonb, %(idempotency_key)s::text,
-    %(priority)s::smallint, %(max_attempts)s::integer, %(max_crashes)s::integer,
-    %(timeout)s::float8,
-    coalesce(%(run_at)s::timestamptz, now()) + make_interval(secs => %(delay)s::float8),
-    %(batch_id)s::bigint, %(limit_key)s::text, %(trace_context)s::jsonb
-FROM (SELECT set_config('forklift.quiet', 'on', true) AS quiet) AS marked
+INSERT INTO {schema}.jobs ({_job_columns}, idempotency_key, available_at)
+SELECT {_job_columns}, idempotency_key, {_job_due}
+FROM (SELECT set_config('forklift.quiet', 'on', true) AS quiet) AS marked,
+     (VALUES ({_job_values})) AS j({_job_columns}, idempotency_key, run_at, delay)
 WHERE marked.quiet = 'on'
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id;
 
 -- name: job_insert_many
 -- Insert many jobs (reserved ids, or NULL to draw one); taken keys insert nothing.
-INSERT INTO {schema}.jobs
-    (id, queue, task, args, idempotency_key, priority, max_attempts, max_crashes, timeout,
-     available_at, batch_id, limit_key, trace_context)
-SELECT coalesce(id, nextval('{schema}.jobs_id_seq'::regclass)),
-       queue, task, args, idempotency_key, priority, max_attempts, max_crashes, timeout,
-       coalesce(run_at, now()) + make_interval(secs => delay), batch_id, limit_key,
-       trace_context
-FROM unnest(
-    %(id)s::bigint[], %(queue)s::text[], %(task)s::text[], %(args)s::jsonb[],
-    %(idempotency_key)s::text[], %(priority)s::smallint[], %(max_attempts)s::integer[],
-    %(max_crashes)s::integer[], %(timeout)s::float8[], %(run_at)s::timestamptz[],
-    %(delay)s::float8[], %(batch_id)s::bigint[], %(limit_key)s::text[],
-    %(trace_context)s::jsonb[]
-) AS j(id, queue, task, args, idempotency_key, priority, max_attempts, max_crashes, timeout,
-       run_at, delay, batch_id, limit_key, trace_context)
+INSERT INTO {schema}.jobs (id, {_job_columns}, idempotency_key, available_at)
+SELECT coalesce(id, nextval('{schema}.jobs_id_seq'::regclass)), {_job_columns},
+       idempotency_key, {_job_due}
+FROM unnest(%(id)s::bigint[], {_job_arrays})
+    AS j(id, {_job_columns}, idempotency_key, run_at, delay)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, idempotency_key;
 
@@ -99,10 +76,7 @@ SELECT set_config('synchronous_commit', 'off', true),
 
 -- name: job_copy
 -- Bulk-load jobs that are due now and carry no idempotency key, with reserved ids.
-COPY {schema}.jobs
-    (id, queue, task, args, priority, max_attempts, max_crashes, timeout, batch_id, limit_key,
-     trace_context)
-FROM STDIN;
+COPY {schema}.jobs (id, {_job_columns}) FROM STDIN;
 
 -- name: job_claim
 -- Claim up to `limit` due jobs of the given queues for `owner`, in priority order, plus

@@ -7,7 +7,7 @@ import sys
 import sysconfig
 
 import forklift
-from forklift import _config
+from forklift import _loading
 from forklift.app import App
 
 
@@ -44,4 +44,4 @@ def reimport(target: str) -> App:
                 path.startswith(p + os.sep) for p in protected
             ):
                 del sys.modules[name]
-    return _config.load_app(target)
+    return _loading.load_app(target)

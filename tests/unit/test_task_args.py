@@ -212,16 +212,17 @@ def test_every_way_to_enqueue_takes_one_option_set() -> None:
 def test_args_over_the_cap_are_refused_by_default_at_one_mebibyte(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from forklift.app import MAX_ARG_BYTES, build_job
+    from forklift._job import JobSpec, build
+    from forklift.app import MAX_ARG_BYTES
 
     monkeypatch.delenv("FORKLIFT_MAX_ARG_BYTES", raising=False)
     assert MAX_ARG_BYTES == 1 << 20 == forklift.App().max_arg_bytes
     at_the_cap = {"a": "x" * (MAX_ARG_BYTES - len('{"a":""}'))}
-    build_job(None, "t", at_the_cap)
+    build(JobSpec("t", at_the_cap), None)
     with pytest.raises(forklift.ArgumentError, match="1,048,577 bytes of JSON, more than"):
-        build_job(None, "t", {"a": "x" * (MAX_ARG_BYTES - len('{"a":""}') + 1)})
+        build(JobSpec("t", {"a": "x" * (MAX_ARG_BYTES - len('{"a":""}') + 1)}), None)
     with pytest.raises(forklift.ArgumentError, match="more than the 1,048,576"):
-        build_job(None, "t", {"a": "é" * (MAX_ARG_BYTES // 2)})  # counted in UTF-8 bytes
+        build(JobSpec("t", {"a": "é" * (MAX_ARG_BYTES // 2)}), None)  # counted in UTF-8 bytes
 
 
 def test_the_cap_is_set_on_the_app_or_by_the_environment(

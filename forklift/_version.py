@@ -1,0 +1,3 @@
+"""The version of forklift, which the package and its traces report."""
+
+__version__ = "0.1.0"
