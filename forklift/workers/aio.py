@@ -79,6 +79,8 @@ class JobSteps(Protocol):
         self, ctx: JobContext, result: Result, started: float
     ) -> tuple[Result, Effect | AsyncEffect | None]: ...
 
+    def take(self, ctx: JobContext) -> bool: ...
+
     def record(self, ctx: JobContext, task: Task[Any, Any] | None, result: Result) -> None: ...
 
     def release(self, ctx: JobContext) -> None: ...
@@ -212,7 +214,7 @@ class AsyncRunner:
             _tracing.deactivate(token)
         result, effect = self.steps.returned(ctx, result, started)
         assert effect is None or isinstance(effect, AsyncEffect)
-        if ctx.finished or ctx.giving_back:  # released (or being) at a stop past grace
+        if not self.steps.take(ctx):  # released (or being) at a stop past its grace
             if effect is not None:
                 with contextlib.suppress(DatabaseError):
                     await effect.rollback()

@@ -10,7 +10,7 @@ fenced writes. Up to `concurrency` jobs run at once, on threads and loop togethe
 with tracing (_tracing.py) each attempt has its span. Beside them run the
 services, each in its own module with its collaborators passed in: the lease renewer,
 the completer, the listener and maintenance on threads of their own.
-They share `Holdings` (the held jobs, the slots, the locks) and `JobEvents` (how a
+They share `Holdings` (the held jobs, the slots, who writes each outcome) and `JobEvents` (how a
 job's end is logged, counted and reported).
 Everything is created in run(), after any fork.
 """
@@ -323,7 +323,8 @@ class Worker:
                 expiry.scanned()
             if self._stopping:
                 # Invariant: a graceful stop starts no new work. Give these back at once.
-                self.recorder.release([self._adopt(j) for j in jobs], "claimed while stopping")
+                adopted = self.holdings.take([self._adopt(j) for j in jobs])
+                self.recorder.release_or_keep(adopted, "claimed while stopping")
                 break
             self.pacing.shared = claim.shared
             self.runs.dispatch([self._adopt(job) for job in jobs])
@@ -416,7 +417,7 @@ class Worker:
         # written now, or the wait below would wait out the grace for them.
         self.services.completer.let_go()
         # A graceful stop starts nothing new: what waits for a slot goes back now.
-        self.recorder.release(self.holdings.take_waiting(), "not started before the stop")
+        self.recorder.release_or_keep(self.holdings.take_waiting(), "not started before the stop")
         deadline = time.monotonic() + (0.0 if self._fast_stop else self.config.grace)
         while len(self.holdings) and time.monotonic() < deadline and not self._fast_stop:
             self._wakeup.wait(min(0.5, deadline - time.monotonic()))

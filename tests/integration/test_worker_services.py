@@ -25,7 +25,7 @@ from forklift.metrics import Tally
 from forklift.store import Claim, Completion, JobState, JobStore
 from forklift.testing import wait_for
 from forklift.workers.completer import Completer, CompleterConfig, Flushed
-from forklift.workers.context import JobContext
+from forklift.workers.context import JobContext, Writing
 from forklift.workers.events import JobEvents, Outcome
 from forklift.workers.holdings import Holdings
 from forklift.workers.listener import Listener, ListenerConfig
@@ -280,7 +280,7 @@ def test_renewer_extends_held_leases_and_cancels_lost_ones(
 
 def test_renewer_leaves_finished_jobs_alone(rig: Rig, app: forklift.App) -> None:
     (ctx,) = rig.claim(app)
-    ctx.finished = True  # its outcome is being written: not a lease to renew
+    ctx.writing = Writing.WRITTEN  # its outcome is written: not a lease to renew
     renewer = LeaseRenewer(rig.store, OWNER, rig.holdings, rig.events, None, rig.closing)
     assert renewer.run_once() == Renewed(0, 0)
 

@@ -6,7 +6,7 @@ import random
 from typing import cast
 
 from forklift.store import ClaimedJob, JobStore
-from forklift.workers.context import JobContext
+from forklift.workers.context import JobContext, Stage, Writing
 from forklift.workers.holdings import Holdings
 
 
@@ -80,7 +80,7 @@ def test_a_failed_give_back_hands_back_the_jobs_an_executor_passed_over() -> Non
     h.adopt(b)
     assert h.take_waiting() == [a, b]
     assert not h.start(a, 1.0)  # dequeued while taken: passed over
-    assert h.keep_waiting([a, b]) == [a]  # b is still in the queue: not again
+    assert h.untake([a, b]) == [a]  # b is still in the queue: not again
     assert h.start(a, 2.0) and h.start(b, 2.0)
 
 
@@ -92,9 +92,10 @@ def test_the_waiting_and_running_counts_agree_with_the_jobs_held() -> None:
     for _ in range(50):
         h = Holdings(concurrency=3)
         contexts: list[JobContext] = []
+        gone: set[int] = set()  # ids (of the contexts) ended or released
         for step in range(200):
             op = rng.choice(["adopt", "start", "return", "end", "release", "take", "keep"])
-            live = [c for c in contexts if not c.finished]
+            live = [c for c in contexts if id(c) not in gone]
             pick = rng.choice(live) if live else None
             if op == "adopt" or pick is None:
                 # Now and then a job given back is claimed again: same id, new context.
@@ -112,17 +113,18 @@ def test_the_waiting_and_running_counts_agree_with_the_jobs_held() -> None:
                 h.free_slot(pick)
             elif op == "end":
                 h.end(pick)
-                pick.finished = True
+                gone.add(id(pick))
             elif op == "release":
                 h.release(pick)
-                pick.finished = True
+                gone.add(id(pick))
             elif op == "take":
-                h.keep_waiting(h.take_waiting()) if rng.random() < 0.5 else h.take_waiting()
+                h.untake(h.take_waiting()) if rng.random() < 0.5 else h.take_waiting()
             else:
-                h.keep_waiting([c for c in contexts if c.giving_back])
+                h.untake([c for c in contexts if c.writing is Writing.TAKEN])
             jobs = h.snapshot()
-            assert h.waiting() == sum(1 for c in jobs if not c.started and not c.slot_freed)
-            running = [c for c in jobs if c.started and not c.slot_freed]
+            waiting = (Stage.WAITING, Stage.PASSED)
+            assert h.waiting() == sum(1 for c in jobs if c.stage in waiting)
+            running = [c for c in jobs if c.stage is Stage.RUNNING]
             assert h.longest_running(1000.0) == max(
                 (1000.0 - c.started_at for c in running), default=0.0
             )
