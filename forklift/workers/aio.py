@@ -66,7 +66,7 @@ class Begin(enum.Enum):
     """What becomes of a job taken from the queue, before its handler runs."""
 
     RUN = "run"
-    SKIP = "skip"  # not ours to run (given back, cancelled): already dealt with
+    SKIP = "skip"  # not ours to run (released, cancelled): already dealt with
     RELEASE = "release"  # claimed before the stop, not started: give it back
 
 

@@ -260,7 +260,7 @@ class Completer:
         self._retry.succeeded()
         written = [c for c in batch if c.job_id not in outcome.failed]  # not recorded yet
         flushed = self._record(written, outcome.done)
-        if outcome.given_up:  # still ours in the database, now forgotten: given back
+        if outcome.given_up:  # still ours in the database, now forgotten: released
             self.holdings.doubt()
         return flushed
 

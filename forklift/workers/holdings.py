@@ -72,7 +72,7 @@ class Holdings:
             self._waiting += 1
 
     def free_slot(self, ctx: JobContext) -> bool:
-        """Give back the job's slot (its handler returned); False if it was given already."""
+        """Free the job's slot (its handler returned); False if it was freed already."""
         with self._lock:
             return self._free_slot(ctx)
 
@@ -85,7 +85,7 @@ class Holdings:
             self.ended += 1
 
     def release(self, ctx: JobContext) -> bool:
-        """Forget a job given back; True if this freed its slot."""
+        """Forget a job released; True if this freed its slot."""
         with self._lock:
             freed = self._free_slot(ctx)
             if self._jobs.get(ctx.job_id) is ctx:

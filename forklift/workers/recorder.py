@@ -3,7 +3,7 @@
 Every write that ends a job's attempt here goes through one of three methods: the
 effect transaction's commit with the completion (`commit_effect`, awaited as
 `commit_effect_async`), a failed attempt (`fail`), or releasing jobs unfinished
-(`release`, which `give_back_waiting` and `release_at_stop` try again when it fails: a
+(`release`, which `release_waiting` and `release_at_stop` try again when it fails: a
 job is never forgotten while still `running`). Group-committed successes go through the
 completer instead. Each is handed jobs whose outcome its caller took (Holdings.take):
 no other thread writes theirs, and the renewer never calls one of them lost.
@@ -35,7 +35,7 @@ log = logging.getLogger("forklift.workers.worker")
 # enough for a rolling deploy to bring up workers that know it.
 UNKNOWN_TASK_RETRY = Backoff()
 
-# A failed give-back is tried again after 0.1 s, doubling, at most half a second apart.
+# A failed release is tried again after 0.1 s, doubling, at most half a second apart.
 RELEASE_BACKOFF = Backoff(base=0.1, factor=2.0, max=0.5, jitter=0.0)
 
 # How long a stopping worker tries again to give its jobs back when the statement fails
@@ -58,8 +58,8 @@ class Recorder:
         self.holdings = holdings
         self.events = events
         self.ends = ends  # told the batch of a job that ended here, after the commit
-        self._give_back_errors = Streak(RELEASE_BACKOFF)
-        self._give_back_at = 0.0  # the next give-back after a failed one (monotonic)
+        self._release_errors = Streak(RELEASE_BACKOFF)
+        self._release_at = 0.0  # the next release of waiting jobs after a failed one (monotonic)
 
     def commit_effect(self, ctx: JobContext, effect: Effect) -> Result | None:
         """Complete the job inside the handler's transaction; commit both or neither.
@@ -107,8 +107,8 @@ class Recorder:
     def _commit_lost(self, ctx: JobContext, exc: DatabaseError) -> Result | None:
         """The effect's commit failed and did not commit. Lost with its connection (ended
         from outside, the database restarting), it is no fault of the job's: the job
-        goes back uncharged, to run again (None). Refused (a constraint, a data error),
-        or not given back now, it is the attempt's failure, for the caller to record."""
+        is released uncharged, to run again (None). Refused (a constraint, a data error),
+        or not released now, it is the attempt's failure, for the caller to record."""
         if exc.transient and self.release([ctx], f"its effect's commit was lost: {exc}"):
             return None
         return executor.failure(exc)
@@ -190,23 +190,23 @@ class Recorder:
             ctx.writing = Writing.WRITTEN
         for ctx in contexts:
             self.events.released(ctx, why, recorded=ctx.job_id in released)
-        if not recorded:  # still ours in the database: given back by a reconciliation
+        if not recorded:  # still ours in the database: released by a reconciliation
             self.holdings.doubt()
         return recorded
 
-    def give_back_waiting(self, why: str, requeue: Callable[[JobContext], None]) -> None:
-        """Give back the jobs waiting for a slot. When that fails they stay held (and
+    def release_waiting(self, why: str, requeue: Callable[[JobContext], None]) -> None:
+        """Release the jobs waiting for a slot. When that fails they stay held (and
         renewed): an executor may run them after all (`requeue` queues again those one
         passed over meanwhile), or a try a moment later gives them back."""
-        if time.monotonic() < self._give_back_at:
+        if time.monotonic() < self._release_at:
             return
         taken = self.holdings.take_waiting()
         if self.release(taken, why):
-            self._give_back_errors.succeeded()
+            self._release_errors.succeeded()
         else:
             for ctx in self.holdings.untake(taken):
                 requeue(ctx)
-            self._give_back_at = time.monotonic() + self._give_back_errors.failed()
+            self._release_at = time.monotonic() + self._release_errors.failed()
 
     def release_at_stop(self, contexts: list[JobContext], why: str) -> None:
         """Give jobs back as the worker stops; a failed statement is tried again for up

@@ -137,10 +137,10 @@ class JobRuns:
     # The steps around a handler's call, the same on a thread and on the loop (aio.JobSteps).
 
     def begin(self, ctx: JobContext) -> Begin:
-        """Whether the job's handler is to run now (it was not given back, the worker is
+        """Whether the job's handler is to run now (it was not released, the worker is
         not stopping, no operator cancelled it); if so, its start is told and traced."""
         if not self.holdings.start(ctx, time.monotonic()):
-            return Begin.SKIP  # given back while it waited (overdue, or the stop): not ours
+            return Begin.SKIP  # released while it waited (overdue, or the stop): not ours
         if self.stopping():
             # Claimed just before the stop and not started: no new work once stopping.
             return Begin.RELEASE

@@ -70,9 +70,9 @@ def test_end_forgets_only_the_context_it_is_given() -> None:
     assert h.snapshot() == [new]
 
 
-def test_a_failed_give_back_hands_back_the_jobs_an_executor_passed_over() -> None:
-    """A give-back whose statement failed keeps its jobs; one an executor skipped while
-    it was being given back must be queued again, or its slot would be held for good
+def test_a_failed_release_hands_back_the_jobs_an_executor_passed_over() -> None:
+    """A release whose statement failed keeps its jobs; one an executor skipped while
+    it was being released must be queued again, or its slot would be held for good
     (seen under a database outage: a worker stuck with every slot taken, running none)."""
     h = Holdings(concurrency=1)
     a, b = held(1), held(2)
@@ -87,7 +87,7 @@ def test_a_failed_give_back_hands_back_the_jobs_an_executor_passed_over() -> Non
 def test_the_waiting_and_running_counts_agree_with_the_jobs_held() -> None:
     # Holdings keeps how many jobs wait for a slot and which run as they change; here
     # every step of a random mix of claims, starts, returns, ends, releases and
-    # give-backs is checked against a count from the jobs themselves.
+    # releases is checked against a count from the jobs themselves.
     rng = random.Random(7)
     for _ in range(50):
         h = Holdings(concurrency=3)
@@ -98,7 +98,7 @@ def test_the_waiting_and_running_counts_agree_with_the_jobs_held() -> None:
             live = [c for c in contexts if id(c) not in gone]
             pick = rng.choice(live) if live else None
             if op == "adopt" or pick is None:
-                # Now and then a job given back is claimed again: same id, new context.
+                # Now and then a job released is claimed again: same id, new context.
                 job_id = (
                     rng.choice([c.job_id for c in contexts])
                     if contexts and rng.random() < 0.1
