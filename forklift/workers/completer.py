@@ -1,10 +1,13 @@
 """Group commit: successes queue up and are completed many per statement, fenced.
 
-Most go to the database with the worker's next claim, in its round trip and its
-transaction (`riding`): the claim then
-sees the slots and keys they free, and the two cost one round trip and one commit. What
-the claim loop does not take within `linger` (it has no slot free, or it is stopping) is
-flushed on the completer's own thread.
+The one route of a success without an effect transaction (the other is the effect's
+commit, recorder.py): every batch is sent by `_written` and recorded by `_record`. Most
+go to the database with the worker's next claim, in its round trip and its transaction
+(`riding`): the claim then sees the slots and keys they free, and the two cost one round
+trip and one commit. What the claim loop does not take within `linger` (it has no slot
+free, or it is stopping), or a claim could not carry, is flushed on the completer's own
+thread: retried through an outage for a lease at most, split to find the rows the
+database refuses, never retried on an error a retry will not cure.
 """
 
 from __future__ import annotations
@@ -238,6 +241,8 @@ class Completer:
     def _written(
         self, batch: list[JobContext], write: Callable[[Sequence[Completion]], set[int]]
     ) -> set[int]:
+        """Send the completions of `batch` (jobs whose outcome is taken: Holdings) with
+        `write`, the claim or a statement of their own; the ids it completed."""
         self.events.intend(batch)  # a kill before the answer: the parent counts
         done = write([completion(c) for c in batch])
         for ctx in batch:
