@@ -84,6 +84,21 @@ def test_a_failed_release_hands_back_the_jobs_an_executor_passed_over() -> None:
     assert h.start(a, 2.0) and h.start(b, 2.0)
 
 
+def test_an_outcome_is_taken_by_one_thread_only() -> None:
+    """Whoever takes a job's outcome first writes it: a handler returning while the stop
+    releases its job finds it taken, and a release that failed lets it go again."""
+    h = Holdings(concurrency=2)
+    a, b = held(1), held(2)
+    h.adopt(a)
+    h.adopt(b)
+    assert h.start(a, 1.0)
+    assert h.take([b]) == [b]  # b's outcome is being written
+    assert h.take_running() == [a]  # the stop takes a to release it; b is not its own
+    assert h.take([a, b]) == []  # a's handler returns: not its to write
+    assert h.untake([a]) == []  # the release failed: a ran, no executor passed it over
+    assert h.take([a]) == [a] and h.take_running() == []
+
+
 def test_the_waiting_and_running_counts_agree_with_the_jobs_held() -> None:
     # Holdings keeps how many jobs wait for a slot and which run as they change; here
     # every step of a random mix of claims, starts, returns, ends, releases and
