@@ -40,7 +40,7 @@ RETURNING id;
 -- name: job_insert_quiet
 -- job_insert for forklift's own autocommit connection: the insert's transaction is marked
 -- quiet first (the row comes from the subquery that sets it), so the insert trigger does
--- not notify in it; the producer wakes the queue after the commit (wake, store/_waker.py).
+-- not notify in it; the producer wakes the queue after the commit (wake, store/_notifier.py).
 INSERT INTO {schema}.jobs
     (queue, task, args, idempotency_key, priority, max_attempts, max_crashes, timeout,
      available_at, batch_id, limit_key, trace_context)
