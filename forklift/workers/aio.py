@@ -67,7 +67,7 @@ class Begin(enum.Enum):
 
     RUN = "run"
     SKIP = "skip"  # not ours to run (released, cancelled): already dealt with
-    RELEASE = "release"  # claimed before the stop, not started: give it back
+    RELEASE = "release"  # claimed before the stop, not started: release it
 
 
 class JobSteps(Protocol):

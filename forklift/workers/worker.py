@@ -10,8 +10,8 @@ fenced writes. Up to `concurrency` jobs run at once, on threads and loop togethe
 with tracing (_tracing.py) each attempt has its span. Beside them run the
 services, each in its own module with its collaborators passed in: the lease renewer,
 the completer, the listener and maintenance on threads of their own.
-They share `Holdings` (the held jobs, the slots, who writes each outcome) and `JobEvents` (how a
-job's end is logged, counted and reported).
+They share `Holdings` (the held jobs, the slots, who writes each outcome) and
+`JobEvents` (how a job's end is logged, counted and reported).
 Everything is created in run(), after any fork.
 """
 
@@ -322,7 +322,7 @@ class Worker:
             if expired:
                 expiry.scanned()
             if self._stopping:
-                # Invariant: a graceful stop starts no new work. Give these back at once.
+                # Invariant: a graceful stop starts no new work. Release these at once.
                 adopted = self.holdings.take([self._adopt(j) for j in jobs])
                 self.recorder.release_or_keep(adopted, "claimed while stopping")
                 break
