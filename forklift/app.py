@@ -398,7 +398,7 @@ class App:
         with self._lock:
             if self._pool is not None and self._pool_pid == os.getpid():
                 if self._store is not None:
-                    self._store.waker.close()  # the last enqueues' wake-up first
+                    self._store.notifier.close()  # the last enqueues' wake-up first
                     _steps.flush_asides()  # and their refusals' counts
                 self._pool.close()
             self._pool = None

@@ -150,10 +150,6 @@ class UnknownTaskError(ForkliftError, LookupError):
     """No task is registered under that name."""
 
 
-class LeaseLost(ForkliftError):
-    """This worker no longer owns the job's lease; its completion was refused."""
-
-
 class SingletonLost(ForkliftError):
     """This process does not hold the singleton (any longer): its session ended, so
     another holder may be inside the section now; stop the block's work."""

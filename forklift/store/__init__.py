@@ -20,8 +20,8 @@ from forklift.store._boundary import AsyncConn, Conn, pipelined, short_connectio
 from forklift.store._effect import AsyncEffect, Effect, EffectBudget
 from forklift.store._inserts import Inserts
 from forklift.store._listen import Notifications
+from forklift.store._notifier import Notifier
 from forklift.store._rows import Claim, ClaimedJob, JobState, NewJob, claimed, next_due
-from forklift.store._waker import Waker
 from forklift.store.producing import ProducerLimits
 
 # A success to record: (job id, attempt, result JSON, progress JSON), fenced by both.
@@ -107,21 +107,21 @@ class JobStore:
         self.inserts = Inserts(self.q, self.producing, insert_chunk)
         conninfo = pool.conninfo  # a str, or a callable that makes one per connection
         self.where = _db.describe(conninfo if isinstance(conninfo, str) else conninfo())
-        self.waker = Waker(pool.connection, self.q["wake"], conninfo)
+        self.notifier = Notifier(pool.connection, self.q["wake"], conninfo)
 
     # -- producing ---------------------------------------------------------------------
 
     # Each enqueue is written once, as steps (_steps.py): `job_insert` and
     # `job_insert_many` drive them on a sync connection, their `_async` twins on a
     # caller's AsyncConnection. In a caller's transaction the insert notifies the workers
-    # at its commit; on the store's own connection it may commit quietly, the waker
-    # notifying them after (migration 0010, _waker.py).
+    # at its commit; on the store's own connection it may commit quietly, the notifier
+    # notifying them after (migration 0010, _notifier.py).
 
     def job_insert(self, job: NewJob, conn: Conn | None = None) -> int:
         with translated("enqueue failed", self.where):
             if conn is not None:
                 return _steps.run(self.inserts.one(job), conn, self.pool.connection)
-            with self.waker.enqueuing([job.queue]) as quiet, self.pool.connection() as own:
+            with self.notifier.enqueuing([job.queue]) as quiet, self.pool.connection() as own:
                 return _steps.run(self.inserts.one(job, quiet=quiet), own, self.pool.connection)
 
     async def job_insert_async(self, job: NewJob, conn: AsyncConn) -> int:
@@ -149,7 +149,7 @@ class JobStore:
                 return _steps.run(self.inserts.many(jobs, count), conn, self.pool.connection)
             queues: set[str] = set()  # what to wake once committed, noted as they go in
             with (
-                self.waker.enqueuing(queues, bulk=True) as quiet,
+                self.notifier.enqueuing(queues, bulk=True) as quiet,
                 self.pool.connection() as own,
                 own.transaction(),
             ):

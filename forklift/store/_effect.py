@@ -18,8 +18,8 @@ from forklift.store._boundary import AsyncConn, Conn, translated
 
 class EffectBudget:
     """How many effect transactions one worker process holds at once (--pool), its sync
-    and its async handlers' together: each takes a slot before its connection and gives
-    it back with the connection. Two pools (psycopg's sync and async ones cannot share
+    and its async handlers' together: each takes a slot before its connection and returns
+    it with the connection. Two pools (psycopg's sync and async ones cannot share
     connections), one bound."""
 
     def __init__(self, size: int, timeout: float) -> None:
@@ -45,7 +45,7 @@ class EffectBudget:
         try:
             got = await asyncio.shield(asyncio.wrap_future(taken))
         except asyncio.CancelledError:
-            taken.add_done_callback(self._give_back_unwanted)  # cancelled while it waited
+            taken.add_done_callback(self._return_unwanted)  # cancelled while it waited
             raise
         if not got:
             raise self._none_free()
@@ -53,7 +53,7 @@ class EffectBudget:
     def give(self) -> None:
         self._slots.release()
 
-    def _give_back_unwanted(self, taken: Future[bool]) -> None:
+    def _return_unwanted(self, taken: Future[bool]) -> None:
         if not taken.cancelled() and taken.exception() is None and taken.result():
             self._slots.release()
 
@@ -69,7 +69,7 @@ class Effect:
 
     The job's completion runs in it too, so the effect commits exactly when the job
     does (`commit_completing`); a failed handler rolls it back (`rollback`). Either way
-    the connection goes back to the pool.
+    the connection is returned to its pool.
     """
 
     def __init__(
@@ -82,7 +82,7 @@ class Effect:
         self._pool = pool
         self._complete_sql = complete_sql
         self._end_limits_sql = end_limits_sql
-        self._on_return = on_return  # the connection went back (its budget slot frees)
+        self._on_return = on_return  # the connection was returned (its budget slot frees)
         with translated("effect transaction failed"):
             try:
                 self.conn = pool.getconn()
@@ -94,10 +94,11 @@ class Effect:
                 self._tx = self.conn.transaction()
                 self._tx.__enter__()
             except BaseException:
-                self._give_back()
+                self._return_conn()
                 raise
 
-    def _give_back(self) -> None:
+    def _return_conn(self) -> None:
+        """Return the connection to its pool, and its slot to the budget."""
         try:
             self._pool.putconn(self.conn)
         finally:
@@ -136,7 +137,7 @@ class Effect:
             with translated("effect commit failed"):
                 self._tx.__exit__(None, None, None)  # COMMIT; a failed one ends it too
         finally:
-            self._give_back()
+            self._return_conn()
         return True
 
     def rollback(self) -> None:
@@ -145,7 +146,7 @@ class Effect:
             try:
                 self._tx.__exit__(psycopg.Rollback, psycopg.Rollback(), None)
             finally:
-                self._give_back()
+                self._return_conn()
 
 
 class AsyncEffect:
@@ -187,11 +188,12 @@ class AsyncEffect:
             try:
                 await effect._tx.__aenter__()
             except BaseException:
-                await effect._give_back()
+                await effect._return_conn()
                 raise
         return effect
 
-    async def _give_back(self) -> None:
+    async def _return_conn(self) -> None:
+        """Return the connection to its pool, and its slot to the budget."""
         try:
             await self._pool.putconn(self.conn)
         finally:
@@ -225,7 +227,7 @@ class AsyncEffect:
             with translated("effect commit failed"):
                 await self._tx.__aexit__(None, None, None)  # COMMIT; a failed one ends it too
         finally:
-            await self._give_back()
+            await self._return_conn()
         return True
 
     async def rollback(self) -> None:
@@ -234,4 +236,4 @@ class AsyncEffect:
             try:
                 await self._tx.__aexit__(psycopg.Rollback, psycopg.Rollback(), None)
             finally:
-                await self._give_back()
+                await self._return_conn()

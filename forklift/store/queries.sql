@@ -33,7 +33,7 @@ RETURNING id;
 -- name: job_insert_quiet
 -- job_insert for forklift's own autocommit connection: the insert's transaction is marked
 -- quiet first (the row comes from the subquery that sets it), so the insert trigger does
--- not notify in it; the producer wakes the queue after the commit (wake, store/_waker.py).
+-- not notify in it; the producer wakes the queue after the commit (wake, store/_notifier.py).
 INSERT INTO {schema}.jobs ({_job_columns}, idempotency_key, available_at)
 SELECT {_job_columns}, idempotency_key, {_job_due}
 FROM (SELECT set_config('forklift.quiet', 'on', true) AS quiet) AS marked,
@@ -306,7 +306,7 @@ SELECT state, CASE WHEN state = 'ready' THEN pg_notify('{channel}', queue) END I
        CASE WHEN state = 'dead' AND waited THEN pg_notify('{done_channel}', 'j' || id) END IS NULL
 FROM failed;
 
--- name: _give_back_mine
+-- name: _release_mine
 -- A fragment, not a query: the rows of the CTE `mine` (locked in id order) go back to
 -- ready, their attempt not counted, and their queues' workers are woken; their ids.
 released AS (
@@ -330,7 +330,7 @@ WITH mine AS (
     SELECT j.id
     FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS h(id, attempt),
     {_held_lease}
-), {_give_back_mine};
+), {_release_mine};
 
 -- name: job_rescue_exhausted
 -- Expired leases with no attempts left go dead (lost to a vanished worker; a worker
@@ -414,7 +414,7 @@ WITH mine AS (
       AND j.id <> ALL(%(known)s::bigint[])
     ORDER BY j.id
     FOR UPDATE
-), {_give_back_mine};
+), {_release_mine};
 
 -- name: job_cancelled_among
 -- Which of these (id, attempt) leases an operator took by cancelling the job: how the

@@ -66,8 +66,8 @@ class Begin(enum.Enum):
     """What becomes of a job taken from the queue, before its handler runs."""
 
     RUN = "run"
-    SKIP = "skip"  # not ours to run (given back, cancelled): already dealt with
-    RELEASE = "release"  # claimed before the stop, not started: give it back
+    SKIP = "skip"  # not ours to run (released, cancelled): already dealt with
+    RELEASE = "release"  # claimed before the stop, not started: release it
 
 
 class JobSteps(Protocol):
@@ -78,6 +78,8 @@ class JobSteps(Protocol):
     def returned(
         self, ctx: JobContext, result: Result, started: float
     ) -> tuple[Result, Effect | AsyncEffect | None]: ...
+
+    def take(self, ctx: JobContext) -> bool: ...
 
     def record(self, ctx: JobContext, task: Task[Any, Any] | None, result: Result) -> None: ...
 
@@ -212,7 +214,7 @@ class AsyncRunner:
             _tracing.deactivate(token)
         result, effect = self.steps.returned(ctx, result, started)
         assert effect is None or isinstance(effect, AsyncEffect)
-        if ctx.finished or ctx.giving_back:  # released (or being) at a stop past grace
+        if not self.steps.take(ctx):  # released (or being) at a stop past its grace
             if effect is not None:
                 with contextlib.suppress(DatabaseError):
                     await effect.rollback()

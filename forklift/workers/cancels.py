@@ -25,7 +25,7 @@ from forklift._events import emit
 from forklift.errors import DatabaseError
 from forklift.store import ClaimedJob, JobStore
 from forklift.store.limits import LimitStore
-from forklift.workers.context import JobContext
+from forklift.workers.context import JobContext, Stage
 from forklift.workers.events import JobEvents
 from forklift.workers.holdings import Holdings
 
@@ -145,6 +145,6 @@ class Cancels:
             ctx.cancel_requested = True
         ctx.cancel()
         self.events.emit("job.cancel_heard", ctx, logging.WARNING, effect="handler told to stop")
-        if self.on_cancel is not None and ctx.started and not ctx.slot_freed:
+        if self.on_cancel is not None and ctx.stage is Stage.RUNNING:
             self.on_cancel(ctx.job)  # its handler still runs: the supervisor times it
         return True

@@ -83,7 +83,7 @@ class Claimer:
         A claim whose answer is lost (its connection dropped: a transient error) may
         have committed, leasing jobs to this worker that it never heard of: they would
         neither run nor be renewed until their lease ran out. So the next claim first
-        gives back every job the database says this owner holds and `holdings` does
+        releases every job the database says this owner holds and `holdings` does
         not (fenced, the attempt not counted); so it does after an outcome was given
         up on a lost connection (Holdings.doubt)."""
         if self.holdings is not None and self.holdings.take_doubt():
@@ -98,7 +98,7 @@ class Claimer:
             raise
 
     def reconcile(self) -> set[int]:
-        """Give back the jobs leased to this owner that it does not hold; their ids."""
+        """Release the jobs leased to this owner that it does not hold; their ids."""
         assert self.holdings is not None
         released = job_release_unknown(self.store, self.owner, sorted(self.holdings.ids()))
         self._unsure = False

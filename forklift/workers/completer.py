@@ -1,10 +1,13 @@
 """Group commit: successes queue up and are completed many per statement, fenced.
 
-Most go to the database with the worker's next claim, in its round trip and its
-transaction (`riding`): the claim then
-sees the slots and keys they free, and the two cost one round trip and one commit. What
-the claim loop does not take within `linger` (it has no slot free, or it is stopping) is
-flushed on the completer's own thread.
+The one route of a success without an effect transaction (the other is the effect's
+commit, recorder.py): every batch is sent by `_written` and recorded by `_record`. Most
+go to the database with the worker's next claim, in its round trip and its transaction
+(`riding`): the claim then sees the slots and keys they free, and the two cost one round
+trip and one commit. What the claim loop does not take within `linger` (it has no slot
+free, or it is stopping), or a claim could not carry, is flushed on the completer's own
+thread: retried through an outage for a lease at most, split to find the rows the
+database refuses, never retried on an error a retry will not cure.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from forklift.backoff import Backoff, Streak
 from forklift.errors import DatabaseError
 from forklift.store import Claim, Completion, JobStore, job_succeeded_among
 from forklift.workers.batch_ends import BatchEnds
-from forklift.workers.context import JobContext
+from forklift.workers.context import JobContext, Writing
 from forklift.workers.events import JobEvents
 from forklift.workers.holdings import Holdings
 
@@ -238,13 +241,12 @@ class Completer:
     def _written(
         self, batch: list[JobContext], write: Callable[[Sequence[Completion]], set[int]]
     ) -> set[int]:
-        with self.holdings.statement_lock:
-            # A job released meanwhile (a stop past its grace) is not ours to record.
-            batch[:] = [c for c in batch if not c.finished]
-            self.events.intend(batch)  # a kill before the answer: the parent counts
-            done = write([completion(c) for c in batch])
-            for ctx in batch:
-                ctx.finished = True
+        """Send the completions of `batch` (jobs whose outcome is taken: Holdings) with
+        `write`, the claim or a statement of their own; the ids it completed."""
+        self.events.intend(batch)  # a kill before the answer: the parent counts
+        done = write([completion(c) for c in batch])
+        for ctx in batch:
+            ctx.writing = Writing.WRITTEN
         return done
 
     def flush(self, batch: list[JobContext]) -> Flushed:
@@ -261,10 +263,9 @@ class Completer:
         outcome = _Outcome()
         self._write(batch, time.monotonic() + self.config.give_up_after, outcome)
         self._retry.succeeded()
-        settled = outcome.failed | outcome.gone  # recorded already, or not this flush's
-        written = [c for c in batch if c.job_id not in settled]
+        written = [c for c in batch if c.job_id not in outcome.failed]  # not recorded yet
         flushed = self._record(written, outcome.done)
-        if outcome.given_up:  # still ours in the database, now forgotten: given back
+        if outcome.given_up:  # still ours in the database, now forgotten: released
             self.holdings.doubt()
         return flushed
 
@@ -272,7 +273,6 @@ class Completer:
         """Write `batch`, retrying transient errors until `give_up_at`, splitting it on a
         refused row; what happened to each job goes to `outcome`."""
         while True:
-            before = {c.job_id for c in batch}
             try:
                 outcome.done |= self._written(batch, self._complete)
                 return
@@ -286,8 +286,6 @@ class Completer:
                     outcome.given_up = True
                     return
                 time.sleep(self._retry.failed())
-            finally:
-                outcome.gone |= before - {c.job_id for c in batch}
 
     def _refused(
         self, batch: list[JobContext], exc: DatabaseError, give_up_at: float, outcome: _Outcome
@@ -349,12 +347,10 @@ class Completer:
 
 @dataclass
 class _Outcome:
-    """What one flush did to each job: completed, recorded failed, or taken out of the
-    batch meanwhile (released by a stop past its grace: not this flush's to record)."""
+    """What one flush did to each job: completed, or recorded failed."""
 
     done: set[int] = field(default_factory=set)
     failed: set[int] = field(default_factory=set)
-    gone: set[int] = field(default_factory=set)
     given_up: bool = False  # some were given up unwritten: maybe still ours in the database
 
 
@@ -369,15 +365,14 @@ def refused(
     result that cannot be stored is: trying again would be refused again); whether it
     ended so (False: it was not ours any more, or the record failed)."""
     error = f"CompletionError: the job's completion could not be written: {exc}"
-    with ctx.outcome_lock:
-        try:
-            state = store.job_fail(
-                ctx.job_id, ctx.attempt, owner, dead=True, delay=0.0, error=error, traceback=None
-            )
-        except DatabaseError as failed:
-            emit(log, "job.fail_record_failed", logging.ERROR, job=ctx.job_id, error=failed)
-            state = None
-        ctx.finished = True
+    try:
+        state = store.job_fail(
+            ctx.job_id, ctx.attempt, owner, dead=True, delay=0.0, error=error, traceback=None
+        )
+    except DatabaseError as failed:
+        emit(log, "job.fail_record_failed", logging.ERROR, job=ctx.job_id, error=failed)
+        state = None
+    ctx.writing = Writing.WRITTEN
     if state is None:
         events.lease_lost(ctx, "completion refused")
         return False

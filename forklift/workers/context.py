@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import enum
 import os
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -30,6 +31,25 @@ Reads = Callable[[], AbstractContextManager[psycopg.Connection[Any]]]
 PROGRESS_MESSAGE_CHARS = 200
 
 _EVENT_LOCK = threading.Lock()
+
+
+class Stage(enum.Enum):
+    """Where a held job is on its way through a slot (Holdings)."""
+
+    WAITING = "waiting"  # claimed, its handler not called yet: it takes a slot
+    PASSED = "passed"  # an executor passed it over, taken to be released: it takes a slot
+    RUNNING = "running"  # its handler was called and has not returned: it takes a slot
+    RAN = "ran"  # its handler returned (or it ended while it ran): its slot is free
+    UNRUN = "unrun"  # it ended, or was released, before its handler was called
+
+
+class Writing(enum.Enum):
+    """Who writes a held job's outcome (its success, failure or release): the one
+    thread that took it (Holdings.take), and no other."""
+
+    NONE = "none"  # not taken yet: a lease found gone now is a lease lost
+    TAKEN = "taken"  # taken by the thread writing it; its lease is still renewed
+    WRITTEN = "written"  # written (or refused): about to be forgotten, not renewed
 
 
 def storable(text: str) -> str:
@@ -88,16 +108,12 @@ class JobContext:
         self._cancelled = False
         self._woken: threading.Event | None = None  # made only for wait_cancelled()
         self.duration = 0.0
-        # The worker's bookkeeping (see Holdings for who guards what): the handler has
-        # returned; the outcome is written (or refused); the lock held while writing it.
-        self.started = False  # its handler was called (on_job_start told)
-        self.started_at = 0.0  # when (time.monotonic())
-        self.giving_back = False  # taken to be released: not to start, nor be recorded
-        self.passed_over = False  # an executor skipped it while giving_back (holdings.py)
-        self.slot_freed = False
-        self.finished = False
+        # The worker's bookkeeping (see Holdings for its lock): where the job is on its
+        # way through a slot, and who writes its outcome.
+        self.stage = Stage.WAITING
+        self.started_at = 0.0  # when its handler was called (time.monotonic())
+        self.writing = Writing.NONE
         self.cancel_requested = False  # an operator cancelled it (forklift jobs cancel)
-        self.outcome_lock = threading.Lock()
         # Told True as its handler's call begins and False as it ends (a supervisor's
         # child marks it where its supervisor reads it after a death: running.py).
         self.on_handler: Callable[[bool], None] | None = None
@@ -111,6 +127,11 @@ class JobContext:
         # Tracing (_tracing.py): the enqueue's W3C context, and this attempt's run span.
         self.trace_context: dict[str, str] | None = None
         self.span: Any = None
+
+    @property
+    def started(self) -> bool:
+        """Whether its handler was called (on_job_start told)."""
+        return self.stage is Stage.RUNNING or self.stage is Stage.RAN
 
     @property
     def cancelled(self) -> bool:

@@ -24,7 +24,7 @@ class Outcome(enum.StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"  # will be retried
     DEAD = "dead"  # no attempts left, or given up on
-    RELEASED = "released"  # given back unfinished (stopping): the attempt does not count
+    RELEASED = "released"  # released unfinished (stopping): the attempt does not count
     LEASE_LOST = "lease_lost"  # another worker owns it now; our outcome was refused
     CANCELLED = "cancelled"  # an operator cancelled it while it ran; our outcome was refused
     ERROR = "error"  # a bug in the worker; the lease expires and another attempt runs
@@ -129,7 +129,7 @@ class JobEvents:
             self.wakeup.set(SLOT)
 
     def released(self, ctx: JobContext, why: str, *, recorded: bool) -> None:
-        """The job was given back (`recorded`), or its release failed: forget it either way.
+        """The job was released (`recorded`), or its release failed: forget it either way.
 
         Not an end (not counted toward max_jobs), but a job whose start was reported
         gets its end reported too, so the supervisor stops timing it.

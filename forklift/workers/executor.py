@@ -65,7 +65,7 @@ def give_up(error: str) -> Result:
     return Result(False, error[:_ERROR_CHARS], None, give_up=True)
 
 
-def refusal(task: Task[Any, Any] | None, ctx: JobContext, worker: str) -> Result | None:
+def refusal(task: Task[Any, Any] | None, ctx: JobContext, owner: str) -> Result | None:
     """Why the job's handler is not called (None: it is). A task this worker lacks is a
     failed attempt that retries (during a rolling deploy, producers may know a task
     before every worker does); arguments that do not fit the handler fail the job for
@@ -73,7 +73,7 @@ def refusal(task: Task[Any, Any] | None, ctx: JobContext, worker: str) -> Result
     job = ctx.job
     if task is None:
         return Result(
-            False, f"UnknownTaskError: no task named {job.task!r} in worker {worker}"[:_ERROR_CHARS]
+            False, f"UnknownTaskError: no task named {job.task!r} in worker {owner}"[:_ERROR_CHARS]
         )
     problem = task.misfit(job.args)
     if problem is not None:
@@ -97,9 +97,9 @@ def handler_running(ctx: JobContext) -> Iterator[None]:
         mark(False)
 
 
-def run(task: Task[Any, Any] | None, ctx: JobContext, worker: str) -> Result:
+def run(task: Task[Any, Any] | None, ctx: JobContext, owner: str) -> Result:
     """Run the job's (plain def) handler, unless refused."""
-    refused = refusal(task, ctx, worker)
+    refused = refusal(task, ctx, owner)
     if refused is not None:
         return refused
     assert task is not None
@@ -108,7 +108,7 @@ def run(task: Task[Any, Any] | None, ctx: JobContext, worker: str) -> Result:
 
 
 async def run_async(
-    task: Task[Any, Any] | None, ctx: JobContext, worker: str, timeout: float | None
+    task: Task[Any, Any] | None, ctx: JobContext, owner: str, timeout: float | None
 ) -> Result:
     """Run the job's async handler on this event loop, unless refused, for at most
     `timeout` seconds: past it the coroutine is cancelled and the attempt ends in a
@@ -116,7 +116,7 @@ async def run_async(
     however the handler ended once its deadline had passed (it may swallow the
     CancelledError and return, or raise something else): what it did after its
     deadline is no success, and its effect rolls back."""
-    refused = refusal(task, ctx, worker)
+    refused = refusal(task, ctx, owner)
     if refused is not None:
         return refused
     assert task is not None

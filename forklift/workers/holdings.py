@@ -1,10 +1,14 @@
-"""Holdings: the jobs one worker holds, its busy slots, and the locks that guard them."""
+"""Holdings: the jobs one worker holds, its busy slots, and who writes each outcome."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 
-from forklift.workers.context import JobContext
+from forklift.workers.context import JobContext, Stage, Writing
+
+# The stages in which a job takes a slot.
+SLOTTED = (Stage.WAITING, Stage.PASSED, Stage.RUNNING)
 
 
 class Holdings:
@@ -15,22 +19,18 @@ class Holdings:
     the two: a job whose handler returned no longer takes a slot, but it is still held,
     and renewed, until its completion is written.
 
-    Lock discipline (no lock is held across a handler; `statement_lock` and an
-    `outcome_lock` are never held together; `_lock` is innermost):
-
-    - `_lock` guards the table and the slot count; it is held only to read or change
-      them, never across I/O.
-    - `statement_lock` is held across a statement over many held leases together with
-      the `finished` flags it sets: group completion and release set them, renewal reads
-      them. So a renewal never takes a job completed behind its back for a lost lease.
-    - a job's own `outcome_lock` is held while its thread writes its outcome (failure,
-      completion in the effect transaction) and sets `finished`; renewal takes it
-      before calling a lease lost, so a job that just finished is never called lost.
+    Lock discipline: one lock, `_lock`, never held across I/O nor a handler. It guards
+    the table, the slot counts and each held job's `stage`; under it a job's outcome
+    (its success, failure or release) is taken by one thread (`take`, `take_waiting`,
+    `take_running`: `writing` from NONE to TAKEN) before that thread sends the write.
+    Only the thread that took an outcome writes it, marks it WRITTEN, or lets it go
+    (`untake`, when its release failed). So the renewer, finding a lease gone, calls it
+    lost only if its outcome was not taken when the renewal's answer came: a lease our
+    own write ended was taken before that write was sent, so before the renewal ran.
     """
 
     def __init__(self, concurrency: int) -> None:
         self.concurrency = concurrency
-        self.statement_lock = threading.Lock()
         self.ended = 0  # jobs whose outcome was recorded (releases are not counted)
         self._lock = threading.Lock()
         self._jobs: dict[int, JobContext] = {}
@@ -72,7 +72,7 @@ class Holdings:
             self._waiting += 1
 
     def free_slot(self, ctx: JobContext) -> bool:
-        """Give back the job's slot (its handler returned); False if it was given already."""
+        """Free the job's slot (its handler returned); False if it was freed already."""
         with self._lock:
             return self._free_slot(ctx)
 
@@ -85,7 +85,7 @@ class Holdings:
             self.ended += 1
 
     def release(self, ctx: JobContext) -> bool:
-        """Forget a job given back; True if this freed its slot."""
+        """Forget a job released; True if this freed its slot."""
         with self._lock:
             freed = self._free_slot(ctx)
             if self._jobs.get(ctx.job_id) is ctx:
@@ -93,53 +93,66 @@ class Holdings:
             return freed
 
     def start(self, ctx: JobContext, now: float) -> bool:
-        """Mark a claimed job started (its handler is about to run); False if it was
-        taken to be given back while it waited (`take_waiting`), or is no longer to run
-        (started already, ended, released)."""
+        """Mark a claimed job started (its handler is about to run); False if its
+        outcome was taken while it waited (it is being released: `take_waiting`), or it
+        is no longer to run (started already, ended, released)."""
         with self._lock:
-            if ctx.giving_back:
-                ctx.passed_over = True  # `keep_waiting` hands it back to an executor
+            if ctx.writing is not Writing.NONE:
+                if ctx.stage is Stage.WAITING:
+                    ctx.stage = Stage.PASSED  # `untake` hands it back to an executor
                 return False
-            if ctx.started or ctx.finished or ctx.slot_freed:
+            if ctx.stage is not Stage.WAITING or self._jobs.get(ctx.job_id) is not ctx:
                 return False
-            if self._jobs.get(ctx.job_id) is not ctx:
-                return False
-            ctx.started, ctx.started_at = True, now
+            ctx.stage, ctx.started_at = Stage.RUNNING, now
             self._waiting -= 1
             self._running[ctx.job_id] = ctx
             return True
 
+    def take(self, contexts: Iterable[JobContext]) -> list[JobContext]:
+        """Take the outcomes of these jobs, for the caller alone to write: those no other
+        thread took (released, or being)."""
+        with self._lock:
+            taken = [c for c in contexts if c.writing is Writing.NONE]
+            for ctx in taken:
+                ctx.writing = Writing.TAKEN
+        return taken
+
     def take_waiting(self) -> list[JobContext]:
-        """The jobs claimed but not started, marked so that no executor starts them: to
-        be given back (they would wait too long, or the worker is stopping)."""
+        """The jobs claimed but not started, taken so that no executor starts them: to
+        be released (they would wait too long, or the worker is stopping)."""
         with self._lock:
             waiting = [
                 c
                 for c in self._jobs.values()
-                if not c.started and not c.slot_freed and not c.giving_back
+                if c.stage is Stage.WAITING and c.writing is Writing.NONE
             ]
             for ctx in waiting:
-                ctx.giving_back = True
+                ctx.writing = Writing.TAKEN
             return waiting
 
     def take_running(self) -> list[JobContext]:
-        """The held jobs whose handler has not returned (or not started), marked so that
-        none is started or has its outcome recorded: to be given back at the stop."""
+        """The held jobs whose handler has not returned (or not started), taken so that
+        none is started or has its outcome written by another: to be released at the
+        stop."""
         with self._lock:
-            running = [c for c in self._jobs.values() if not c.slot_freed]
+            running = [
+                c for c in self._jobs.values() if c.stage in SLOTTED and c.writing is Writing.NONE
+            ]
             for ctx in running:
-                ctx.giving_back = True
+                ctx.writing = Writing.TAKEN
             return running
 
-    def keep_waiting(self, contexts: list[JobContext]) -> list[JobContext]:
-        """Jobs `take_waiting` marked stay this worker's after all (their give-back
-        failed): an executor may start them, or the next give-back take them. Returns
-        those an executor passed over meanwhile, to be queued for one again (else they
-        would hold their slots for good, run by no one)."""
+    def untake(self, contexts: list[JobContext]) -> list[JobContext]:
+        """Jobs taken to be released stay this worker's after all (their release
+        failed): an executor may start them, a handler's return write them, or the next
+        release take them. Returns those an executor passed over meanwhile, to be queued
+        for one again (else they would hold their slots for good, run by no one)."""
         with self._lock:
-            passed = [c for c in contexts if c.passed_over]
+            passed = [c for c in contexts if c.stage is Stage.PASSED]
             for ctx in contexts:
-                ctx.giving_back = ctx.passed_over = False
+                ctx.writing = Writing.NONE
+            for ctx in passed:
+                ctx.stage = Stage.WAITING
             return passed
 
     def longest_running(self, now: float) -> float:
@@ -180,23 +193,21 @@ class Holdings:
 
     def running(self) -> list[JobContext]:
         """The held jobs whose handler has not returned."""
-        return [c for c in self.snapshot() if not c.slot_freed]
+        return [c for c in self.snapshot() if c.stage in SLOTTED]
 
     def _free_slot(self, ctx: JobContext) -> bool:
-        if ctx.slot_freed:
+        if ctx.stage not in SLOTTED:
             return False
         if self._jobs.get(ctx.job_id) is ctx:
             self._uncount(ctx)
-        ctx.slot_freed = True
+        ctx.stage = Stage.RAN if ctx.stage is Stage.RUNNING else Stage.UNRUN
         self._busy -= 1
         return True
 
     def _uncount(self, ctx: JobContext) -> None:
         """Take a held job out of the waiting count or the running ones (its slot is
         freed, or another claim of the same job took its place)."""
-        if ctx.slot_freed:
-            return
-        if not ctx.started:
+        if ctx.stage is Stage.WAITING or ctx.stage is Stage.PASSED:
             self._waiting -= 1
-        elif self._running.get(ctx.job_id) is ctx:
+        elif ctx.stage is Stage.RUNNING and self._running.get(ctx.job_id) is ctx:
             del self._running[ctx.job_id]

@@ -41,7 +41,7 @@ class Pacing:
 
     def busy_wait(self, longest: float | None = None) -> float:
         """Until a wake-up, or the poll interval (or `longest`); but no longer than until
-        the jobs waiting for a slot would have to be given back."""
+        the jobs waiting for a slot would have to be released."""
         wait = self.config.poll_interval if longest is None else longest
         if self.holdings.waiting():
             return min(wait, self.prefetch.release_after)

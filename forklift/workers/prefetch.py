@@ -4,7 +4,7 @@ At concurrency 1 a worker that claims only into free slots pays a claim round tr
 job, so tiny jobs crawl; Celery's answer, a fixed prefetch multiplier, hoards long jobs
 behind each other. Here the worker claims extra jobs only as far as its own measured
 job times say they will start within a short budget (a few claim round trips), and a
-claimed job that would wait longer than that is given back at once:
+claimed job that would wait longer than that is released at once:
 
 - `ahead()` is how many jobs to claim beyond the free slots: the budget, times the
   slots, over the time a job takes (an exponentially weighted mean of the handlers'
@@ -85,5 +85,5 @@ class Prefetch:
         return max(0, min(jobs, cfg.cap))
 
     def overdue(self, longest_running: float) -> bool:
-        """Whether jobs waiting for a slot would wait too long and must be given back."""
+        """Whether jobs waiting for a slot would wait too long and must be released."""
         return longest_running > self.release_after

@@ -1,12 +1,12 @@
 """Recording a held job's outcome in the database, fenced by owner and attempt.
 
 Every write that ends a job's attempt here goes through one of three methods: the
-effect transaction's commit with the completion (`commit_effect`), a failed attempt
-(`fail`), or giving jobs back unfinished (`release`, which `give_back_waiting` and
-`release_at_stop` try again when it fails: a job is never forgotten while still
-`running`). Group-committed successes go through the completer instead. Each write
-holds the job's outcome lock (or the statement lock) so the lease renewer never calls a
-job lost that just ended.
+effect transaction's commit with the completion (`commit_effect`, awaited as
+`commit_effect_async`), a failed attempt (`fail`), or releasing jobs unfinished
+(`release`, which `release_waiting` and `release_at_stop` try again when it fails: a
+job is never forgotten while still `running`). Group-committed successes go through the
+completer instead. Each is handed jobs whose outcome its caller took (Holdings.take):
+no other thread writes theirs, and the renewer never calls one of them lost.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from forklift.store import AsyncEffect, Effect, JobState, JobStore, job_succeede
 from forklift.task import Task
 from forklift.workers import executor
 from forklift.workers.batch_ends import BatchEnds
-from forklift.workers.context import JobContext
+from forklift.workers.context import JobContext, Writing
 from forklift.workers.events import JobEvents
 from forklift.workers.executor import Result
 from forklift.workers.holdings import Holdings
@@ -35,21 +35,13 @@ log = logging.getLogger("forklift.workers.worker")
 # enough for a rolling deploy to bring up workers that know it.
 UNKNOWN_TASK_RETRY = Backoff()
 
-# A failed give-back is tried again after 0.1 s, doubling, at most half a second apart.
+# A failed release is tried again after 0.1 s, doubling, at most half a second apart.
 RELEASE_BACKOFF = Backoff(base=0.1, factor=2.0, max=0.5, jitter=0.0)
 
 # How long a stopping worker tries again to give its jobs back when the statement fails
 # (their leases renewed meanwhile), within the supervisor's --kill-grace (3 s). After
 # that the jobs stay `running` until their leases expire, and the attempt counts.
 RELEASE_RETRY = 2.0
-
-
-class _Uncommitted(Exception):
-    """An effect's commit failed and did not commit (`error` says why)."""
-
-    def __init__(self, error: DatabaseError) -> None:
-        super().__init__(str(error))
-        self.error = error
 
 
 class Recorder:
@@ -66,8 +58,8 @@ class Recorder:
         self.holdings = holdings
         self.events = events
         self.ends = ends  # told the batch of a job that ended here, after the commit
-        self._give_back_errors = Streak(RELEASE_BACKOFF)
-        self._give_back_at = 0.0  # the next give-back after a failed one (monotonic)
+        self._release_errors = Streak(RELEASE_BACKOFF)
+        self._release_at = 0.0  # the next release of waiting jobs after a failed one (monotonic)
 
     def commit_effect(self, ctx: JobContext, effect: Effect) -> Result | None:
         """Complete the job inside the handler's transaction; commit both or neither.
@@ -75,23 +67,14 @@ class Recorder:
         Returns None when the outcome is recorded, or the failure to record instead.
         """
         try:
-            with ctx.outcome_lock:
-                try:
-                    owned = effect.commit_completing(
-                        ctx.job_id, ctx.attempt, self.owner, ctx.result_json, ctx.final_progress
-                    )
-                except DatabaseError as exc:
-                    if not self._committed_after_all(ctx, exc):
-                        raise _Uncommitted(exc) from exc
-                    owned = True
-                ctx.finished = True
-                if not owned:
-                    self.events.lease_lost(ctx, "rolled back")
-                    return None  # nothing more to record: the job is not ours any more
-        except _Uncommitted as lost:  # out of the outcome lock: a release takes another
-            return self._commit_lost(ctx, lost.error)
-        self.events.succeeded(ctx)
-        if self.ends is not None:
+            owned = effect.commit_completing(
+                ctx.job_id, ctx.attempt, self.owner, ctx.result_json, ctx.final_progress
+            )
+        except DatabaseError as exc:
+            if not self._committed_after_all(ctx, exc):
+                return self._commit_lost(ctx, exc)
+            owned = True
+        if self._effect_ended(ctx, owned) and self.ends is not None:
             self.ends.ended([ctx.job.batch_id])
         return None
 
@@ -99,32 +82,33 @@ class Recorder:
         """commit_effect for an async handler's effect, on the event loop (the batch's end,
         a statement on the worker's own connection, on a thread)."""
         try:
-            with ctx.outcome_lock:
-                try:
-                    owned = await effect.commit_completing(
-                        ctx.job_id, ctx.attempt, self.owner, ctx.result_json, ctx.final_progress
-                    )
-                except DatabaseError as exc:
-                    committed = await asyncio.to_thread(self._committed_after_all, ctx, exc)
-                    if not committed:
-                        raise _Uncommitted(exc) from exc
-                    owned = True
-                ctx.finished = True
-                if not owned:
-                    self.events.lease_lost(ctx, "rolled back")
-                    return None
-        except _Uncommitted as lost:
-            return await asyncio.to_thread(self._commit_lost, ctx, lost.error)
-        self.events.succeeded(ctx)
-        if self.ends is not None and ctx.job.batch_id is not None:
-            await asyncio.to_thread(self.ends.ended, [ctx.job.batch_id])
+            owned = await effect.commit_completing(
+                ctx.job_id, ctx.attempt, self.owner, ctx.result_json, ctx.final_progress
+            )
+        except DatabaseError as exc:
+            if not await asyncio.to_thread(self._committed_after_all, ctx, exc):
+                return await asyncio.to_thread(self._commit_lost, ctx, exc)
+            owned = True
+        batch_id = ctx.job.batch_id
+        if self._effect_ended(ctx, owned) and self.ends is not None and batch_id is not None:
+            await asyncio.to_thread(self.ends.ended, [batch_id])
         return None
+
+    def _effect_ended(self, ctx: JobContext, owned: bool) -> bool:
+        """Record the end of a committed effect transaction: the job succeeded (True), or,
+        its lease not ours any more, the effect and the completion rolled back."""
+        ctx.writing = Writing.WRITTEN
+        if not owned:
+            self.events.lease_lost(ctx, "rolled back")
+            return False
+        self.events.succeeded(ctx)
+        return True
 
     def _commit_lost(self, ctx: JobContext, exc: DatabaseError) -> Result | None:
         """The effect's commit failed and did not commit. Lost with its connection (ended
         from outside, the database restarting), it is no fault of the job's: the job
-        goes back uncharged, to run again (None). Refused (a constraint, a data error),
-        or not given back now, it is the attempt's failure, for the caller to record."""
+        is released uncharged, to run again (None). Refused (a constraint, a data error),
+        or not released now, it is the attempt's failure, for the caller to record."""
         if exc.transient and self.release([ctx], f"its effect's commit was lost: {exc}"):
             return None
         return executor.failure(exc)
@@ -153,26 +137,25 @@ class Recorder:
         else:
             delay = (task.backoff if task is not None else UNKNOWN_TASK_RETRY).delay(job.attempt)
         unrecorded = False
-        with ctx.outcome_lock:
-            try:
-                state = self.store.job_fail(
-                    job.id,
-                    job.attempt,
-                    self.owner,
-                    dead=dead,
-                    delay=delay,
-                    error=result.error,
-                    traceback=result.traceback,
-                )
-                refused = state is None
-                ended = state is JobState.DEAD
-            except DatabaseError as exc:
-                # Still ours in the database, unknown to this worker once forgotten: the
-                # claim loop gives it back (Holdings.doubt), uncounted, to run again.
-                emit(log, "job.fail_record_failed", logging.ERROR, job=job.id, error=exc)
-                refused = ended = False
-                unrecorded = True
-            ctx.finished = True
+        try:
+            state = self.store.job_fail(
+                job.id,
+                job.attempt,
+                self.owner,
+                dead=dead,
+                delay=delay,
+                error=result.error,
+                traceback=result.traceback,
+            )
+            refused = state is None
+            ended = state is JobState.DEAD
+        except DatabaseError as exc:
+            # Still ours in the database, unknown to this worker once forgotten: the
+            # claim loop releases it (Holdings.doubt), uncounted, to run again.
+            emit(log, "job.fail_record_failed", logging.ERROR, job=job.id, error=exc)
+            refused = ended = False
+            unrecorded = True
+        ctx.writing = Writing.WRITTEN
         if refused:
             self.events.lease_lost(ctx, "outcome refused")
         else:
@@ -193,38 +176,37 @@ class Recorder:
         if not contexts:
             return True
         recorded = True
-        with self.holdings.statement_lock:
-            try:
-                released = self.store.job_release_many(
-                    [(c.job_id, c.attempt) for c in contexts], self.owner
-                )
-            except DatabaseError as exc:
-                level = logging.ERROR if last_try else logging.WARNING
-                emit(log, "job.release_failed", level, jobs=len(contexts), error=exc)
-                if not last_try:
-                    return False
-                released, recorded = set(), False
-            for ctx in contexts:
-                ctx.finished = True
+        try:
+            released = self.store.job_release_many(
+                [(c.job_id, c.attempt) for c in contexts], self.owner
+            )
+        except DatabaseError as exc:
+            level = logging.ERROR if last_try else logging.WARNING
+            emit(log, "job.release_failed", level, jobs=len(contexts), error=exc)
+            if not last_try:
+                return False
+            released, recorded = set(), False
+        for ctx in contexts:
+            ctx.writing = Writing.WRITTEN
         for ctx in contexts:
             self.events.released(ctx, why, recorded=ctx.job_id in released)
-        if not recorded:  # still ours in the database: given back by a reconciliation
+        if not recorded:  # still ours in the database: released by a reconciliation
             self.holdings.doubt()
         return recorded
 
-    def give_back_waiting(self, why: str, requeue: Callable[[JobContext], None]) -> None:
-        """Give back the jobs waiting for a slot. When that fails they stay held (and
+    def release_waiting(self, why: str, requeue: Callable[[JobContext], None]) -> None:
+        """Release the jobs waiting for a slot. When that fails they stay held (and
         renewed): an executor may run them after all (`requeue` queues again those one
         passed over meanwhile), or a try a moment later gives them back."""
-        if time.monotonic() < self._give_back_at:
+        if time.monotonic() < self._release_at:
             return
         taken = self.holdings.take_waiting()
         if self.release(taken, why):
-            self._give_back_errors.succeeded()
+            self._release_errors.succeeded()
         else:
-            for ctx in self.holdings.keep_waiting(taken):
+            for ctx in self.holdings.untake(taken):
                 requeue(ctx)
-            self._give_back_at = time.monotonic() + self._give_back_errors.failed()
+            self._release_at = time.monotonic() + self._release_errors.failed()
 
     def release_at_stop(self, contexts: list[JobContext], why: str) -> None:
         """Give jobs back as the worker stops; a failed statement is tried again for up
@@ -237,5 +219,9 @@ class Recorder:
                 self.release(contexts, why, last_try=True)
                 return
             time.sleep(min(retries.failed(), left))
-            # One whose outcome was recorded just before it was taken is no longer ours.
-            contexts = [c for c in contexts if not c.finished]
+
+    def release_or_keep(self, contexts: list[JobContext], why: str) -> None:
+        """Release jobs taken; if that fails they stay this worker's, for the stop to
+        release (`release_at_stop`)."""
+        if not self.release(contexts, why):
+            self.holdings.untake(contexts)

@@ -11,7 +11,7 @@ from forklift._service import TestSignal, run_every
 from forklift.metrics import Tally
 from forklift.store import JobStore
 from forklift.workers.cancels import Cancels
-from forklift.workers.context import JobContext
+from forklift.workers.context import Writing
 from forklift.workers.events import JobEvents
 from forklift.workers.holdings import Holdings
 
@@ -88,25 +88,20 @@ class LeaseRenewer:
         returns, will be refused by the fence. A lease an operator's cancel took is no
         loss: it is heard as the cancel (its notification may have been missed).
         """
-        with self.holdings.statement_lock:
-            held = [c for c in self.holdings.snapshot() if not c.finished]
-            if not held:
-                self.renewed.emit(NOTHING_HELD)
-                return NOTHING_HELD
-            kept = self.store.lease_renew_many(
-                [(c.job_id, c.attempt) for c in held], self.owner, self.config.lease
-            )
+        held = [c for c in self.holdings.snapshot() if c.writing is not Writing.WRITTEN]
+        if not held:
+            self.renewed.emit(NOTHING_HELD)
+            return NOTHING_HELD
+        kept = self.store.lease_renew_many(
+            [(c.job_id, c.attempt) for c in held], self.owner, self.config.lease
+        )
         if self.tally is not None:
             self.tally.renewed(len(kept))
-        lost: list[JobContext] = []
-        for ctx in held:
-            if ctx.job_id in kept:
-                continue
-            with ctx.outcome_lock:
-                if ctx.finished:
-                    continue
-                ctx.cancel()
-            lost.append(ctx)
+        # A lease gone whose outcome was taken is not lost: its write ended it, or will
+        # find it lost and say so (Holdings: the take comes before the write is sent).
+        lost = [c for c in held if c.job_id not in kept and c.writing is Writing.NONE]
+        for ctx in lost:
+            ctx.cancel()
         cancelled = self.cancels.among_lost(lost) if lost and self.cancels else set()
         for ctx in lost:
             if ctx.job_id not in cancelled and not ctx.cancel_requested:

@@ -19,7 +19,7 @@ from forklift.workers import executor, progress
 from forklift.workers.aio import AsyncRunner, Begin
 from forklift.workers.completer import Completer
 from forklift.workers.connections import AsyncEffects
-from forklift.workers.context import AsyncJobContext, JobContext
+from forklift.workers.context import AsyncJobContext, JobContext, Writing
 from forklift.workers.events import JobEvents, Outcome
 from forklift.workers.executor import Result
 from forklift.workers.holdings import Holdings
@@ -121,7 +121,7 @@ class JobRuns:
             _tracing.deactivate(token)
         result, effect = self.returned(ctx, result, started)
         assert effect is None or isinstance(effect, Effect)
-        if ctx.finished or ctx.giving_back:  # released (or being) at a stop past grace
+        if not self.take(ctx):  # released (or being) at a stop past its grace
             if effect is not None:
                 effect.rollback()
             return
@@ -137,17 +137,17 @@ class JobRuns:
     # The steps around a handler's call, the same on a thread and on the loop (aio.JobSteps).
 
     def begin(self, ctx: JobContext) -> Begin:
-        """Whether the job's handler is to run now (it was not given back, the worker is
+        """Whether the job's handler is to run now (it was not released, the worker is
         not stopping, no operator cancelled it); if so, its start is told and traced."""
         if not self.holdings.start(ctx, time.monotonic()):
-            return Begin.SKIP  # given back while it waited (overdue, or the stop): not ours
+            return Begin.SKIP  # released while it waited (overdue, or the stop): not ours
         if self.stopping():
             # Claimed just before the stop and not started: no new work once stopping.
             return Begin.RELEASE
         if ctx.cancel_requested:  # an operator cancelled it before its handler began
-            with ctx.outcome_lock:
-                ctx.finished = True
-            self.events.lease_lost(ctx, "never started")
+            if self.take(ctx):
+                ctx.writing = Writing.WRITTEN
+                self.events.lease_lost(ctx, "never started")
             return Begin.SKIP
         if self.on_job_start is not None:
             self.on_job_start(ctx.job)
@@ -156,7 +156,12 @@ class JobRuns:
         return Begin.RUN
 
     def release(self, ctx: JobContext) -> None:
-        self.recorder.release([ctx], "not started before the stop")
+        self.recorder.release_or_keep(self.holdings.take([ctx]), "not started before the stop")
+
+    def take(self, ctx: JobContext) -> bool:
+        """Take the job's outcome, for this run alone to write (Holdings.take); False
+        when it is taken already: released, or being, at a stop past its grace."""
+        return bool(self.holdings.take([ctx]))
 
     def returned(
         self, ctx: JobContext, result: Result, started: float

@@ -10,8 +10,8 @@ fenced writes. Up to `concurrency` jobs run at once, on threads and loop togethe
 with tracing (_tracing.py) each attempt has its span. Beside them run the
 services, each in its own module with its collaborators passed in: the lease renewer,
 the completer, the listener and maintenance on threads of their own.
-They share `Holdings` (the held jobs, the slots, the locks) and `JobEvents` (how a
-job's end is logged, counted and reported).
+They share `Holdings` (the held jobs, the slots, who writes each outcome) and
+`JobEvents` (how a job's end is logged, counted and reported).
 Everything is created in run(), after any fork.
 """
 
@@ -122,7 +122,7 @@ def batch_view(app: App, batch_id: int, reads: Reads) -> Batch:
 
 def stop_handlers(contexts: list[JobContext]) -> list[JobContext]:
     """Tell the handlers still running at a stop to stop (ctx.cancelled); the jobs the
-    worker may give back: not one whose handler runs past its timeout. Its supervisor,
+    worker may release: not one whose handler runs past its timeout. Its supervisor,
     killing this process for it, charges the timeout once the handler is gone (a worker
     on its own leaves it to its lease), so no other attempt runs beside the handler and
     the timeout is never lost to a release."""
@@ -281,7 +281,7 @@ class Worker:
         claim_errors = Streak(CLAIM_RETRY)
         repeats = Repeats()  # the same error every 30 s, not every retry
         while not self._stopping:
-            self._give_back_overdue()
+            self._release_overdue()
             free = self._free_slots()
             if self._stopping:  # recycling: the job count is reached
                 break
@@ -322,8 +322,9 @@ class Worker:
             if expired:
                 expiry.scanned()
             if self._stopping:
-                # Invariant: a graceful stop starts no new work. Give these back at once.
-                self.recorder.release([self._adopt(j) for j in jobs], "claimed while stopping")
+                # Invariant: a graceful stop starts no new work. Release these at once.
+                adopted = self.holdings.take([self._adopt(j) for j in jobs])
+                self.recorder.release_or_keep(adopted, "claimed while stopping")
                 break
             self.pacing.shared = claim.shared
             self.runs.dispatch([self._adopt(job) for job in jobs])
@@ -380,13 +381,13 @@ class Worker:
             free = min(free, left)
         return free
 
-    def _give_back_overdue(self) -> None:
-        """Claimed-ahead jobs that would wait too long behind a running one go back to
+    def _release_overdue(self) -> None:
+        """Claimed-ahead jobs that would wait too long behind a running one are released to
         ready at once (fenced, the attempt not counted) for another worker to take."""
         if not self.holdings.waiting():
             return
         if self.prefetch.overdue(self.holdings.longest_running(time.monotonic())):
-            self.recorder.give_back_waiting("waited too long for a slot", self.runs.hand_over)
+            self.recorder.release_waiting("waited too long for a slot", self.runs.hand_over)
 
     def _adopt(self, job: ClaimedJob) -> JobContext:
         task = self.app.tasks.get(job.task)
@@ -415,8 +416,8 @@ class Worker:
         # The loop's last claim may have gone ahead of the successes (Completer.ahead_of):
         # written now, or the wait below would wait out the grace for them.
         self.services.completer.let_go()
-        # A graceful stop starts nothing new: what waits for a slot goes back now.
-        self.recorder.release(self.holdings.take_waiting(), "not started before the stop")
+        # A graceful stop starts nothing new: what waits for a slot is released now.
+        self.recorder.release_or_keep(self.holdings.take_waiting(), "not started before the stop")
         deadline = time.monotonic() + (0.0 if self._fast_stop else self.config.grace)
         while len(self.holdings) and time.monotonic() < deadline and not self._fast_stop:
             self._wakeup.wait(min(0.5, deadline - time.monotonic()))

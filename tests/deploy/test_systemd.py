@@ -119,7 +119,7 @@ def _exec_start(unit: Unit, notify: NotifySocket) -> tuple[list[str], dict[str, 
 
 def _job_running(dsn: str, schema: str, db: psycopg.Connection[Any], supervisor: int) -> int:
     """A one-second job whose handler has begun (a child's title names it; claimed is
-    not enough: a stop gives back a job claimed but not started): a stop must let it
+    not enough: a stop releases a job claimed but not started): a stop must let it
     finish within --grace."""
     app = forklift.App(dsn, schema=schema)
     job_id = app.enqueue("sleep", {"seconds": 1.0})

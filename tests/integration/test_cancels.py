@@ -15,6 +15,7 @@ from forklift.store import ClaimedJob
 from forklift.testing import wait_for
 from forklift.workers.cancels import Cancels, parse_order
 from forklift.workers.completer import Completer
+from forklift.workers.context import Stage
 from forklift.workers.events import Outcome
 from forklift.workers.listener import Listener, ListenerConfig
 from forklift.workers.renewer import LeaseRenewer, RenewerConfig
@@ -39,7 +40,7 @@ def test_the_control_channel_cancels_the_job_held_and_tells_the_supervisor(
     told: list[ClaimedJob] = []
     cancels = Cancels(rig.store, rig.holdings, rig.events, told.append)
     [running, other] = rig.claim(app, 2)
-    running.started = True
+    running.stage = Stage.RUNNING  # its handler runs
     listener = Listener(
         rig.store, app.dsn, TIMEOUTS, ("default",), rig.wakeup, rig.closing,
         ListenerConfig(tick=0.1), on_control=cancels.notice,
@@ -81,7 +82,7 @@ def test_a_forged_notification_cancels_nothing(
     told: list[ClaimedJob] = []
     cancels = Cancels(rig.store, rig.holdings, rig.events, told.append)
     [running] = rig.claim(app, 1)
-    running.started = True
+    running.stage = Stage.RUNNING  # its handler runs
     role = f"{schema}_outsider"
     db.execute(f'CREATE ROLE "{role}" LOGIN')
     try:

@@ -409,7 +409,7 @@ def _heard(listener: psycopg.Connection[Any], n: int, timeout: float = 2.0) -> l
 def test_an_enqueue_on_the_producers_connection_wakes_its_queues_after_the_commit(
     app: forklift.App, dsn: str, schema: str
 ) -> None:
-    """Migration 0010: the insert commits quietly and the waker notifies after it, one
+    """Migration 0010: the insert commits quietly and the notifier notifies after it, one
     notification per queue of a bulk enqueue."""
     app.enqueue("noop")  # the producer's pool is open before we listen
     with psycopg.connect(dsn, autocommit=True) as listener:

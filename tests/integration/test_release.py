@@ -146,7 +146,7 @@ def test_a_failed_release_at_stop_is_tried_again_and_costs_no_attempt(
     assert failed_releases(db, schema) == 3  # two failed, the third went through
 
 
-def test_a_failed_give_back_keeps_the_jobs_held_and_tries_again(
+def test_a_failed_release_keeps_the_jobs_held_and_tries_again(
     app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
 ) -> None:
     worker = run_worker()
@@ -157,9 +157,9 @@ def test_a_failed_give_back_keeps_the_jobs_held_and_tries_again(
     _long, *short = app.enqueue_many(
         [("sleep", {"seconds": 30.0})] + [("noop", {}) for _ in range(20)]
     )
-    # The first give-back fails; the jobs stay this worker's (their leases renewed),
+    # The first release fails; the jobs stay this worker's (their leases renewed),
     # and the next one gives them back, the attempt not counted.
     given_back = {("ready", 0, None, True)}
-    wait_for(lambda: rows(db, schema, short) == given_back, timeout=5, what="given back")
+    wait_for(lambda: rows(db, schema, short) == given_back, timeout=5, what="released")
     assert failed_releases(db, schema) >= 2
     assert worker.holdings.waiting() == 0 and len(worker.holdings) == 1

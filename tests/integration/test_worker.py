@@ -613,7 +613,7 @@ def test_jobs_claimed_behind_a_long_one_are_given_back_at_once(
             (db.execute(wait_state.format(s=schema), (short,)).fetchone() or (0,))[0] == len(short)
         ),
         timeout=2,
-        what="the short jobs given back",
+        what="the short jobs released",
     )
     assert {job(db, schema, i)["attempts"] for i in short} == {0}  # not counted
     assert worker.holdings.waiting() == 0 and len(worker.holdings) == 1

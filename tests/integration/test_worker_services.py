@@ -25,7 +25,7 @@ from forklift.metrics import Tally
 from forklift.store import Claim, Completion, JobState, JobStore
 from forklift.testing import wait_for
 from forklift.workers.completer import Completer, CompleterConfig, Flushed
-from forklift.workers.context import JobContext
+from forklift.workers.context import JobContext, Writing
 from forklift.workers.events import JobEvents, Outcome
 from forklift.workers.holdings import Holdings
 from forklift.workers.listener import Listener, ListenerConfig
@@ -280,9 +280,26 @@ def test_renewer_extends_held_leases_and_cancels_lost_ones(
 
 def test_renewer_leaves_finished_jobs_alone(rig: Rig, app: forklift.App) -> None:
     (ctx,) = rig.claim(app)
-    ctx.finished = True  # its outcome is being written: not a lease to renew
+    ctx.writing = Writing.WRITTEN  # its outcome is written: not a lease to renew
     renewer = LeaseRenewer(rig.store, OWNER, rig.holdings, rig.events, None, rig.closing)
     assert renewer.run_once() == Renewed(0, 0)
+
+
+def test_renewer_never_calls_lost_a_lease_its_own_write_ended(
+    rig: Rig, app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    """A job's outcome is taken before its write is sent (Holdings): a renewal that
+    finds the lease gone, the write's answer not yet recorded, leaves the job alone."""
+    (done, gone) = rig.claim(app, 2)
+    assert rig.holdings.take([done]) == [done]
+    # The completion is sent and commits; its answer is not recorded yet.
+    assert rig.store.job_complete_many([(done.job_id, done.attempt, None, None)], OWNER) == {
+        done.job_id
+    }
+    steal(db, schema, gone.job_id)
+    renewer = LeaseRenewer(rig.store, OWNER, rig.holdings, rig.events, None, rig.closing)
+    assert renewer.run_once() == Renewed(kept=0, lost=1)
+    assert not done.cancelled and gone.cancelled
 
 
 def test_renewer_thread_renews_every_third_of_the_lease(rig: Rig, app: forklift.App) -> None:

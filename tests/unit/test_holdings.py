@@ -6,7 +6,7 @@ import random
 from typing import cast
 
 from forklift.store import ClaimedJob, JobStore
-from forklift.workers.context import JobContext
+from forklift.workers.context import JobContext, Stage, Writing
 from forklift.workers.holdings import Holdings
 
 
@@ -70,9 +70,9 @@ def test_end_forgets_only_the_context_it_is_given() -> None:
     assert h.snapshot() == [new]
 
 
-def test_a_failed_give_back_hands_back_the_jobs_an_executor_passed_over() -> None:
-    """A give-back whose statement failed keeps its jobs; one an executor skipped while
-    it was being given back must be queued again, or its slot would be held for good
+def test_a_failed_release_hands_back_the_jobs_an_executor_passed_over() -> None:
+    """A release whose statement failed keeps its jobs; one an executor skipped while
+    it was being released must be queued again, or its slot would be held for good
     (seen under a database outage: a worker stuck with every slot taken, running none)."""
     h = Holdings(concurrency=1)
     a, b = held(1), held(2)
@@ -80,24 +80,40 @@ def test_a_failed_give_back_hands_back_the_jobs_an_executor_passed_over() -> Non
     h.adopt(b)
     assert h.take_waiting() == [a, b]
     assert not h.start(a, 1.0)  # dequeued while taken: passed over
-    assert h.keep_waiting([a, b]) == [a]  # b is still in the queue: not again
+    assert h.untake([a, b]) == [a]  # b is still in the queue: not again
     assert h.start(a, 2.0) and h.start(b, 2.0)
+
+
+def test_an_outcome_is_taken_by_one_thread_only() -> None:
+    """Whoever takes a job's outcome first writes it: a handler returning while the stop
+    releases its job finds it taken, and a release that failed lets it go again."""
+    h = Holdings(concurrency=2)
+    a, b = held(1), held(2)
+    h.adopt(a)
+    h.adopt(b)
+    assert h.start(a, 1.0)
+    assert h.take([b]) == [b]  # b's outcome is being written
+    assert h.take_running() == [a]  # the stop takes a to release it; b is not its own
+    assert h.take([a, b]) == []  # a's handler returns: not its to write
+    assert h.untake([a]) == []  # the release failed: a ran, no executor passed it over
+    assert h.take([a]) == [a] and h.take_running() == []
 
 
 def test_the_waiting_and_running_counts_agree_with_the_jobs_held() -> None:
     # Holdings keeps how many jobs wait for a slot and which run as they change; here
     # every step of a random mix of claims, starts, returns, ends, releases and
-    # give-backs is checked against a count from the jobs themselves.
+    # releases is checked against a count from the jobs themselves.
     rng = random.Random(7)
     for _ in range(50):
         h = Holdings(concurrency=3)
         contexts: list[JobContext] = []
+        gone: set[int] = set()  # ids (of the contexts) ended or released
         for step in range(200):
             op = rng.choice(["adopt", "start", "return", "end", "release", "take", "keep"])
-            live = [c for c in contexts if not c.finished]
+            live = [c for c in contexts if id(c) not in gone]
             pick = rng.choice(live) if live else None
             if op == "adopt" or pick is None:
-                # Now and then a job given back is claimed again: same id, new context.
+                # Now and then a job released is claimed again: same id, new context.
                 job_id = (
                     rng.choice([c.job_id for c in contexts])
                     if contexts and rng.random() < 0.1
@@ -112,17 +128,18 @@ def test_the_waiting_and_running_counts_agree_with_the_jobs_held() -> None:
                 h.free_slot(pick)
             elif op == "end":
                 h.end(pick)
-                pick.finished = True
+                gone.add(id(pick))
             elif op == "release":
                 h.release(pick)
-                pick.finished = True
+                gone.add(id(pick))
             elif op == "take":
-                h.keep_waiting(h.take_waiting()) if rng.random() < 0.5 else h.take_waiting()
+                h.untake(h.take_waiting()) if rng.random() < 0.5 else h.take_waiting()
             else:
-                h.keep_waiting([c for c in contexts if c.giving_back])
+                h.untake([c for c in contexts if c.writing is Writing.TAKEN])
             jobs = h.snapshot()
-            assert h.waiting() == sum(1 for c in jobs if not c.started and not c.slot_freed)
-            running = [c for c in jobs if c.started and not c.slot_freed]
+            waiting = (Stage.WAITING, Stage.PASSED)
+            assert h.waiting() == sum(1 for c in jobs if c.stage in waiting)
+            running = [c for c in jobs if c.stage is Stage.RUNNING]
             assert h.longest_running(1000.0) == max(
                 (1000.0 - c.started_at for c in running), default=0.0
             )

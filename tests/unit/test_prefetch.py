@@ -1,5 +1,5 @@
 """The prefetch policy: tiny jobs are claimed ahead, long ones never, and what waits
-behind a long-running job is given back."""
+behind a long-running job is released."""
 
 from __future__ import annotations
 

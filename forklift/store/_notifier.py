@@ -1,4 +1,4 @@
-"""Waking the workers after a quiet enqueue (migration 0010).
+"""Notifying the workers after a quiet enqueue (migration 0010): the Notifier.
 
 A transaction that notifies holds PostgreSQL's notify lock from its commit until its
 commit record is flushed, so producers that notify commit one at a time, one WAL flush
@@ -68,7 +68,7 @@ class _Sender:
             self._connection = connection
             if self._thread is None:
                 self._thread = threading.Thread(
-                    target=self._run, name="forklift-waker", daemon=True
+                    target=self._run, name="forklift-notifier", daemon=True
                 )
                 self._thread.start()
             self._changed.notify_all()
@@ -137,7 +137,7 @@ def _flush_at_exit() -> None:
 atexit.register(_flush_at_exit)  # a producer that never closes its App wakes its last jobs
 
 
-class Waker:
+class Notifier:
     """An App's (a JobStore's) side of the wakes: whether an enqueue commits quietly, and
     its queues handed to the process's sender for `database` once it has."""
 
