@@ -7,7 +7,7 @@ across every replica, per task or per value of a key.
 A claim of jobs under a limit takes the limit's lock (an advisory transaction lock keyed
 by the limit's id), then counts what runs (and what started in the rate window) in a
 fresh snapshot, in the same transaction: exact with any number of replicas, and nothing
-to release when a worker dies (its jobs stop counting the moment they are charged).
+to free when a worker dies (its jobs stop counting the moment they are charged).
 See store/limits.sql.
 """
 
