@@ -137,11 +137,12 @@ class Tally:
             with self.lock:
                 self.shared.intend([(i, a, (q, t, "succeeded")) for i, a, q, t in jobs])
 
-    def jobs_succeeded(self, done: list[tuple[str, str, float]]) -> None:
+    def jobs_succeeded(self, done: list[tuple[str, str, float]], *, intended: bool = True) -> None:
         """Many successes (queue, task, duration), counted under one hold of the lock;
-        a group commit's, folded into its intent (SharedTally.fold) when it has one."""
+        a group commit's, folded into its intent (SharedTally.fold) when it has one and
+        they are `intended` (False: successes no intent stands for)."""
         with self.lock:
-            if self.shared is not None and self.shared.intended:
+            if intended and self.shared is not None and self.shared.intended:
                 self.shared.fold(Counter((q, t, "succeeded") for q, t, _ in done))
                 for queue, task, duration in done:
                     self._duration(queue, task, duration)

@@ -89,6 +89,7 @@ class Completer:
         self._no_claim = False  # the claim loop waits for news: no claim will take them
         self._held = False  # a claim goes ahead of what is queued (ahead_of)
         self._changed = threading.Condition()
+        self._sending = threading.Lock()  # held from a group commit's intent to its count
         self._retry = Streak(self.config.retry)
         # (id, attempt) of successes whose completion was sent and its answer lost.
         self._unsure: set[tuple[int, int]] = set()
@@ -242,9 +243,15 @@ class Completer:
         self, batch: list[JobContext], write: Callable[[Sequence[Completion]], set[int]]
     ) -> set[int]:
         """Send the completions of `batch` (jobs whose outcome is taken: Holdings) with
-        `write`, the claim or a statement of their own; the ids it completed."""
-        self.events.intend(batch)  # a kill before the answer: the parent counts
-        done = write([completion(c) for c in batch])
+        `write`, the claim or a statement of their own, and count its successes; the ids
+        it completed. One at a time (`_sending`): the tally shared with the parent holds
+        the intent of one group commit, from before it is sent until its successes are
+        counted, so that the parent, should this process die meanwhile, looks up and
+        counts that commit's jobs."""
+        with self._sending:
+            self.events.intend(batch)  # a kill before the answer: the parent counts
+            done = write([completion(c) for c in batch])
+            self.events.count_succeeded([c for c in batch if c.job_id in done])
         for ctx in batch:
             ctx.writing = Writing.WRITTEN
         return done
@@ -329,8 +336,10 @@ class Completer:
             unsure = [(c.job_id, c.attempt) for c in batch if c.job_id not in done]
             unsure = [lease for lease in unsure if lease in self._unsure]
             self._unsure.difference_update((c.job_id, c.attempt) for c in batch)
-        done = done | (confirmed(self.store, unsure) if unsure else set())
-        self.events.count_succeeded([c for c in batch if c.job_id in done])
+        found = (confirmed(self.store, unsure) - done) if unsure else set()
+        # Counted apart from any intent: an earlier commit of theirs was answered by none.
+        self.events.count_succeeded([c for c in batch if c.job_id in found], intended=False)
+        done = done | found
         lost = []
         for ctx in batch:
             if ctx.job_id in done:

@@ -82,11 +82,13 @@ class JobEvents:
         if self.tally is not None and self.tally.shared is not None:  # a supervisor's child
             self.tally.intend([(c.job_id, c.attempt, c.queue, c.task) for c in contexts])
 
-    def count_succeeded(self, contexts: list[JobContext]) -> None:
+    def count_succeeded(self, contexts: list[JobContext], *, intended: bool = True) -> None:
         """Count a group commit's successes (folded into its intent), first thing after
-        its statement returns; [] when it was given up."""
+        its statement returns; [] when it was given up. `intended=False`: successes no
+        intent stands for (an earlier commit's, its answer lost, found committed)."""
         if self.tally is not None:
-            self.tally.jobs_succeeded([(c.queue, c.task, c.duration) for c in contexts])
+            done = [(c.queue, c.task, c.duration) for c in contexts]
+            self.tally.jobs_succeeded(done, intended=intended)
 
     def failed(self, ctx: JobContext, error: str, *, dead: bool, retry_in: float) -> None:
         if ctx.span is not None:

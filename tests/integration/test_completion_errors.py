@@ -5,6 +5,7 @@ never retried as if the database were away."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -14,13 +15,15 @@ import pytest
 
 import forklift
 from forklift.errors import DatabaseError
+from forklift.metrics import Tally
+from forklift.shared_tally import SharedTally
 from forklift.store import Claim, Completion, JobState
 from forklift.store.limits import LimitStore
 from forklift.testing import wait_for
 from forklift.workers.claimer import Claimer
 from forklift.workers.completer import Completer, CompleterConfig
 from forklift.workers.context import JobContext
-from forklift.workers.events import Outcome
+from forklift.workers.events import JobEvents, Outcome
 from forklift.workers.progress import ProgressWriter
 from forklift.workers.recorder import Recorder
 from forklift.workers.renewer import LeaseRenewer, RenewerConfig
@@ -321,3 +324,38 @@ def test_an_effect_commit_lost_with_its_connection_costs_no_attempt(
     assert row == (1, []), row
     effects = db.execute(f"SELECT count(*) FROM {schema}.effects").fetchone()
     assert effects == (1,)
+
+
+def test_a_group_commit_in_flight_stays_unanswered_while_another_is_sent(
+    rig: Rig, app: forklift.App
+) -> None:
+    """The tally shared with the parent holds one group commit's intent: while one is in
+    flight (a claim carrying completions), a flush of others waits for it to be counted,
+    so a kill at that moment leaves the parent the first commit's jobs to look up, not
+    none (its successes then went uncounted for good)."""
+    shared = SharedTally()
+    events = JobEvents(OWNER, rig.holdings, rig.wakeup, Tally(shared=shared), None)
+    completer = Completer(rig.store, OWNER, rig.holdings, events, rig.closing, CONFIG)
+    held = rig.claim(app, 4)
+    first, second = held[:2], held[2:]
+    in_flight, answer = threading.Event(), threading.Event()
+
+    def slow(rows: Sequence[Completion]) -> set[int]:
+        in_flight.set()
+        answer.wait(timeout=30)
+        return rig.store.job_complete_many(rows, OWNER)
+
+    riding = threading.Thread(target=completer._written, args=(first, slow), daemon=True)
+    riding.start()
+    assert in_flight.wait(timeout=10)
+    flushing = threading.Thread(target=completer.flush, args=(second,), daemon=True)
+    flushing.start()
+    flushing.join(timeout=1)  # a flush that does not wait for the first is done by now
+    try:
+        assert {job_id for job_id, _, _ in shared.unanswered()} == {c.job_id for c in first}
+    finally:
+        answer.set()
+        riding.join(timeout=10)
+        flushing.join(timeout=10)
+    assert not riding.is_alive() and not flushing.is_alive()
+    shared.close()
