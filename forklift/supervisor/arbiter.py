@@ -36,8 +36,8 @@ from forklift.store.batches import BatchStore
 from forklift.supervisor.child import Children, Signaller, send_signal
 from forklift.supervisor.config import SupervisorConfig
 from forklift.supervisor.dbthread import DbService, DbThread
-from forklift.supervisor.death import signal_name
 from forklift.supervisor.deaths import Attribution, OnDbThread, VanishedOwners
+from forklift.supervisor.exits import signal_name
 from forklift.supervisor.ops import OpsServer
 from forklift.supervisor.police import Police
 from forklift.supervisor.reaper import Reaper, settle_unanswered
