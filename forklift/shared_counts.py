@@ -3,8 +3,8 @@ worker finished is still counted.
 
 A supervisor's child used to send its counts over its report pipe every half second; a
 SIGKILL lost the last half second of them (the database showed 700 succeeded jobs,
-`forklift_jobs_total` 698, for good). Now the supervisor maps an anonymous shared
-region before the fork, and the child adds each outcome to a counter there in the
+`forklift_jobs_total` 698, for good). So the supervisor maps a region it shares with
+the child, and the child adds each outcome to a counter there in the
 same thread, right after the statement that recorded the outcome returns: only a kill
 in those microseconds loses one. The supervisor reads the counters as the child reports
 and once more after it exited, and adds what grew.
@@ -67,8 +67,10 @@ class SharedCounts:
     """One child's counters. The child calls `add()` (under its own lock); the parent
     calls `changes()`."""
 
-    def __init__(self) -> None:
-        self.region = mmap.mmap(-1, SIZE)  # anonymous: shared with the children forked after
+    def __init__(self, fd: int = -1) -> None:
+        # Anonymous (shared with the children forked after), or the file `fd` (a memfd
+        # the supervisor maps and hands to its fork server for the child).
+        self.region = mmap.mmap(fd, SIZE)
         self._words = memoryview(self.region).cast("Q")  # the region as aligned u64 words
         self._slot: dict[Key, int] = {}  # the child's own index of its slots
         # The child's group commit in flight: its generation and the slots of its keys.

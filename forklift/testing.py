@@ -24,6 +24,9 @@ class WaitTimedOut(AssertionError):
     """A condition did not hold before its deadline."""
 
 
+FORK_SERVER = "forklift fork server"  # the title of the supervisor's fork server
+
+
 def wait_for(
     condition: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02, what: str = ""
 ) -> Any:
@@ -124,7 +127,8 @@ class ForkliftProcess:
             )
 
     def children(self) -> list[int]:
-        return child_pids(self.pid)
+        """Its workers: its children but the fork server (a supervisor's)."""
+        return [p for p in child_pids(self.pid) if not process_title(p).startswith(FORK_SERVER)]
 
     def titles(self) -> list[str]:
         """The process titles of its children (`forklift worker 1/2 [...]: running x#7`)."""
@@ -145,7 +149,7 @@ class ForkliftProcess:
     def kill(self) -> None:
         """SIGKILL its children and it, and reap it (teardown: nothing is left running)."""
         if self.popen.poll() is None:
-            for pid in self.children():
+            for pid in child_pids(self.pid):  # its fork server too
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, SIGKILL)
             self.popen.kill()

@@ -1,4 +1,8 @@
-"""The supervisor: fork children, reap them, attribute their deaths, keep their number.
+"""The supervisor: start children, reap them, attribute their deaths, keep their number.
+
+It forks nothing but its fork server, before any of its threads starts; the fork server
+forks the children, which the supervisor adopts (forkserver.py): so no process forks
+with a thread besides its own.
 
 The main loop is a short list of named steps (wait, read reports, dispatch signals,
 reap, police, scale, keep the count); signal handlers only queue. Each step is a method
@@ -20,7 +24,6 @@ import select
 import signal
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
 from setproctitle import setproctitle
@@ -31,14 +34,13 @@ from forklift._events import emit
 from forklift.app import App
 from forklift.errors import ForkliftError
 from forklift.metrics import Totals
-from forklift.store import JobStore
-from forklift.store.batches import BatchStore
 from forklift.supervisor.child import Children, Signaller, send_signal
 from forklift.supervisor.config import SupervisorConfig
 from forklift.supervisor.dbthread import DbService, DbThread
 from forklift.supervisor.deaths import Attribution, OnDbThread, VanishedOwners
 from forklift.supervisor.exits import signal_name
-from forklift.supervisor.ops import OpsServer
+from forklift.supervisor.forkserver import ForkServerLost
+from forklift.supervisor.ops import MAINTAINER, OpsServer, maintenance_thread
 from forklift.supervisor.police import Police
 from forklift.supervisor.reaper import Reaper, settle_unanswered
 from forklift.supervisor.refusals import BootCheck
@@ -53,8 +55,6 @@ from forklift.supervisor.states import RetireReason, StopMode
 from forklift.supervisor.store import SupervisorStore
 from forklift.supervisor.systemd import Notifier
 from forklift.supervisor.title import supervisor_title
-from forklift.workers.batch_ends import BatchSweep
-from forklift.workers.maintenance import Maintenance, MaintenanceConfig
 
 if TYPE_CHECKING:
     from forklift.supervisor.served import Served
@@ -62,33 +62,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TICK = 0.25
-MAINTAINER = "forklift-maintenance"  # the application_name of maintenance's connection
-
-
-def maintenance_thread(
-    app: App,
-    cfg: SupervisorConfig,
-    held: HeldConnection,
-    session: SupervisorSession,
-    totals: Totals,
-    db: DbThread,
-) -> DbThread | None:
-    """Maintenance on a thread and a connection of its own (DESIGN invariant 25): a
-    VACUUM or a prune of a big table takes minutes, while deaths must be charged,
-    schedules fired and the probes refreshed within a second (on `db`). Its connection
-    opens on the replica that holds the maintenance lock only."""
-    w = cfg.worker
-    if not w.maintenance:
-        return None
-    maintenance = Maintenance(
-        JobStore(held, app.schema), app.dsn, held.timeouts,
-        MaintenanceConfig(w.maintenance_interval, w.keep_finished, w.keep_dead),
-        section=lambda: nullcontext(session.maintaining.is_set()),
-        sweep=BatchSweep.of(BatchStore(held.connection, app.schema), totals, w),
-        vacuum_on=held.connection,
-    )  # fmt: skip
-    services = [DbService("maintenance", 0.5, maintenance.run_due)]
-    return DbThread(services, cancel=held.cancel, missing=db.missing)
 
 
 class Supervisor:
@@ -165,6 +138,12 @@ class Supervisor:
             DbService("autoscale", AUTOSCALE_EVERY, self.scaling.read_backlog),
         ]
 
+    def _reimporter(self) -> Callable[[], App] | None:
+        """How the fork server imports the app again on a reload, if it can."""
+        if self.app_target and self._reimport is not None:
+            return functools.partial(self._reimport, self.app_target)
+        return None
+
     def served(self) -> Served:
         """What only the parent serves (served.py): built once, after the first fork."""
         from forklift.supervisor.served import serve
@@ -189,6 +168,7 @@ class Supervisor:
         # Preloaded objects stay on shared copy-on-write pages in children (no gc.collect()
         # first: ~10 ms on the way to the first claim, for next to nothing to free).
         gc.freeze()
+        self.spawner.start(self.app, self._reimporter())  # before any thread (forkserver.py)
         emit(
             log,
             "supervisor.started",
@@ -197,7 +177,7 @@ class Supervisor:
             queues=",".join(self.config.worker.queues),
         )
         try:
-            self.maintain_count()  # the first children: forked with no other thread (spawner.py)
+            self.maintain_count()  # the first children, before anything slower
             self.ops.start_session()  # their liveness lock, before anything slower
             from forklift.supervisor.http import boot_routes  # waitress: the parent's only
 
@@ -206,6 +186,7 @@ class Supervisor:
             self._loop()
         finally:
             self.ops.stop()  # and deregisters this supervisor and its workers
+            self.spawner.stop()
         emit(log, "supervisor.stopped", pid=os.getpid())
         if self.failure is not None:
             raise self.failure
@@ -316,6 +297,7 @@ class Supervisor:
         if self.stopping:
             return
         if self.app_target and self._reimport is not None:
+            previous = self.app
             try:
                 self.app = self._reimport(self.app_target)
             except Exception:
@@ -323,8 +305,10 @@ class Supervisor:
                     "reload: importing %s failed; children keep the running code", self.app_target
                 )
                 return
+            if not self.spawner.reload():  # the next children's code: said there
+                self.app = previous
+                return
             gc.collect()
-            gc.freeze()
             if self._served is not None:
                 self._served.scheduler.use(self.app.schedules.values())
             self.totals.declare(self.app.tasks)
@@ -374,8 +358,14 @@ class Supervisor:
         for slot in self.children.free_slots(target):
             if len(live) >= target:
                 break
-            if self.restarts.due(slot, now):
-                live.append(self.spawner.spawn(self.app, target, self.generation, slot))
+            if not self.restarts.due(slot, now):
+                continue
+            try:
+                live.append(self.spawner.spawn(target, self.generation, slot))
+            except ForkServerLost as exc:  # no child can start any more
+                self.failure = self.failure or exc
+                self.stop(fast=False)
+                return
 
     def roll_reload(self) -> None:
         """Replace children of an older generation one at a time (no job is dropped)."""
