@@ -149,10 +149,9 @@ class OpsServer:
         return thread
 
     def close_in_child(self) -> None:
-        """After fork: the child must keep none of the HTTP server's sockets."""
-        if self._http is not None:
-            self._http.close_in_child()
-        elif self._listener is not None:
+        """In the fork server: keep no copy of the listener (the only socket there is
+        when it is forked, before the HTTP server starts)."""
+        if self._listener is not None:
             self._listener.close()
 
     def stop(self, timeout: float = 5.0) -> None:

@@ -73,17 +73,6 @@ class HintFanout:
                 except OSError:  # full (the child is awake or busy: it polls) or gone
                     pass
 
-    def close_in_child(self) -> None:
-        """After fork: the child keeps none of the write ends."""
-        for hint_fd, wake_fd in self._wakes.items():
-            for fd in (hint_fd, wake_fd):
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        self._wakes = {}
-        self._lock = threading.Lock()
-
 
 @dataclass(frozen=True)
 class SessionConfig:
