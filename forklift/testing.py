@@ -24,9 +24,6 @@ class WaitTimedOut(AssertionError):
     """A condition did not hold before its deadline."""
 
 
-FORK_SERVER = "forklift fork server"  # the title of the supervisor's fork server
-
-
 def wait_for(
     condition: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02, what: str = ""
 ) -> Any:
@@ -127,8 +124,14 @@ class ForkliftProcess:
             )
 
     def children(self) -> list[int]:
-        """Its workers: its children but the fork server (a supervisor's)."""
-        return [p for p in child_pids(self.pid) if not process_title(p).startswith(FORK_SERVER)]
+        """Its workers: the children in a process group of their own (a supervisor's fork
+        server is in the supervisor's)."""
+        found = []
+        for pid in child_pids(self.pid):
+            with contextlib.suppress(ProcessLookupError):
+                if os.getpgid(pid) != os.getpgid(self.pid):
+                    found.append(pid)
+        return found
 
     def titles(self) -> list[str]:
         """The process titles of its children (`forklift worker 1/2 [...]: running x#7`)."""

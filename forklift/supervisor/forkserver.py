@@ -51,6 +51,7 @@ from typing import NoReturn
 from setproctitle import setproctitle
 
 from forklift.errors import ForkliftError
+from forklift.supervisor.exits import signal_name
 from forklift.supervisor.signals import HANDLED, SignalQueue
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,7 @@ MAX_FDS = 16  # descriptors one request hands over at most
 ANSWER_WITHIN = 30.0  # seconds a request may wait for its answer: past them, it is lost
 
 _LIBC = ctypes.CDLL(None, use_errno=True)
+_FORK = ctypes.PyDLL(None, use_errno=True).fork  # called with the GIL held
 
 # A file the test suite names: each fork appends the forking process's pid and number of
 # threads to it, as it forks.
@@ -87,10 +89,14 @@ def fork_plain() -> int:
     """fork(2) without the interpreter's fork hooks, for the fork server and the middle
     process: they run none of the app's code, and an app's hooks are for its workers (a
     hook that exits or blocks must end the worker, not the fork server). Only from a
-    process with one thread: what the interpreter redoes after a fork is for the locks
-    and states of other threads."""
+    process with one thread (the GIL held throughout, as os.fork() holds it): what the
+    interpreter redoes after a fork is for the locks and states of other threads. An
+    app that started threads of its own as it was imported gets os.fork(), hooks and
+    all."""
     _told_to_the_fork_log()
-    pid: int = _LIBC.fork()
+    if threading.active_count() > 1:
+        return os.fork()
+    pid: int = _FORK()
     if pid < 0:
         errno = ctypes.get_errno()
         raise OSError(errno, f"fork: {os.strerror(errno)}")
@@ -149,17 +155,16 @@ class ForkServer:
         reload: Callable[[], bool],
         close_in_child: Callable[[], None],
     ) -> None:
-        assert threading.active_count() == 1, "the fork server is forked before any thread"
         become_subreaper()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # Signals are held across the fork, and stay blocked in the server for good.
         with self.signals.held():
             pid = fork_plain()
             if pid == 0:
+                setproctitle(title)
                 ours.close()
                 self.signals.reset_in_child()
                 close_in_child()
-                setproctitle(title)
                 _serve(theirs, become_worker, reload)
         theirs.close()
         ours.settimeout(ANSWER_WITHIN)
@@ -183,11 +188,26 @@ class ForkServer:
             socket.send_fds(self._sock, [json.dumps(request).encode()], list(fds))
             answer = self._sock.recv(4096)
         except OSError as exc:  # a timeout among them: a server that does not answer
-            raise ForkServerLost(f"the fork server (pid {self.pid}) is lost: {exc}") from exc
+            raise ForkServerLost(f"the fork server is lost: {exc}{self._end()}") from exc
         if not answer:
-            raise ForkServerLost(f"the fork server (pid {self.pid}) exited")
+            raise ForkServerLost(f"the fork server is lost{self._end()}")
         decoded: dict[str, object] = json.loads(answer)
         return decoded
+
+    def _end(self) -> str:
+        """How the server ended, if it has (and was not reaped yet): for the error."""
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                return f" (pid {self.pid})"
+            if pid != 0:
+                if os.WIFSIGNALED(status):
+                    return f" (pid {self.pid}, killed by {signal_name(os.WTERMSIG(status))})"
+                return f" (pid {self.pid}, exited with code {os.waitstatus_to_exitcode(status)})"
+            time.sleep(0.01)
+        return f" (pid {self.pid}, still running)"
 
     def stop(self) -> None:
         """Close the server's socket (it exits at the EOF) and reap it."""
