@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import forklift
-from forklift.testing import wait_for
+from forklift.testing import child_pids, wait_for
 
 
 def forks(log: Path) -> list[tuple[int, int]]:
@@ -80,3 +80,16 @@ def test_an_autoscale_step_forks_from_a_process_with_one_thread(
     app.close()
     seen = forks(log)
     assert [threads for _, threads in seen] == [1] * len(seen), seen
+
+
+def test_a_supervisor_whose_fork_server_is_gone_stops_and_says_so(forklift_cli: Any) -> None:
+    """No fork server, no new worker: the supervisor stops (its workers finish their
+    jobs) with an error that names the fork server, rather than run on short of workers."""
+    sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "1")
+    wait_for(lambda: len(sup.children()) == 1, what="one child")
+    (server,) = set(child_pids(sup.pid)) - set(sup.children())
+    os.kill(server, signal.SIGKILL)
+    sup.signal(signal.SIGTTIN)  # a worker more: the fork server is asked for one
+    assert sup.wait(timeout=20) != 0
+    assert "the fork server is lost" in sup.output(), sup.output()[-2000:]
+    assert "supervisor.stopping mode=graceful" in sup.output()
