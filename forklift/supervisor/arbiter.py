@@ -177,7 +177,7 @@ class Supervisor:
             queues=",".join(self.config.worker.queues),
         )
         try:
-            self.maintain_count()  # the first children, before anything slower
+            self.maintain_count()  # the first children, before the helper threads start
             self.ops.start_session()  # their liveness lock, before anything slower
             from forklift.supervisor.http import boot_routes  # waitress: the parent's only
 
