@@ -45,6 +45,7 @@ from forklift.supervisor.police import Police
 from forklift.supervisor.reaper import Reaper, settle_unanswered
 from forklift.supervisor.refusals import BootCheck
 from forklift.supervisor.registry import ProcessRegistry
+from forklift.supervisor.reload import import_again
 from forklift.supervisor.restarts import RestartSchedule
 from forklift.supervisor.scaling import AUTOSCALE_EVERY, Scaling
 from forklift.supervisor.session import HintFanout, SupervisorSession
@@ -138,12 +139,6 @@ class Supervisor:
             DbService("autoscale", AUTOSCALE_EVERY, self.scaling.read_backlog),
         ]
 
-    def _reimporter(self) -> Callable[[], App] | None:
-        """How the fork server imports the app again on a reload, if it can."""
-        if self.app_target and self._reimport is not None:
-            return functools.partial(self._reimport, self.app_target)
-        return None
-
     def served(self) -> Served:
         """What only the parent serves (served.py): built once, after the first fork."""
         from forklift.supervisor.served import serve
@@ -168,7 +163,7 @@ class Supervisor:
         # Preloaded objects stay on shared copy-on-write pages in children (no gc.collect()
         # first: ~10 ms on the way to the first claim, for next to nothing to free).
         gc.freeze()
-        self.spawner.start(self.app, self._reimporter())  # before any thread (forkserver.py)
+        self.spawner.start(self.app, self.app_target, self._reimport)  # before any thread
         emit(
             log,
             "supervisor.started",
@@ -297,18 +292,9 @@ class Supervisor:
         if self.stopping:
             return
         if self.app_target and self._reimport is not None:
-            previous = self.app
-            try:
-                self.app = self._reimport(self.app_target)
-            except Exception:
-                log.exception(
-                    "reload: importing %s failed; children keep the running code", self.app_target
-                )
+            if (app := import_again(self.app_target, self._reimport, self.spawner.reload)) is None:
                 return
-            if not self.spawner.reload():  # the next children's code: said there
-                self.app = previous
-                return
-            gc.collect()
+            self.app = app
             if self._served is not None:
                 self._served.scheduler.use(self.app.schedules.values())
             self.totals.declare(self.app.tasks)
@@ -358,14 +344,13 @@ class Supervisor:
         for slot in self.children.free_slots(target):
             if len(live) >= target:
                 break
-            if not self.restarts.due(slot, now):
-                continue
-            try:
-                live.append(self.spawner.spawn(target, self.generation, slot))
-            except ForkServerLost as exc:  # no child can start any more
-                self.failure = self.failure or exc
-                self.stop(fast=False)
-                return
+            if self.restarts.due(slot, now):
+                try:
+                    live.append(self.spawner.spawn(target, self.generation, slot))
+                except ForkServerLost as exc:  # no child can start any more
+                    self.failure = self.failure or exc
+                    self.stop(fast=False)
+                    return
 
     def roll_reload(self) -> None:
         """Replace children of an older generation one at a time (no job is dropped)."""

@@ -4,6 +4,7 @@ record of it. And what the new worker does with what it was handed."""
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import os
@@ -67,9 +68,12 @@ class Spawner:
         self._reimport: Callable[[], App] | None = None
         self._parent_pid = 0
 
-    def start(self, app: App, reimport: Callable[[], App] | None) -> None:
-        """Fork the fork server: before any thread of the supervisor starts."""
-        self._app, self._reimport, self._parent_pid = app, reimport, os.getpid()
+    def start(self, app: App, target: str | None, reimport: Callable[[str], App] | None) -> None:
+        """Fork the fork server, before any thread of the supervisor starts: it runs `app`
+        and, on a reload, imports `target` again with `reimport`."""
+        self._app, self._parent_pid = app, os.getpid()
+        if target and reimport is not None:
+            self._reimport = functools.partial(reimport, target)
         queues = ",".join(self.config.worker.queues)
         self.server.start(
             f"forklift fork server [{queues}]", self._become_worker, self._reload,
