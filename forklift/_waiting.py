@@ -4,7 +4,7 @@ Every waiter of a process (app.result(), Batch.wait(); any thread, any App of th
 database) shares one listener: a session connection of its own, never one of a pool,
 that LISTENs on the waiters' channels, and a thread (`forklift-waits`) that hands each
 notification to the waiters of its hint ('j<id>', 'b<id>'). A waiter reads the row it
-waits for by a short call on a pooled connection, given back at once: first, after it
+waits for by a short call on a pooled connection, returned at once: first, after it
 registered, on every hint, and every POLL_HEARD seconds (a hint may be lost while the
 listener reconnects, or be forged: it is never taken for the answer); every POLL
 seconds while no LISTEN is in force (connecting, or behind a transaction pooler with no

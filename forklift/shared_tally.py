@@ -66,8 +66,10 @@ class SharedTally:
     """One child's counters. The child calls `add()` (under its own lock); the parent
     calls `changes()`."""
 
-    def __init__(self) -> None:
-        self.region = mmap.mmap(-1, SIZE)  # anonymous: shared with the children forked after
+    def __init__(self, fd: int = -1) -> None:
+        # Anonymous (shared with the children forked after), or the file `fd` (a memfd
+        # the supervisor maps and hands to its fork server for the child).
+        self.region = mmap.mmap(fd, SIZE)
         self._words = memoryview(self.region).cast("Q")  # the region as aligned u64 words
         self._slot: dict[Key, int] = {}  # the child's own index of its slots
         # The child's group commit in flight: its generation and the slots of its keys.

@@ -124,7 +124,14 @@ class ForkliftProcess:
             )
 
     def children(self) -> list[int]:
-        return child_pids(self.pid)
+        """Its workers: the children in a process group of their own (a supervisor's fork
+        server is in the supervisor's)."""
+        found = []
+        for pid in child_pids(self.pid):
+            with contextlib.suppress(ProcessLookupError):
+                if os.getpgid(pid) != os.getpgid(self.pid):
+                    found.append(pid)
+        return found
 
     def titles(self) -> list[str]:
         """The process titles of its children (`forklift worker 1/2 [...]: running x#7`)."""
@@ -145,7 +152,7 @@ class ForkliftProcess:
     def kill(self) -> None:
         """SIGKILL its children and it, and reap it (teardown: nothing is left running)."""
         if self.popen.poll() is None:
-            for pid in self.children():
+            for pid in child_pids(self.pid):  # its fork server too
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, SIGKILL)
             self.popen.kill()

@@ -1,4 +1,8 @@
-"""The supervisor: fork children, reap them, attribute their deaths, keep their number.
+"""The supervisor: start children, reap them, attribute their deaths, keep their number.
+
+It forks nothing but its fork server, before any of its threads starts; the fork server
+forks the children, which the supervisor adopts (forkserver.py): so no process forks
+with a thread besides its own.
 
 The main loop is a short list of named steps (wait, read reports, dispatch signals,
 reap, police, scale, keep the count); signal handlers only queue. Each step is a method
@@ -20,7 +24,6 @@ import select
 import signal
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
 from setproctitle import setproctitle
@@ -31,18 +34,18 @@ from forklift._events import emit
 from forklift.app import App
 from forklift.errors import ForkliftError
 from forklift.metrics import Totals
-from forklift.store import JobStore
-from forklift.store.batches import BatchStore
 from forklift.supervisor.child import Children, Signaller, send_signal
 from forklift.supervisor.config import SupervisorConfig
 from forklift.supervisor.dbthread import DbService, DbThread
-from forklift.supervisor.death import signal_name
 from forklift.supervisor.deaths import Attribution, OnDbThread, VanishedOwners
-from forklift.supervisor.ops import OpsServer
+from forklift.supervisor.exits import signal_name
+from forklift.supervisor.forkserver import ForkServerLost
+from forklift.supervisor.ops import MAINTAINER, OpsServer, maintenance_thread
 from forklift.supervisor.police import Police
 from forklift.supervisor.reaper import Reaper, settle_unanswered
 from forklift.supervisor.refusals import BootCheck
 from forklift.supervisor.registry import ProcessRegistry
+from forklift.supervisor.reload import import_again
 from forklift.supervisor.restarts import RestartSchedule
 from forklift.supervisor.scaling import AUTOSCALE_EVERY, Scaling
 from forklift.supervisor.session import HintFanout, SupervisorSession
@@ -53,8 +56,6 @@ from forklift.supervisor.states import RetireReason, StopMode
 from forklift.supervisor.store import SupervisorStore
 from forklift.supervisor.systemd import Notifier
 from forklift.supervisor.title import supervisor_title
-from forklift.workers.batch_ends import BatchSweep
-from forklift.workers.maintenance import Maintenance, MaintenanceConfig
 
 if TYPE_CHECKING:
     from forklift.supervisor.served import Served
@@ -62,34 +63,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TICK = 0.25
-MAINTAINER = "forklift-maintenance"  # the application_name of maintenance's connection
-
-
-def maintenance_thread(
-    app: App,
-    cfg: SupervisorConfig,
-    held: HeldConnection,
-    session: SupervisorSession,
-    totals: Totals,
-    db: DbThread,
-) -> DbThread | None:
-    """Maintenance on a thread and a connection of its own, since nothing slow may share
-    either with what must be prompt: a VACUUM or a prune of a big table takes minutes,
-    while deaths must be charged, schedules fired and the probes refreshed within a
-    second (on `db`). Its connection opens on the replica that holds the maintenance lock
-    only."""
-    w = cfg.worker
-    if not w.maintenance:
-        return None
-    maintenance = Maintenance(
-        JobStore(held, app.schema), app.dsn, held.timeouts,
-        MaintenanceConfig(w.maintenance_interval, w.keep_finished, w.keep_dead),
-        section=lambda: nullcontext(session.maintaining.is_set()),
-        sweep=BatchSweep.of(BatchStore(held.connection, app.schema), totals, w),
-        vacuum_on=held.connection,
-    )  # fmt: skip
-    services = [DbService("maintenance", 0.5, maintenance.run_due)]
-    return DbThread(services, cancel=held.cancel, missing=db.missing)
 
 
 class Supervisor:
@@ -190,6 +163,7 @@ class Supervisor:
         # Preloaded objects stay on shared copy-on-write pages in children (no gc.collect()
         # first: ~10 ms on the way to the first claim, for next to nothing to free).
         gc.freeze()
+        self.spawner.start(self.app, self.app_target, self._reimport)  # before any thread
         emit(
             log,
             "supervisor.started",
@@ -198,7 +172,7 @@ class Supervisor:
             queues=",".join(self.config.worker.queues),
         )
         try:
-            self.maintain_count()  # the first children: forked with no other thread (spawner.py)
+            self.maintain_count()  # the first children, before the helper threads start
             self.ops.start_session()  # their liveness lock, before anything slower
             from forklift.supervisor.http import boot_routes  # waitress: the parent's only
 
@@ -207,6 +181,7 @@ class Supervisor:
             self._loop()
         finally:
             self.ops.stop()  # and deregisters this supervisor and its workers
+            self.spawner.stop()
         emit(log, "supervisor.stopped", pid=os.getpid())
         if self.failure is not None:
             raise self.failure
@@ -317,15 +292,9 @@ class Supervisor:
         if self.stopping:
             return
         if self.app_target and self._reimport is not None:
-            try:
-                self.app = self._reimport(self.app_target)
-            except Exception:
-                log.exception(
-                    "reload: importing %s failed; children keep the running code", self.app_target
-                )
+            if (app := import_again(self.app_target, self._reimport, self.spawner.reload)) is None:
                 return
-            gc.collect()
-            gc.freeze()
+            self.app = app
             if self._served is not None:
                 self._served.scheduler.use(self.app.schedules.values())
             self.totals.declare(self.app.tasks)
@@ -376,7 +345,12 @@ class Supervisor:
             if len(live) >= target:
                 break
             if self.restarts.due(slot, now):
-                live.append(self.spawner.spawn(self.app, target, self.generation, slot))
+                try:
+                    live.append(self.spawner.spawn(target, self.generation, slot))
+                except ForkServerLost as exc:  # no child can start any more
+                    self.failure = self.failure or exc
+                    self.stop(fast=False)
+                    return
 
     def roll_reload(self) -> None:
         """Replace children of an older generation one at a time (no job is dropped)."""

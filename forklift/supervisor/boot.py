@@ -212,7 +212,7 @@ class JobHooks:
 class ParentHeartbeat:
     """A thread that reports to the parent every half second: RSS, metric deltas.
 
-    It also stops the worker: at once, its jobs given back, when the parent is gone
+    It also stops the worker: at once, its jobs released, when the parent is gone
     (getppid() changed); after its job when the child's RSS passed the soft memory limit
     (it exits and is replaced).
     """

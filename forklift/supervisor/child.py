@@ -213,20 +213,6 @@ class Child:
             self.on_close()
             self.on_close = None
 
-    def close_in_child(self) -> None:
-        """In a sibling forked after it: drop the copy of its report pipe and counters
-        (its hint pipes go with the fanout's)."""
-        self._reports.close()
-        if self.counts is not None:
-            self.counts.close()
-            self.counts = None
-        if self.handlers is not None:
-            self.handlers.close()
-            self.handlers = None
-        if self.crash_log is not None:
-            os.close(self.crash_log)
-            self.crash_log = None
-
 
 # What of a native crash's stack a job's error keeps: the innermost frames of the thread
 # that crashed come first in faulthandler's output, other threads after.
@@ -291,7 +277,7 @@ class Children:
         self._send(child.pid, signum)
 
     def signal_group(self, child: Child, signum: int) -> None:
-        """Signal what is left of a child's process group (spawner.own_process_group): the
+        """Signal what is left of a child's process group (forkserver.own_process_group): the
         subprocesses its handlers started. Once the child is dead, its group's id cannot
         be taken by another process while any member lives."""
         self._send(-child.pid, signum)

@@ -11,9 +11,7 @@ so an answer never waits on the database, on the loop, or on a lock the loop tak
 from __future__ import annotations
 
 import logging
-import os
 import socket
-import stat
 import threading
 from collections.abc import Callable, Iterable
 from http import HTTPStatus
@@ -156,17 +154,6 @@ class HttpServer:
         self._thread = threading.Thread(target=server.run, name="forklift-http", daemon=True)
         self._thread.start()
 
-    def close_in_child(self) -> None:
-        """After fork: close every socket the server holds (the listener, its clients)."""
-        server = self._server
-        if server is None:
-            self.listener.close()
-            return
-        # No waitress lock is taken here (a thread that held one is gone in the child):
-        # closing a dispatcher only closes its descriptor and drops it from the map.
-        wasyncore.close_all(self._map, ignore_all=True)
-        _close_sockets_on_port(self.bound[1])
-
     def stop(self) -> None:
         server, self._server = self._server, None
         if server is None:
@@ -181,30 +168,6 @@ class HttpServer:
         trigger.pull_trigger(lambda: wasyncore.close_all(self._map, ignore_all=True))
         self._thread.join(timeout=5)
         server.task_dispatcher.shutdown(timeout=2)
-
-
-def _close_sockets_on_port(port: int) -> None:
-    # A client accepted by the event loop at the instant of the fork is in the child's
-    # descriptor table but not yet in waitress's map: close any TCP socket whose local
-    # port is the server's (only the listener and its clients have it).
-    for name in os.listdir("/proc/self/fd"):
-        fd = int(name)
-        try:
-            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
-                continue
-            sock = socket.socket(fileno=fd)
-        except OSError:
-            continue
-        try:
-            ours = sock.family in (socket.AF_INET, socket.AF_INET6) and (
-                sock.getsockname()[1] == port
-            )
-        except OSError:
-            ours = False
-        if ours:
-            sock.close()
-        else:
-            sock.detach()
 
 
 def _text(result: tuple[int, str]) -> tuple[int, str, bytes]:

@@ -16,19 +16,29 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
+from forklift._conns import HeldConnection
 from forklift._events import emit
+from forklift.app import App
 from forklift.errors import ConfigError
-from forklift.supervisor.dbthread import DbThread
+from forklift.metrics import Totals
+from forklift.store import JobStore
+from forklift.store.batches import BatchStore
+from forklift.supervisor.config import SupervisorConfig
+from forklift.supervisor.dbthread import DbService, DbThread
 from forklift.supervisor.registry import ProcessRegistry
 from forklift.supervisor.session import SupervisorSession
+from forklift.workers.batch_ends import BatchSweep
+from forklift.workers.maintenance import Maintenance, MaintenanceConfig
 
 if TYPE_CHECKING:
     from forklift.supervisor.http import HttpServer, Route
 
 log = logging.getLogger(__name__)
 
+MAINTAINER = "forklift-maintenance"  # the application_name of maintenance's connection
 BACKLOG = 1024  # connections queued before the server answers (waitress's own default)
 
 
@@ -139,10 +149,9 @@ class OpsServer:
         return thread
 
     def close_in_child(self) -> None:
-        """After fork: the child must keep none of the HTTP server's sockets."""
-        if self._http is not None:
-            self._http.close_in_child()
-        elif self._listener is not None:
+        """In the fork server: keep no copy of the listener (the only socket there is
+        when it is forked, before the HTTP server starts)."""
+        if self._listener is not None:
             self._listener.close()
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -168,3 +177,30 @@ class OpsServer:
         deadline = time.monotonic() + timeout
         for thread in self._threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
+
+
+def maintenance_thread(
+    app: App,
+    cfg: SupervisorConfig,
+    held: HeldConnection,
+    session: SupervisorSession,
+    totals: Totals,
+    db: DbThread,
+) -> DbThread | None:
+    """Maintenance on a thread and a connection of its own, since nothing slow may share
+    either with what must be prompt: a VACUUM or a prune of a big table takes minutes,
+    while deaths must be charged, schedules fired and the probes refreshed within a
+    second (on `db`). Its connection opens on the replica that holds the maintenance lock
+    only."""
+    w = cfg.worker
+    if not w.maintenance:
+        return None
+    maintenance = Maintenance(
+        JobStore(held, app.schema), app.dsn, held.timeouts,
+        MaintenanceConfig(w.maintenance_interval, w.keep_finished, w.keep_dead),
+        section=lambda: nullcontext(session.maintaining.is_set()),
+        sweep=BatchSweep.of(BatchStore(held.connection, app.schema), totals, w),
+        vacuum_on=held.connection,
+    )  # fmt: skip
+    services = [DbService("maintenance", 0.5, maintenance.run_due)]
+    return DbThread(services, cancel=held.cancel, missing=db.missing)

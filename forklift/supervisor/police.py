@@ -20,9 +20,9 @@ log = logging.getLogger(__name__)
 
 # A child's first report comes half a second after its fork (its heartbeat thread's first
 # beat). One still silent this long after its fork never got that far: it is wedged
-# between the fork and its boot, typically on a lock another thread of the parent held
-# at the instant of the fork (under libfaketime, CPython's re-creation of the GIL in the
-# child waits on such a lock forever). It is replaced now, not after `child_timeout`.
+# between the fork and its boot (in a fork hook of the app's, say, or on a lock a thread
+# of a library held at the instant of the fork). It is replaced now, not after
+# `child_timeout`.
 FIRST_REPORT_TIMEOUT = 10.0
 
 

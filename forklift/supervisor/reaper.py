@@ -81,7 +81,7 @@ class Reaper:
         verdict = decide(facts, exit, stopping=stopping)
         if not verdict.quiet:
             self.attribution.end_sessions(child.owner)
-            # What its handlers started dies with it (spawner.own_process_group).
+            # What its handlers started dies with it (forkserver.own_process_group).
             self.children.signal_group(child, signal.SIGKILL)
         if child.unanswered and self._settle is not None:
             self._settle(child)  # after its sessions end: no statement of its runs on

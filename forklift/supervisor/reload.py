@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import gc
+import logging
 import os
 import sys
 import sysconfig
+from collections.abc import Callable
 
 import forklift
 from forklift import _loading
 from forklift.app import App
+
+log = logging.getLogger(__name__)
 
 
 def _protected_dirs() -> list[str]:
@@ -45,3 +50,20 @@ def reimport(target: str) -> App:
             ):
                 del sys.modules[name]
     return _loading.load_app(target)
+
+
+def import_again(
+    target: str, reimport: Callable[[str], App], in_fork_server: Callable[[], bool]
+) -> App | None:
+    """The app at `target` imported again, here and in the fork server (whose next
+    children run it); None, said, if either import failed: the children keep the
+    running code."""
+    try:
+        app = reimport(target)
+    except Exception:
+        log.exception("reload: importing %s failed; children keep the running code", target)
+        return None
+    if not in_fork_server():
+        return None
+    gc.collect()
+    return app

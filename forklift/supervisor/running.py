@@ -29,8 +29,10 @@ class RunningHandlers:
     """One child's marks. The child calls `began()` and `returned()` (under one lock of
     its own); the parent calls `running()` after the child exited."""
 
-    def __init__(self) -> None:
-        self.region = mmap.mmap(-1, SIZE)  # anonymous: shared with the child forked after
+    def __init__(self, fd: int = -1) -> None:
+        # Anonymous (shared with the child forked after), or the file `fd` (a memfd the
+        # supervisor maps and hands to its fork server for the child).
+        self.region = mmap.mmap(fd, SIZE)
         self._words = memoryview(self.region).cast("Q")
         self._entry: dict[int, int] = {}  # the child's: job id -> its entry
         self._free: list[int] = []  # the child's: entries freed, reused first

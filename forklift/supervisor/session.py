@@ -74,17 +74,6 @@ class HintFanout:
                 except OSError:  # full (the child is awake or busy: it polls) or gone
                     pass
 
-    def close_in_child(self) -> None:
-        """After fork: the child keeps none of the write ends."""
-        for hint_fd, wake_fd in self._wakes.items():
-            for fd in (hint_fd, wake_fd):
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        self._wakes = {}
-        self._lock = threading.Lock()
-
 
 @dataclass(frozen=True)
 class SessionConfig:
@@ -117,12 +106,12 @@ class SupervisorSession:
         self.fanout = fanout
         self.config = config or SessionConfig()
         self.supervisor_id = ""  # set before start()
-        self.held = threading.Event()  # the liveness lock is held
-        # The same, told to the children (mapped here, before any fork): each tick that
-        # finds the session alive confirms it; they claim only while it is fresh.
+        # Whether the liveness lock is held, told to the children (mapped here, before
+        # any fork): each tick that finds the session alive confirms it; they claim only
+        # while it is fresh.
         self.vouch = vouch or SharedVouch()
         self.maintaining = threading.Event()  # the maintenance lock is held
-        self.error: str | None = None  # why the session is down, for readiness
+        self._lost_to: str | None = None  # why the session is down: said once an outage
         self._q = _sql.load("forklift.store", "queries.sql", schema)
         self._control = _sql.control_channel_name(schema)
         self._stopped = threading.Event()
@@ -150,7 +139,6 @@ class SupervisorSession:
                 self._lost(exc)
             finally:
                 self.vouch.withdraw()
-                self.held.clear()
                 self.maintaining.clear()
 
     def _hold(self, conn: psycopg.Connection[Any]) -> None:
@@ -158,11 +146,10 @@ class SupervisorSession:
             raise psycopg.OperationalError(f"liveness lock {self.liveness_lock} is held by another")
         conn.execute(self._q["control_listen"])
         conn.execute(self._q["channel_listen"])
-        self.held.set()
         self.vouch.confirm()
-        if self.error is not None:
+        if self._lost_to is not None:
             emit(log, "supervisor.session_back")
-        self.error = None
+        self._lost_to = None
         self.fanout.send(QUEUE, "")  # whatever came while we were away: look now
         next_ping = next_try = time.monotonic()
         while not self._stopped.is_set():
@@ -207,7 +194,7 @@ class SupervisorSession:
 
     def _lost(self, exc: psycopg.Error) -> None:
         cause = " ".join(str(exc).split()) or type(exc).__name__
-        if self.error is None:  # once per outage
+        if self._lost_to is None:  # once per outage
             emit(log, "supervisor.session_lost", logging.WARNING, error=_db.redact(cause))
-        self.error = _db.redact(cause)
+        self._lost_to = _db.redact(cause)
         self._stopped.wait(self.config.tick)

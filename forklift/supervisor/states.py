@@ -36,4 +36,4 @@ class JobsAction(StrEnum):
     """What happens to the jobs a dead child still held."""
 
     FAIL = "fail"  # charged: the attempt counts, retried after backoff or dead
-    RELEASE = "release"  # given back: ready at once, the attempt not counted
+    RELEASE = "release"  # released: ready at once, the attempt not counted

@@ -48,7 +48,7 @@ class ChargedJob(NamedTuple):
 
 
 class ReleasedJob(NamedTuple):
-    """A job given back, its attempt not counted."""
+    """A job released, its attempt not counted."""
 
     id: int
     queue: str

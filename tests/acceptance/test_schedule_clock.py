@@ -34,7 +34,7 @@ class Fired:
 
 # The fire time, from the key the scheduler gives each fire's job
 # (`forklift:schedule:NAME:2026-01-01T00:00:00Z`). Not available_at: a job claimed ahead
-# and given back (its worker's slot stayed busy too long) is ready again from the give-back.
+# and released (its worker's slot stayed busy too long) is ready again from the release.
 FIRE_TIME = r"substring(idempotency_key from '^forklift:schedule:[^:]+:(.+)$')::timestamptz"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -503,7 +504,8 @@ def test_the_sessions_of_a_killed_child_end_with_it(
         )
         wait_for(lambda: "child.sessions_ended" in sup.output(), what="sessions_ended logged")
     finally:
-        os.kill(grandchild, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # killed with its group, and reaped
+            os.kill(grandchild, signal.SIGKILL)
     sup.stop_cleanly(timeout=15)
     app.close()
 
@@ -539,7 +541,7 @@ def test_a_timeout_kill_charges_the_overdue_job_and_no_bystander(
             != owner
         ),
         timeout=20,
-        what="the bystander given back",
+        what="the bystander released",
     )
     crashes, errors = db.execute(
         f"SELECT crashes, errors FROM {schema}.jobs WHERE id = %s", (bystander,)

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 import pytest
 
 import forklift
-from forklift.app import App
 from forklift.supervisor import Supervisor, SupervisorConfig
 from forklift.supervisor.child import Child
 from forklift.supervisor.exits import RestartCount
@@ -37,7 +36,7 @@ class FakeSpawner(Spawner):
         )
         self.pids = itertools.count(1000)
 
-    def spawn(self, app: App, total: int, generation: int, index: int | None = None) -> Child:
+    def spawn(self, total: int, generation: int, index: int | None = None) -> Child:
         pid, now = next(self.pids), time.monotonic()
         child = Child(pid, index or self.children.free_index(), f"host:{pid}:x", -1, now, now)
         child.generation = generation

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from forklift.supervisor.death import describe_exit, signal_name
+from forklift.supervisor.exits import describe_exit, signal_name
 
 
 def real_status(code: str) -> int:
