@@ -109,6 +109,16 @@ def limit(db: psycopg.Connection[Any], schema: str, **columns: Any) -> int:
 # -- the parts every claim shares (store/fragments.sql) -----------------------------------
 
 
+def key_a_full(db: psycopg.Connection[Any], schema: str) -> None:
+    """Task t1 under a keyed limit of 1 (key: argument k), key a's one slot taken by a
+    job running at OWNER."""
+    limit(db, schema, scope="task", name="t1", concurrency=1, keyed=True, key_arg="k")
+    jobs(db, schema, [
+        {"state": "running", "queue": "default", "task": "t1", "lease_owner": OWNER,
+         "lease_until": "2999-01-01", "limit_key": "a"},
+    ])  # fmt: skip
+
+
 def test_claimed_names_each_column_as_the_claimed_job_field_it_fills(
     db: psycopg.Connection[Any], schema: str
 ) -> None:
@@ -217,11 +227,7 @@ def test_limits_used_counts_what_runs_per_key_and_finds_the_full_keys(
 def test_limited_walks_take_each_index_in_line_order_past_full_keys(
     db: psycopg.Connection[Any], schema: str
 ) -> None:
-    limit(db, schema, scope="task", name="t1", concurrency=1, keyed=True, key_arg="k")
-    jobs(db, schema, [
-        {"state": "running", "queue": "default", "task": "t1", "lease_owner": OWNER,
-         "lease_until": "2999-01-01", "limit_key": "a"},
-    ])  # fmt: skip
+    key_a_full(db, schema)
     free, unkeyed, full, open_, urgent = jobs(db, schema, [
         {"queue": "default", "task": "free"},
         {"queue": "default", "task": "t1", "args": '{"k": "z"}'},  # its producer knew no limit
@@ -243,11 +249,7 @@ def test_limited_walks_take_each_index_in_line_order_past_full_keys(
 def test_limited_heads_are_the_first_jobs_of_other_keys_past_a_walk_cut_short(
     db: psycopg.Connection[Any], schema: str
 ) -> None:
-    limit(db, schema, scope="task", name="t1", concurrency=1, keyed=True, key_arg="k")
-    jobs(db, schema, [
-        {"state": "running", "queue": "default", "task": "t1", "lease_owner": OWNER,
-         "lease_until": "2999-01-01", "limit_key": "a"},
-    ])  # fmt: skip
+    key_a_full(db, schema)
     # The walk (limit 1 + visit 1) meets only key a's jobs, and a is full.
     jobs(db, schema, [{"queue": "default", "task": "t1", "limit_key": "a"}] * 3)
     b_first, _ = jobs(db, schema, [{"queue": "default", "task": "t1", "limit_key": "b"}] * 2)
@@ -325,11 +327,7 @@ def test_limited_taken_locks_the_picked_jobs_and_keys_the_unkeyed_it_met(
 def test_limited_again_says_where_the_look_at_keys_ended_and_to_claim_again(
     db: psycopg.Connection[Any], schema: str
 ) -> None:
-    limit(db, schema, scope="task", name="t1", concurrency=1, keyed=True, key_arg="k")
-    jobs(db, schema, [
-        {"state": "running", "queue": "default", "task": "t1", "lease_owner": OWNER,
-         "lease_until": "2999-01-01", "limit_key": "a"},
-    ])  # fmt: skip
+    key_a_full(db, schema)
     jobs(db, schema, [{"queue": "default", "task": "t1", "limit_key": "a"}] * 3)
     (b_first,) = jobs(db, schema, [{"queue": "default", "task": "t1", "limit_key": "b"}])
     after = {"after_queues": ["default"], "after_tasks": ["t1"], "after_keys": ["a"]}
