@@ -133,7 +133,7 @@ class Supervisor:
         self.registry = ProcessRegistry(self.store, self.board)
         self.vanished = VanishedOwners(self.store, self.totals, me=lambda: self.identity.id)
         return [
-            DbService("attribution", TICK, self.attribution.retry_pending),
+            DbService("attribution", TICK, self.attribution.retry_deferred),
             DbService("vanished", self.vanished.config.every, self.vanished.run_once),
             DbService("registry", self.registry.config.every, self.registry.run_once),
             DbService("autoscale", AUTOSCALE_EVERY, self.scaling.read_backlog),

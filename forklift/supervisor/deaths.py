@@ -66,7 +66,7 @@ AUTHORITY = (
 )  # fmt: skip
 
 # Deferred attributions are retried 1 s after the failure, then 2, 4, ... up to 30 s apart.
-PENDING_RETRY = Backoff(base=1.0, factor=2.0, max=30.0, jitter=0)
+DEFERRED_RETRY = Backoff(base=1.0, factor=2.0, max=30.0, jitter=0)
 
 LOST = "WorkerLost: worker {owner} lost its database session (its process group or host is gone)"
 
@@ -88,18 +88,18 @@ class Attribution:
     """Charges or releases a dead or killed child's jobs; keeps, in order, what failed."""
 
     def __init__(
-        self, store: SupervisorStore, totals: Totals, retry: Backoff = PENDING_RETRY
+        self, store: SupervisorStore, totals: Totals, retry: Backoff = DEFERRED_RETRY
     ) -> None:
         self.store = store
         self.totals = totals
-        self.pending: list[Deferred] = []
+        self.deferred: list[Deferred] = []
         self._streak = Streak(retry)
         self._retry_at = 0.0
 
     @property
     def retry_at(self) -> float | None:
         """When the deferred attributions are tried again (None: there are none)."""
-        return self._retry_at if self.pending else None
+        return self._retry_at if self.deferred else None
 
     def record(
         self,
@@ -120,21 +120,21 @@ class Attribution:
         self._record(Deferred(owner, f"TimeoutError: {reason}", None, (job_id,)), now)
 
     def _record(self, deferred: Deferred, now: float) -> None:
-        if not self.pending and self._apply(deferred):
+        if not self.deferred and self._apply(deferred):
             return
-        if not self.pending:
+        if not self.deferred:
             self._retry_at = now + self._streak.failed()
-        self.pending.append(deferred)
+        self.deferred.append(deferred)
 
-    def retry_pending(self, now: float | None = None) -> None:
+    def retry_deferred(self, now: float | None = None) -> None:
         """Retry the deferred attributions once due, in order, stopping at the first
         that fails; back off while the database stays away."""
         now = time.monotonic() if now is None else now
-        if not self.pending or now < self._retry_at:
+        if not self.deferred or now < self._retry_at:
             return
-        while self.pending and self._apply(self.pending[0]):
-            self.pending.pop(0)
-        if self.pending:
+        while self.deferred and self._apply(self.deferred[0]):
+            self.deferred.pop(0)
+        if self.deferred:
             self._retry_at = now + self._streak.failed()
         else:
             self._streak.succeeded()

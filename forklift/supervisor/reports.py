@@ -235,7 +235,7 @@ class ReportDecoder:
         return decoded
 
     @property
-    def pending(self) -> int:
+    def partial(self) -> int:
         """Bytes of an unfinished line held, waiting for its end (at most max_line)."""
         return len(self._partial)
 

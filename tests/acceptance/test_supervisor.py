@@ -45,8 +45,13 @@ def test_sigkilled_child_is_replaced_and_its_job_retried_at_once(
     sup = forklift_cli("run", "tests.apps.basic:app", "--workers", "2")
     wait_for(lambda: len(sup.children()) == 2, what="two children")
     app = forklift.App(dsn, schema=schema)
-    job_id = app.enqueue("effect", {"key": "k", "sleep": 1.5})
-    wait_state(db, schema, job_id, "running")
+    job_id = app.enqueue("effect", {"key": "k", "sleep": 5})
+    # Killed while its handler runs (its progress says so), not between its claim and
+    # its handler's start: a job whose handler never ran is released, not charged.
+    wait_for(
+        lambda: scalar(db, f"SELECT progress FROM {schema}.jobs WHERE id = %s", job_id),
+        what="the handler started",
+    )
     victim = owner_pid(db, schema, job_id)
     os.kill(victim, signal.SIGKILL)
     killed_at = time.monotonic()

@@ -22,8 +22,10 @@ def noop(ctx: forklift.JobContext) -> None:
 
 @app.task(name="effect")
 def effect(ctx: forklift.JobContext, *, key: str, n: int = 0, sleep: float = 0.0) -> None:
-    """Insert one effect row per run; the unique key exposes any double commit."""
+    """Insert one effect row per run; the unique key exposes any double commit. A run
+    that sleeps first reports progress as its handler starts (a test may wait for it)."""
     if sleep:
+        ctx.progress(0, message="started")
         time.sleep(sleep)
     with ctx.transaction() as conn:
         conn.execute(

@@ -24,7 +24,7 @@ def test_fail_charges_and_release_gives_back(store: FakeStore) -> None:
         ("q", "b", "crashed"): 1,
         ("default", "render", "released"): 1,
     }
-    assert attribution.pending == []
+    assert attribution.deferred == []
     # Either way no handler of theirs runs any more: their cancelled jobs' holds end.
     assert store.let_go == ["o:1:x", "o:2:y"]
 
@@ -34,24 +34,24 @@ def test_deferred_attributions_retry_1_s_later_then_doubling_up_to_30_s(store: F
     store.down = True
     attribution.record("o:1:x", "died", JobsAction.FAIL, now=100.0)
     attribution.record("o:2:y", "died", JobsAction.RELEASE, now=100.5)
-    assert attribution.pending == [
+    assert attribution.deferred == [
         Deferred("o:1:x", "died", JobsAction.FAIL),
         Deferred("o:2:y", "died", JobsAction.RELEASE),
     ]
     assert attribution.retry_at == 101.0
-    attribution.retry_pending(100.9)  # not due: not tried
+    attribution.retry_deferred(100.9)  # not due: not tried
     assert attribution.retry_at == 101.0
     retries = []
     for _ in range(7):
         due = attribution.retry_at
         assert due is not None
-        attribution.retry_pending(due)  # tried, and failed again
+        attribution.retry_deferred(due)  # tried, and failed again
         assert attribution.retry_at is not None
         retries.append(attribution.retry_at - due)
     assert retries == [2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
     store.down = False
-    attribution.retry_pending(attribution.retry_at)
-    assert attribution.pending == [] and attribution.retry_at is None
+    attribution.retry_deferred(attribution.retry_at)
+    assert attribution.deferred == [] and attribution.retry_at is None
     assert [name for name, _ in store.calls] == ["job_fail_orphaned", "job_release_owner"]
     # The streak is over: the next outage starts again at 1 s.
     store.down = True
@@ -78,12 +78,12 @@ def test_a_timeout_the_database_missed_is_charged_as_a_timeout_before_the_death(
     attribution.charge_timeout("o:1:x", 7, "job render#7 timed out after 1 s", now=0.0)
     store.down = False  # back before the death is recorded: the death waits its turn
     attribution.record("o:1:x", "WorkerDied: killed", JobsAction.RELEASE, now=0.5)
-    assert attribution.pending == [
+    assert attribution.deferred == [
         Deferred("o:1:x", "TimeoutError: job render#7 timed out after 1 s", None, (7,)),
         Deferred("o:1:x", "WorkerDied: killed", JobsAction.RELEASE),
     ]
     assert store.calls == []
-    attribution.retry_pending(now=10.0)
+    attribution.retry_deferred(now=10.0)
     assert store.calls == [
         ("job_fail_orphaned", ("o:1:x", "TimeoutError: job render#7 timed out after 1 s", [7])),
         ("job_release_owner", ("o:1:x",)),

@@ -195,8 +195,8 @@ def test_a_death_the_database_missed_is_recorded_once_it_is_back(
     forked(parts.children, open_pipe, 41)
     store.down = True
     parts.reaper.reap(stopping=False)
-    assert len(parts.attribution.pending) == 1
+    assert len(parts.attribution.deferred) == 1
     store.down = False
-    parts.attribution.retry_pending(now=1e9)
-    assert parts.attribution.pending == []
+    parts.attribution.retry_deferred(now=1e9)
+    assert parts.attribution.deferred == []
     assert [name for name, _ in store.calls] == ["job_fail_orphaned"]

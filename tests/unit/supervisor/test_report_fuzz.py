@@ -61,9 +61,9 @@ def test_any_bytes_split_anywhere_never_raise(data: bytes, cuts: list[int]) -> N
     for piece in split(data, cuts):
         decoded = decoder.feed(piece)
         assert all(isinstance(r, Report) for r in decoded.reports)
-        assert decoder.pending <= 512
+        assert decoder.partial <= 512
     decoder.close()
-    assert decoder.pending == 0
+    assert decoder.partial == 0
 
 
 @FUZZ
