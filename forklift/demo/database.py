@@ -12,6 +12,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from forklift import _db, _sql
+from forklift._ids import application_name
 from forklift.app import App
 from forklift.demo.interrupts import Interrupts
 from forklift.embedded import EmbeddedPostgres
@@ -134,8 +135,12 @@ class DemoStore:
             rerendered={t: (pid, attempt) for t, pid, attempt in self.run("tile_rerendered")},
         )
 
-    def held_by(self, job: Running) -> bool:
-        return bool(self.run("job_held_by", id=job.job_id, owner=job.owner)[0][0])
+    def quiet_and_held(self, job: Running) -> bool:
+        """Whether `job` is still running under its owner, no session of which is in
+        the middle of a statement (a stopped worker's commit may still be under way)."""
+        session = application_name(job.owner)
+        found = self.run("job_held_quietly", id=job.job_id, owner=job.owner, session=session)
+        return bool(found[0][0])
 
     def effect_counts(self) -> tuple[int, int]:
         """(effect rows, distinct tiles among them)."""

@@ -78,11 +78,16 @@ SELECT id, (args->>'tile')::integer, lease_owner FROM {schema}.jobs
 WHERE batch_id = %(batch)s::bigint AND state = 'running'
 ORDER BY started_at DESC;
 
--- name: job_held_by
--- True while the job is still running under this owner (not completed meanwhile).
+-- name: job_held_quietly
+-- True while the job is still running under this owner (not completed meanwhile) and
+-- none of the owner's sessions (named %(session)s) is running a statement.
 SELECT EXISTS (
     SELECT 1 FROM {schema}.jobs
     WHERE id = %(id)s::bigint AND state = 'running' AND lease_owner = %(owner)s::text
+) AND NOT EXISTS (
+    SELECT 1 FROM pg_stat_activity
+    WHERE application_name = %(session)s::text AND state IS DISTINCT FROM 'idle'
+      AND state IS DISTINCT FROM 'idle in transaction'
 );
 
 -- name: job_charged

@@ -7,6 +7,7 @@ import shutil
 import signal
 import tempfile
 import time
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from forklift.demo.progress import Frame, LiveView, Palette, PlainView, make_vie
 from forklift.demo.story import Story
 from forklift.demo.summary import Callback, Result, summary_table
 from forklift.errors import JobCancelled, JobFailed
+from forklift.testing import process_title
 
 POLL = 0.2  # seconds between looks at the database
 END_TIMEOUT = 30.0  # for the batch to finish once its last tile ended (a sweep: 1 s)
@@ -174,7 +176,9 @@ class Demo:
             snapshot, workers, events = watcher.look()
             if self.options.kill and self.killed is None and snapshot.finished >= total / 2:
                 with self.interrupts.shielded():  # never leave a worker SIGSTOPped
-                    self.killed = kill_busy_worker(watcher.supervisor, watcher.store, snapshot)
+                    self.killed = kill_busy_worker(
+                        watcher.supervisor, watcher.store, snapshot.running
+                    )
                 if self.killed is not None:
                     watcher.killed = self.killed.pid
                     events.append(f"killed {self.killed_text()}")
@@ -279,18 +283,41 @@ def image_text(options: Options, image: dict[str, Any]) -> str:
 
 
 def kill_busy_worker(
-    supervisor: Supervisor, store: DemoStore, snapshot: Snapshot
+    supervisor: Supervisor, store: DemoStore, running: Sequence[Running]
 ) -> Running | None:
-    """SIGKILL the worker of the most recently started tile, so it dies mid-render.
+    """SIGKILL the worker of the first of `running` whose handler runs, so it dies
+    mid-render (None: none does now; the caller looks again later).
 
-    It is SIGSTOPped first: stopped, it cannot finish the tile between the look at its
-    job and the kill (if it already had, it is let go and the next one is tried).
+    The worker is SIGSTOPped first, so that what is looked at stays true until the kill:
+    `ps` names the job whose handler it calls (a job claimed ahead, not started yet, would
+    be released uncharged), no statement of its is in flight at the server (a commit
+    under way could still land), and the job is still its own. Otherwise it is let go
+    and the next one is tried.
     """
-    for job in snapshot.running:
+    for job in running:
         if not supervisor.signal_worker(job.pid, signal.SIGSTOP):
             continue
-        if store.held_by(job):
+        if stopped(job.pid) and calls_handler_of(job) and store.quiet_and_held(job):
             supervisor.signal_worker(job.pid, signal.SIGKILL)
             return job
         supervisor.signal_worker(job.pid, signal.SIGCONT)
     return None
+
+
+def stopped(pid: int, timeout: float = 1.0) -> bool:
+    """Whether `pid` is stopped (state T) within `timeout` seconds of its SIGSTOP."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        if stat[stat.rindex(")") + 2] == "T":
+            return True
+        time.sleep(0.001)
+    return False
+
+
+def calls_handler_of(job: Running) -> bool:
+    """Whether the worker's title (`...: running render_tile#42`) names `job`."""
+    return process_title(job.pid).endswith(f"#{job.job_id}")

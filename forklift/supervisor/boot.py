@@ -134,12 +134,12 @@ def _handle_signals(worker: Worker) -> None:
 class JobHooks:
     """The worker's job start, cancel and end, told to the parent and shown in the title.
 
-    A start is shown in the title at once (`ps` names the job a wedged worker is stuck
-    in). A job with a timeout is told to the parent at once too: the parent enforces
-    it. One without is told only if it is still running at the next heartbeat
-    (`flush`), half a second at most later, and its end then shows at that beat: so
-    thousands of tiny jobs a second cost no report and no work in the parent, which
-    sees only that the child was busy (`ran` in the beat).
+    A handler's call is shown in the title from the moment a death is charged to it
+    (`ps` names the job a wedged worker is stuck in). A job with a timeout is told to
+    the parent as it starts: the parent enforces it. One without is told only if it is
+    still running at the next heartbeat (`flush`), half a second at most later, and its
+    end then shows at that beat: so thousands of tiny jobs a second cost no report and
+    no work in the parent, which sees only that the child was busy (`ran` in the beat).
     """
 
     def __init__(
@@ -155,10 +155,12 @@ class JobHooks:
         self.handlers = handlers  # marked as each handler begins and returns
         self._lock = threading.Lock()
         self._unreported: dict[int, str] = {}  # started, not told yet: job id -> task
+        self._calling: dict[int, str] = {}  # started, its handler not called yet: -> task
         self.ran = 0  # jobs ended since the last heartbeat
 
     def started(self, job: ClaimedJob) -> None:
-        self.title.started(job.id, job.task)
+        with self._lock:
+            self._calling[job.id] = job.task
         timeout = task_timeout(self.app, job)
         if timeout is None:
             with self._lock:
@@ -173,13 +175,17 @@ class JobHooks:
     def handler(self, job_id: int, running: bool) -> None:
         """Its handler's call begins (a death of this process from now on may be its
         doing) or has ended, returned or raised (its outcome may still wait for its
-        write, but a death is no longer its doing)."""
-        if self.handlers is not None:
-            with self._lock:
+        write, but a death is no longer its doing). The title shows the call once it is
+        marked: a job `ps` names is one a death is charged to."""
+        with self._lock:
+            if self.handlers is not None:
                 if running:
                     self.handlers.began(job_id)
                 else:
                     self.handlers.returned(job_id)
+            task = self._calling.pop(job_id, None) if running else None
+        if task is not None:
+            self.title.started(job_id, task)
 
     def flush(self) -> int:
         """Tell the parent of the jobs still running since before this beat, and show
@@ -203,6 +209,7 @@ class JobHooks:
         with self._lock:
             self.ran += 1
             untold = self._unreported.pop(job.id, None) is not None
+            self._calling.pop(job.id, None)  # its handler was never called (refused)
         # Started and ended between two beats: nothing to take back; the beat shows it.
         self.title.ended(job.id, show=not untold)
         if not untold:
