@@ -64,6 +64,7 @@ def test_a_job_with_a_timeout_is_told_at_once(
     hooks, sent, title = hooks_and_sent
     hooks.started(job(1, "timed"))
     assert sent.take() == [JobStarted(1, 30.0, "timed")]
+    hooks.handler(1, True)
     assert "timed#1" in title.text()
     hooks.ended(job(1, "timed"), "succeeded")
     assert sent.take() == [JobEnded(1)]
@@ -88,6 +89,7 @@ def test_a_job_without_a_timeout_still_running_at_the_beat_is_told_then(
 ) -> None:
     hooks, sent, title = hooks_and_sent
     hooks.started(job(7, "untimed"))
+    hooks.handler(7, True)
     assert sent.take() == []
     assert "untimed#7" in title.text()  # the title says it at once, whatever the beat
     assert hooks.flush() == 0
@@ -108,3 +110,21 @@ def test_cancelling_an_untold_job_tells_its_start_first(
     hooks.ended(job(9, "untimed"), "cancelled")
     assert sent.take() == [JobEnded(9)]
     assert hooks.flush() == 1
+
+
+def test_the_title_names_a_job_from_its_handlers_call_on_as_a_death_is_charged(
+    hooks_and_sent: tuple[JobHooks, Sent, ChildTitle],
+) -> None:
+    # `ps` names only a job a death of the worker would be charged to (running.py): not
+    # one started but whose handler is not called yet, nor one refused before its call.
+    hooks, _, title = hooks_and_sent
+    hooks.started(job(3, "untimed"))
+    assert title.text().endswith(": idle")
+    hooks.handler(3, True)
+    assert title.text().endswith(": running untimed#3")
+    hooks.handler(3, False)
+    hooks.ended(job(3, "untimed"), "succeeded")
+    hooks.started(job(4, "nosuchtask"))
+    hooks.ended(job(4, "nosuchtask"), "failed")  # refused: its handler never called
+    hooks.flush()
+    assert title.text().endswith(": idle")
