@@ -208,10 +208,15 @@ class JobStore:
             return _seconds(_db.scalar(conn.execute(self.q["job_next_available"], params)))
 
     def lease_renew_many(
-        self, held: Sequence[tuple[int, int]], owner: str, lease: float
+        self,
+        held: Sequence[tuple[int, int]],
+        owner: str,
+        lease: float,
+        seen: Sequence[int] = (),
     ) -> set[int]:
-        """Renew (id, attempt) leases; return the ids still held."""
-        params = {**_leases(held), "owner": owner, "lease": lease}
+        """Renew (id, attempt) leases; return the ids still held. The jobs `seen` (whose
+        handlers were called) are marked seen running: a lost lease charges them."""
+        params = {**_leases(held), "owner": owner, "lease": lease, "seen": list(seen)}
         with translated("lease renewal failed", self.where), self.pool.connection() as conn:
             return set(_db.scalars(conn.execute(self.q["lease_renew_many"], params)))
 

@@ -41,35 +41,57 @@ j.id, j.queue, j.task, j.args, j.idempotency_key, j.priority, j.attempts AS atte
     j.max_attempts, j.timeout,
     greatest(0, extract(epoch FROM now() - j.available_at))::float8 AS wait, j.batch_id
 
+-- name: _forgivable
+-- Whether running job `j`'s attempt, lost with its worker, is forgiven rather than
+-- charged: its handler was never seen running (the owner's lease renewal says which ran:
+-- seen_running), and fewer than 3 of its attempts were forgiven so far (a job that takes
+-- its host down before its first renewal is charged from the fourth time on). A job
+-- claimed ahead of a slot, lost with its host before it started, is innocent.
+(NOT j.seen_running AND j.leases_forgiven < 3)
+
 -- name: _lease_expired
 -- Whether running job `j` is a lost one a claim of these queues (`queues`) may take back:
--- its lease ran out, its queue is not paused, it has attempts left, and no live owner
--- vouches for it (_owner_vouched, the costliest test, asked last). A lost job keeps its
--- place in line: its original due time, not its lease's end.
+-- its lease ran out, its queue is not paused, it has attempts left (or this one is
+-- forgiven), and no live owner vouches for it (_owner_vouched, the costliest test, asked
+-- last). A lost job keeps its place in line: its original due time, not its lease's end.
 j.state = 'running' AND j.lease_until < now()
       AND j.queue NOT IN (SELECT p.queue FROM {schema}.paused_queues AS p)
-      AND j.attempts < j.max_attempts AND j.queue = ANY(%(queues)s::text[])
+      AND (j.attempts < j.max_attempts OR {_forgivable}) AND j.queue = ANY(%(queues)s::text[])
       AND NOT {_owner_vouched}
 
 -- name: _lease_taken
--- What a claim sets on the job `j` it takes (UPDATE ... SET): running, one more attempt,
--- its lease `owner`'s for `lease` seconds.
+-- What a claim sets on the job `j` it takes (UPDATE ... SET): running, one more attempt
+-- (the attempt number fences every write of the run), its lease `owner`'s for `lease`
+-- seconds, not seen running yet. A job taken back from a lost lease whose handler was
+-- never seen running (_forgivable) is given that attempt back: one more allowed.
 state = 'running',
     attempts = j.attempts + 1,
+    max_attempts = j.max_attempts
+        + CASE WHEN j.state = 'running' AND {_forgivable} THEN 1 ELSE 0 END,
+    leases_forgiven = j.leases_forgiven
+        + CASE WHEN j.state = 'running' AND {_forgivable} THEN 1 ELSE 0 END,
+    seen_running = false,
     lease_owner = %(owner)s::text,
     lease_until = now() + make_interval(secs => %(lease)s::float8)
 
 -- name: _lease_lost
 -- What a claim sets on a job it takes back from an expired lease (still `running` as it
 -- is taken; UPDATE ... SET): the lost attempt recorded as its last error and among its
--- errors. A ready job's are left as they are.
-last_error = CASE WHEN j.state = 'running'
-        THEN 'LeaseExpired: lease of ' || j.lease_owner || ' expired' ELSE j.last_error END,
+-- errors, said to be forgiven when it is (_lease_taken). A ready job's are left as they
+-- are.
+last_error = CASE WHEN j.state = 'running' THEN {_lease_lost_error} ELSE j.last_error END,
     errors = CASE WHEN j.state = 'running'
         THEN j.errors || jsonb_build_object(
             'attempt', j.attempts, 'at', now(), 'worker', j.lease_owner,
-            'error', 'LeaseExpired: lease of ' || j.lease_owner || ' expired')
+            'error', {_lease_lost_error})
         ELSE j.errors END
+
+-- name: _lease_lost_error
+-- The error a lost lease of running job `j` records.
+'LeaseExpired: lease of ' || j.lease_owner || ' expired' || CASE WHEN {_forgivable}
+        THEN ' before its handler was seen running: not charged (an attempt added, '
+             || (j.leases_forgiven + 1) || ' of 3 forgiven)'
+        ELSE '' END
 
 -- name: _job_columns
 -- A fragment: the columns a new job's row takes from its producer as they are (every one

@@ -224,12 +224,16 @@ LIMIT 1;
 
 -- name: lease_renew_many
 -- Extend the leases `owner` still holds; returns the ids renewed (missing ones are lost).
+-- Those among `seen` (the jobs whose handlers were called) are seen running from now on:
+-- a lost lease charges them (_forgivable).
 WITH mine AS (
     SELECT j.id
     FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS h(id, attempt),
     {_held_lease}
 )
-UPDATE {schema}.jobs AS j SET lease_until = now() + make_interval(secs => %(lease)s::float8)
+UPDATE {schema}.jobs AS j SET
+    lease_until = now() + make_interval(secs => %(lease)s::float8),
+    seen_running = j.seen_running OR j.id = ANY(%(seen)s::bigint[])
 WHERE j.id = ANY(ARRAY(SELECT id FROM mine))
 RETURNING j.id;
 
@@ -334,7 +338,8 @@ WITH mine AS (
 
 -- name: job_rescue_exhausted
 -- Expired leases with no attempts left go dead (lost to a vanished worker; a worker
--- whose liveness lock is held again after an outage keeps its jobs).
+-- whose liveness lock is held again after an outage keeps its jobs). One whose last
+-- attempt is forgiven (_forgivable) is left to a claim, which gives it one more.
 UPDATE {schema}.jobs AS j SET
     state = 'dead', completed_at = now(), lease_owner = NULL, lease_until = NULL,
     last_error = 'LeaseExpired: lease of ' || j.lease_owner || ' expired, no attempts left',
@@ -344,7 +349,7 @@ UPDATE {schema}.jobs AS j SET
 WHERE j.id IN (
     SELECT j.id FROM {schema}.jobs AS j
     WHERE j.state = 'running' AND j.lease_until < now() AND j.attempts >= j.max_attempts
-      AND NOT {_owner_vouched}
+      AND NOT {_forgivable} AND NOT {_owner_vouched}
     LIMIT 1000
     FOR UPDATE SKIP LOCKED
 )

@@ -57,11 +57,13 @@ AUTHORITY = (
         "a peer supervisor (VanishedOwners)",
         "another supervisor's children, or a `forklift worker`",
         "the liveness lock vouching for them is free in two rounds `confirm` apart",
-        "each job: WorkerLost, a crash (the lock checked again in the same statement)",
+        "each job its renewals saw running: WorkerLost, a crash (the lock checked again "
+        "in the same statement); the others forgiven (_forgivable: one attempt more)",
     ),
     Authority(
         "lease expiry", "anyone", "the lease ran out unrenewed",
-        "re-claimed by any worker; the rescuer dead-letters one out of attempts",
+        "re-claimed by any worker, charged an attempt if its renewals saw it running, "
+        "else forgiven; the rescuer dead-letters one out of attempts",
     ),
 )  # fmt: skip
 
@@ -198,7 +200,12 @@ class Attribution:
         write. They go back uncharged (run again if their outcome was not written), and
         its cancelled jobs' holds end (_release)."""
         ids = None if running is None else list(running)
-        charged = self.store.job_fail_orphaned(owner, error, ids=ids) if ids != [] else []
+        # Not known which ran: those its lease renewals never saw running are forgiven.
+        charged = (
+            self.store.job_fail_orphaned(owner, error, ids=ids, forgive=ids is None)
+            if ids != []
+            else []
+        )
         count_charged(self.totals, charged, error, owner)
         if running is not None:
             self._release(owner, f"not running when its worker died: {error.splitlines()[0]}")
@@ -257,13 +264,17 @@ def count_charged(
     totals: Totals, jobs: Iterable[ChargedJob], error: str, owner: str | None = None
 ) -> None:
     """Count and log jobs charged for a worker that died or vanished: each ready again
-    (job.failed) or out of attempts (job.dead)."""
+    (job.failed) or out of attempts (job.dead); one forgiven is released, not charged."""
     for job in jobs:
-        totals.job(job.queue, job.task, "crashed")
-        dead = job.state == "dead"
         fields: dict[str, object] = {"job": job.id, "attempt": job.attempts}
         if owner is not None:
             fields["owner"] = owner
+        if job.forgiven:
+            totals.job(job.queue, job.task, "released")
+            emit(log, "job.released", logging.INFO, **fields, reason=f"not seen running: {error}")
+            continue
+        totals.job(job.queue, job.task, "crashed")
+        dead = job.state == "dead"
         event = "job.quarantined" if job.quarantined else "job.dead" if dead else "job.failed"
         emit(log, event, logging.ERROR if dead else logging.WARNING, **fields, error=error)
 
@@ -331,9 +342,10 @@ class VanishedOwners:
 
     def _charge(self, owner: str) -> int:
         error = LOST.format(owner=owner)
-        # Lost, not failed: like a job whose lease expired, each keeps its place in line
-        # (its attempt counts: one that takes whole hosts down still ends dead).
-        jobs = self.store.job_fail_orphaned(owner, error, retry=None, unlocked=True)
+        # Lost, not failed: like a job whose lease expired, each keeps its place in line,
+        # and as there, a job its renewals never saw running is forgiven (at most 3
+        # times: one that takes whole hosts down still ends dead).
+        jobs = self.store.job_fail_orphaned(owner, error, retry=None, unlocked=True, forgive=True)
         count_charged(self.totals, jobs, error, owner)
         if jobs:
             emit(log, "registry.vanished", logging.WARNING, owner=owner, jobs=len(jobs))

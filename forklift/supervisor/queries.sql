@@ -27,25 +27,36 @@ SELECT DISTINCT j.lease_owner FROM {schema}.jobs AS j WHERE j.state = 'running';
 -- given per-job delay (a NULL delay: at once, in its old place in line), or dead when
 -- attempts are exhausted. With `crash` (its run killed or wedged the worker; a timeout
 -- is no crash) the job is charged a crash too, and at max_crashes it is quarantined:
--- dead, whatever attempts are left, and its error says why. Fenced by the dead owner.
--- Wakes idle workers, so they sleep until the retry is due rather than their poll
--- interval.
+-- dead, whatever attempts are left, and its error says why. With `forgive` (which of
+-- the jobs' handlers ran is not known: a peer's finding), a job whose handler was never
+-- seen running (_forgivable) is forgiven as a lost lease is: no crash, one attempt more,
+-- ready at once in its old place. Fenced by the dead owner. Wakes idle workers, so they
+-- sleep until the retry is due rather than their poll interval.
 WITH due AS (
-    SELECT d.id, d.delay, q.quarantined, q.quarantined OR j.attempts >= j.max_attempts AS dead,
-           CASE WHEN q.quarantined
+    SELECT d.id, f.forgiven, NOT f.forgiven AND q.quarantined AS quarantined,
+           CASE WHEN f.forgiven THEN NULL ELSE d.delay END AS delay,
+           NOT f.forgiven AND (q.quarantined OR j.attempts >= j.max_attempts) AS dead,
+           CASE WHEN f.forgiven
+               THEN format('%%s (before its handler was seen running: not charged, an '
+                           'attempt added, %%s of 3 forgiven)',
+                           %(error)s::text, j.leases_forgiven + 1)
+               WHEN q.quarantined
                THEN format('Quarantined: crashed its worker %%s times (max_crashes %%s); last: %%s',
                            j.crashes + 1, j.max_crashes, %(error)s::text)
                ELSE %(error)s::text END AS error
     FROM unnest(%(ids)s::bigint[], %(delays)s::float8[]) AS d(id, delay)
     JOIN {schema}.jobs AS j ON j.id = d.id,
-    LATERAL (SELECT %(crash)s::boolean AND j.crashes + 1 >= j.max_crashes AS quarantined) AS q
+    LATERAL (SELECT %(crash)s::boolean AND j.crashes + 1 >= j.max_crashes AS quarantined) AS q,
+    LATERAL (SELECT %(forgive)s::boolean AND {_forgivable} AS forgiven) AS f
 ), charged AS (
     UPDATE {schema}.jobs AS j SET
         state = CASE WHEN due.dead THEN 'dead' ELSE 'ready' END::{schema}.job_state,
         available_at = CASE WHEN due.dead THEN j.available_at
             ELSE coalesce(now() + make_interval(secs => due.delay), j.available_at) END,
         completed_at = CASE WHEN due.dead THEN now() END,
-        crashes = j.crashes + CASE WHEN %(crash)s::boolean THEN 1 ELSE 0 END,
+        crashes = j.crashes + CASE WHEN %(crash)s::boolean AND NOT due.forgiven THEN 1 ELSE 0 END,
+        max_attempts = j.max_attempts + CASE WHEN due.forgiven THEN 1 ELSE 0 END,
+        leases_forgiven = j.leases_forgiven + CASE WHEN due.forgiven THEN 1 ELSE 0 END,
         lease_owner = NULL,
         lease_until = NULL,
         last_error = due.error,
@@ -53,13 +64,14 @@ WITH due AS (
             'attempt', j.attempts, 'at', now(), 'worker', j.lease_owner, 'error', due.error)
     FROM due
     WHERE j.id = due.id AND j.state = 'running' AND j.lease_owner = %(owner)s::text
-    RETURNING j.id, j.state::text AS state, j.attempts, j.queue, j.task, due.quarantined
+    RETURNING j.id, j.state::text AS state, j.attempts, j.queue, j.task, due.quarantined,
+              due.forgiven
 ), woken AS (
     SELECT count(pg_notify('{channel}', q.queue)) AS n
     FROM (SELECT DISTINCT queue FROM charged WHERE state = 'ready') AS q
 )
 SELECT charged.id, charged.state, charged.attempts, charged.queue, charged.task,
-       charged.quarantined
+       charged.quarantined, charged.forgiven
 FROM charged, woken;
 
 -- name: job_release_owner

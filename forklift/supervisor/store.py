@@ -45,6 +45,7 @@ class ChargedJob(NamedTuple):
     queue: str
     task: str
     quarantined: bool = False  # dead for crashing its worker max_crashes times
+    forgiven: bool = False  # not charged: its handler was never seen running (ready again)
 
 
 class ReleasedJob(NamedTuple):
@@ -101,9 +102,12 @@ class SupervisorStore:
         retry: Backoff | None = ORPHAN_RETRY,
         crash: bool = True,
         unlocked: bool = False,
+        forgive: bool = False,
     ) -> list[ChargedJob]:
         """Charge a process death to the jobs `owner` held (all, or just `ids`); with
-        `unlocked`, only if its liveness lock is free as the jobs are locked.
+        `unlocked`, only if its liveness lock is free as the jobs are locked; with
+        `forgive` (which handlers ran is not known), not to a job whose handler its lease
+        renewals never saw running: that one is ready again at once, one attempt more.
 
         One transaction: lock the owner's running jobs, then charge each with the retry
         delay its attempt count earns (`retry` None: ready at once, in its old place in
@@ -127,6 +131,7 @@ class SupervisorStore:
                 "ids": [job_id for job_id, _ in held],
                 "delays": [orphan_delay(retry, a) for _, a in held],
                 "crash": crash,
+                "forgive": forgive,
             }
             return _db.rows(c.execute(self.q["job_fail_orphaned"], params), ChargedJob)
 

@@ -11,7 +11,7 @@ from forklift._service import TestSignal, run_every
 from forklift.metrics import Tally
 from forklift.store import JobStore
 from forklift.workers.cancels import Cancels
-from forklift.workers.context import Writing
+from forklift.workers.context import Stage, Writing
 from forklift.workers.events import JobEvents
 from forklift.workers.holdings import Holdings
 
@@ -39,6 +39,9 @@ class Renewed(NamedTuple):
 NOTHING_HELD = Renewed(0, 0)
 
 RETRY = 0.5  # seconds from a failed renewal to the next try
+# A renewal tells the database which jobs' handlers were called: a lost lease charges
+# those an attempt, and forgives the others (claimed ahead, never started).
+SEEN = frozenset((Stage.RUNNING, Stage.RAN))
 
 
 class LeaseRenewer:
@@ -93,7 +96,10 @@ class LeaseRenewer:
             self.renewed.emit(NOTHING_HELD)
             return NOTHING_HELD
         kept = self.store.lease_renew_many(
-            [(c.job_id, c.attempt) for c in held], self.owner, self.config.lease
+            [(c.job_id, c.attempt) for c in held],
+            self.owner,
+            self.config.lease,
+            seen=[c.job_id for c in held if c.stage in SEEN],
         )
         if self.tally is not None:
             self.tally.renewed(len(kept))

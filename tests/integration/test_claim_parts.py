@@ -134,40 +134,62 @@ def test_lease_expired_selects_the_lost_jobs_a_claim_of_these_queues_may_take_ba
     db: psycopg.Connection[Any], schema: str
 ) -> None:
     db.execute(f"INSERT INTO {schema}.paused_queues (queue, paused_by) VALUES ('held', 't')")
-    running = {"state": "running", "task": "t", "lease_owner": LOST}
-    lost, *_ = jobs(db, schema, [
+    running = {"state": "running", "task": "t", "lease_owner": LOST, "seen_running": True}
+    spent = {**running, "queue": "q", "attempts": 5, "max_attempts": 5}
+    lost, *_, unseen, _ = jobs(db, schema, [
         {**running, "queue": "q"},
         {**running, "queue": "q", "lease_until": "2999-01-01"},  # its lease runs
         {**running, "queue": "held"},  # paused
-        {**running, "queue": "q", "attempts": 5, "max_attempts": 5},  # no attempt left
+        spent,  # no attempt left
         {**running, "queue": "other"},  # not asked for
         {"queue": "q", "task": "t"},  # ready
+        {**spent, "seen_running": False},  # no attempt left, but this one is forgiven
+        {**spent, "seen_running": False, "leases_forgiven": 3},  # forgiven 3 times already
     ])  # fmt: skip
     sql = f"SELECT j.id FROM {schema}.jobs AS j WHERE {fragment(schema, '_lease_expired')}"
     found = db.execute(sql, {"queues": ["q", "held"]}).fetchall()
-    assert found == [(lost,)]
+    assert found == [(lost,), (unseen,)]
 
 
 def test_lease_taken_and_lost_set_a_claimed_job_and_record_a_lost_attempt(
     db: psycopg.Connection[Any], schema: str
 ) -> None:
-    ready, lost = jobs(db, schema, [
+    running = {"state": "running", "queue": "q", "task": "t", "lease_owner": LOST}
+    ready, lost, unseen, spent = jobs(db, schema, [
         {"queue": "q", "task": "t"},
-        {"state": "running", "queue": "q", "task": "t", "lease_owner": LOST},
+        {**running, "seen_running": True},  # its handler ran: charged
+        running,  # claimed ahead, never started: forgiven
+        {**running, "leases_forgiven": 3},  # forgiven 3 times already: charged
     ])  # fmt: skip
     taken, recorded = fragment(schema, "_lease_taken"), fragment(schema, "_lease_lost")
     sql = f"""UPDATE {schema}.jobs AS j SET {taken}, {recorded} WHERE j.id = ANY(%(ids)s)
-              RETURNING j.id, j.state::text, j.attempts, j.lease_owner,
+              RETURNING j.id, j.state::text, j.attempts, j.max_attempts, j.leases_forgiven,
+                        j.seen_running, j.lease_owner,
                         j.lease_until > now() + interval '29 seconds', j.last_error,
                         j.errors"""
     with db.transaction(force_rollback=True):
-        rows = db.execute(sql, {"ids": [ready, lost], "owner": OWNER, "lease": 30.0}).fetchall()
+        rows = db.execute(
+            sql, {"ids": [ready, lost, unseen, spent], "owner": OWNER, "lease": 30.0}
+        ).fetchall()
     by_id = {r[0]: r[1:] for r in rows}
-    assert by_id[ready] == ("running", 1, OWNER, True, None, [])
-    state, attempts, owner, leased, last_error, errors = by_id[lost]
-    assert (state, attempts, owner, leased) == ("running", 2, OWNER, True)
-    assert last_error == f"LeaseExpired: lease of {LOST} expired"
-    assert [(e["attempt"], e["worker"], e["error"]) for e in errors] == [(1, LOST, last_error)]
+    assert by_id[ready] == ("running", 1, 5, 0, False, OWNER, True, None, [])
+    charged = f"LeaseExpired: lease of {LOST} expired"
+    forgiven = (
+        f"{charged} before its handler was seen running: not charged (an attempt added, "
+        "1 of 3 forgiven)"
+    )
+    # (attempts, max_attempts, leases_forgiven, seen_running, last_error) of each lost one:
+    # every one takes the next attempt number (it fences the run's writes); a forgiven
+    # one is allowed one attempt more.
+    for job_id, expected in [
+        (lost, (2, 5, 0, charged)),
+        (unseen, (2, 6, 1, forgiven)),
+        (spent, (2, 5, 3, charged)),
+    ]:
+        state, attempts, most, forgiven_n, seen, owner, leased, last_error, errors = by_id[job_id]
+        assert (state, owner, leased, seen) == ("running", OWNER, True, False)
+        assert (attempts, most, forgiven_n, last_error) == expected
+        assert [(e["attempt"], e["worker"], e["error"]) for e in errors] == [(1, LOST, last_error)]
 
 
 # -- the parts of the claim under limits (store/limits.sql) -------------------------------

@@ -264,9 +264,10 @@ def test_plain_claims_read_the_jobs_table_through_its_indexes(
     assert scanned == []
 
 
-# The writes over a worker's leases, with what each takes besides ids, attempts, owner.
+# The writes over a worker's leases, with what each takes besides ids, attempts, owner
+# ("ids": the leases' ids again).
 FENCED: dict[str, dict[str, Any]] = {
-    "lease_renew_many": {"lease": 30.0},
+    "lease_renew_many": {"lease": 30.0, "seen": "ids"},
     "job_complete_many": {},
     "job_complete_many_values": {"results": "result", "progress": "progress"},
     "job_progress_many": {"progress": "progress"},
@@ -322,7 +323,10 @@ def test_a_write_over_many_leases_looks_each_up_once_in_a_generic_plan(
     sql, names = as_prepared(_sql.load("forklift.store", "queries.sql", schema)[name])
     values: dict[str, Any] = {"ids": sorted(ids), "attempts": [1] * LEASES, "owner": "me"}
     for param, kind in FENCED[name].items():
-        values[param] = [f'{{"{kind}": 1}}'] * LEASES if kind in ("result", "progress") else kind
+        if kind in ("result", "progress"):
+            values[param] = [f'{{"{kind}": 1}}'] * LEASES
+        else:
+            values[param] = sorted(ids) if kind == "ids" else kind
     with db.transaction(force_rollback=True):
         db.execute("SET LOCAL plan_cache_mode = force_generic_plan")
         db.execute(f"PREPARE fenced AS {sql}")

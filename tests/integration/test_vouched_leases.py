@@ -57,10 +57,12 @@ def vouch(dsn: str, schema: str) -> Iterator[Callable[[str], Db]]:
 
 
 def expire(db: Db, schema: str, job_id: int, owner: str, *, attempts: int = 1) -> None:
-    """Make `job_id` a job `owner` holds whose lease ran out a second ago."""
+    """Make `job_id` a job `owner` holds whose lease ran out a second ago, its handler
+    seen running (a lost lease charges it an attempt: test_lost_leases.py)."""
     db.execute(
         f"UPDATE {schema}.jobs SET state = 'running', attempts = %s, lease_owner = %s,"
-        " started_at = now() - interval '1 minute', lease_until = now() - interval '1 second'"
+        " seen_running = true, started_at = now() - interval '1 minute',"
+        " lease_until = now() - interval '1 second'"
         " WHERE id = %s",
         (attempts, owner, job_id),
     )

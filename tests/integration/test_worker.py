@@ -437,7 +437,7 @@ def test_expired_lease_is_reclaimed_and_recorded(
     job_id = app.enqueue("noop")
     db.execute(
         f"UPDATE {schema}.jobs SET state = 'running', attempts = 1, lease_owner = 'gone:1:x',"
-        " lease_until = now() - interval '1 second' WHERE id = %s",
+        " seen_running = true, lease_until = now() - interval '1 second' WHERE id = %s",
         (job_id,),
     )
     run_worker()
@@ -452,9 +452,10 @@ def test_expired_lease_without_attempts_left_goes_dead(
     app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
 ) -> None:
     job_id = app.enqueue("noop", max_attempts=1)
+    # Its handler was seen running (one never seen is forgiven: test_lost_leases.py).
     db.execute(
         f"UPDATE {schema}.jobs SET state = 'running', attempts = 1, lease_owner = 'gone:1:x',"
-        " lease_until = now() - interval '1 second' WHERE id = %s",
+        " seen_running = true, lease_until = now() - interval '1 second' WHERE id = %s",
         (job_id,),
     )
     run_worker(maintenance=True)
@@ -493,7 +494,7 @@ def test_maintenance_is_a_singleton_across_workers(
     job_id = app.enqueue("noop", max_attempts=1)
     db.execute(
         f"UPDATE {schema}.jobs SET state = 'running', attempts = 1, lease_owner = 'gone:1:x',"
-        " lease_until = now() - interval '1 second' WHERE id = %s",
+        " seen_running = true, lease_until = now() - interval '1 second' WHERE id = %s",
         (job_id,),
     )
     worker = run_worker()  # maintenance off in its loop: the test calls it

@@ -323,7 +323,7 @@ def test_maintenance_rescues_exhausted_leases_and_prunes_old_jobs(
     old, recent = app.enqueue("noop"), app.enqueue("noop")
     db.execute(
         f"UPDATE {schema}.jobs SET state = 'running', attempts = 1, lease_owner = 'gone:1:x',"
-        " lease_until = now() - interval '1 second' WHERE id = %s",
+        " seen_running = true, lease_until = now() - interval '1 second' WHERE id = %s",
         (exhausted,),
     )
     db.execute(

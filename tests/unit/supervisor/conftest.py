@@ -28,6 +28,7 @@ class FakeStore(SupervisorStore):
         self.backlog = 0
         self.terminated: list[str] = []  # application names whose sessions were ended
         self.crash_flags: list[bool] = []  # each job_fail_orphaned's `crash`
+        self.forgive_flags: list[bool] = []  # each job_fail_orphaned's `forgive`
         self.let_go: list[str] = []  # owners whose cancelled jobs' holds were ended
 
     def _call(self, name: str, *args: Any) -> None:
@@ -44,9 +45,11 @@ class FakeStore(SupervisorStore):
         retry: Backoff | None = ORPHAN_RETRY,
         crash: bool = True,
         unlocked: bool = False,
+        forgive: bool = False,
     ) -> list[ChargedJob]:
         self._call("job_fail_orphaned", owner, error, ids)
         self.crash_flags.append(crash)
+        self.forgive_flags.append(forgive)
         return self.charged
 
     def job_let_go_cancelled(self, owner: str) -> int:

@@ -27,6 +27,27 @@ def test_fail_charges_and_release_gives_back(store: FakeStore) -> None:
     assert attribution.deferred == []
     # Either way no handler of theirs runs any more: their cancelled jobs' holds end.
     assert store.let_go == ["o:1:x", "o:2:y"]
+    # Which handlers ran was not known: the jobs not seen running are forgiven.
+    assert store.forgive_flags == [True]
+
+
+def test_a_death_with_known_handlers_charges_them_and_forgives_nothing_else(
+    store: FakeStore,
+) -> None:
+    totals = Totals()
+    store.charged = [
+        ChargedJob(1, "ready", 1, "q", "a"),
+        ChargedJob(2, "ready", 1, "q", "b", forgiven=True),
+    ]
+    Attribution(store, totals).record("o:1:x", "died", JobsAction.FAIL, now=0.0, running=(1,))
+    assert store.calls[0] == ("job_fail_orphaned", ("o:1:x", "died", [1]))
+    assert store.forgive_flags == [False]
+    # A forgiven job (as the database answered) counts as released, not crashed.
+    assert totals.jobs == {
+        ("q", "a", "crashed"): 1,
+        ("q", "b", "released"): 1,
+        ("default", "render", "released"): 1,
+    }
 
 
 def test_deferred_attributions_retry_1_s_later_then_doubling_up_to_30_s(store: FakeStore) -> None:

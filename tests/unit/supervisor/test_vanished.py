@@ -50,6 +50,7 @@ def test_an_owner_unlocked_for_the_confirmation_time_is_charged_once(
     assert vanished.run_once(now=11.0).charged == 1
     ((owner, kw),) = store.charges
     assert owner == "h:1:a" and kw["unlocked"] is True and kw["retry"] is None
+    assert kw["forgive"] is True  # which handlers ran is not known: the unseen are forgiven
     assert vanished.totals.jobs == {("default", "render", "crashed"): 1}
 
 
