@@ -40,14 +40,16 @@ SELECT count(*) AS scanned, min(w.id) AS oldest FROM (
 
 -- name: job_get
 -- One job, everything about it (its result as JSON text, its last progress, its batch,
--- its limit key, the worker that ran its last successful attempt),
+-- its limit key, the worker that ran its last successful attempt, the attempts added
+-- for lost leases it was forgiven),
 -- with the database's clock for the ages.
 SELECT j.id, j.queue, j.task, j.state::text AS state, j.priority, j.attempts,
        j.max_attempts, j.crashes, j.max_crashes, j.created_at, j.available_at, j.started_at,
        j.completed_at, j.lease_owner, j.last_error,
        extract(epoch FROM now() - j.created_at)::float8 AS age,
        j.args::text AS args, j.idempotency_key, j.timeout, j.lease_until, j.errors,
-       now() AS now, j.result::text AS result, j.progress, j.batch_id, j.limit_key, j.ran_by
+       now() AS now, j.result::text AS result, j.progress, j.batch_id, j.limit_key, j.ran_by,
+       j.leases_forgiven
 FROM {schema}.jobs AS j
 WHERE j.id = %(id)s::bigint;
 

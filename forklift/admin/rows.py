@@ -114,6 +114,8 @@ class JobDetail:
     batch_id: int | None = None
     limit_key: str | None = None  # its task limit's key value (Limit(key=...))
     ran_by: str | None = None  # the worker whose attempt succeeded (None: none did)
+    # Attempts added to max_attempts for leases lost before its handler was seen running.
+    leases_forgiven: int = 0
 
 
 @dataclass(frozen=True)

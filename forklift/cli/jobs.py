@@ -67,7 +67,8 @@ result (the handler's return value as a JSON value, whole, secrets hidden as abo
 null: none), progress (an object with done, total (null: not known), message, at (ISO
 8601 UTC); or null: it reported none), batch_id (or null), limit_key (its
 task limit's key value, or null), worker (the worker that runs it or ran its last
-attempt, or null: it never ran).
+attempt, or null: it never ran), leases_forgiven (attempts added to max_attempts for
+leases lost with their worker before the handler ran: not charged, at most 3).
 """
 
 

@@ -81,7 +81,16 @@ def detail_json(detail: JobDetail) -> dict[str, Any]:
         "batch_id": detail.batch_id,
         "limit_key": detail.limit_key,
         "worker": worker(detail),
+        "leases_forgiven": detail.leases_forgiven,
     }
+
+
+def _forgiven_text(detail: JobDetail) -> str:
+    """What `attempts` owes to lost leases forgiven, if anything."""
+    n = detail.leases_forgiven
+    if not n:
+        return ""
+    return f" ({n} added: {'a lease' if n == 1 else 'leases'} lost before its handler ran)"
 
 
 def worker(detail: JobDetail) -> str | None:
@@ -210,7 +219,7 @@ def print_detail(detail: JobDetail) -> None:
     shown = _display.line
     lines = [
         f"job {job.id}: {shown(job.task)} in queue {shown(job.queue)}, {job.state}",
-        f"  attempts     {job.attempts} of {job.max_attempts}",
+        f"  attempts     {job.attempts} of {job.max_attempts}{_forgiven_text(detail)}",
         f"  crashes      {job.crashes} of {job.max_crashes}",
         f"  priority     {job.priority}",
         f"  key          {shown(detail.idempotency_key or '-')}",

@@ -22,7 +22,7 @@ JOB_KEYS = {
 }  # fmt: skip
 SHOW_KEYS = JOB_KEYS | {
     "args", "args_truncated", "idempotency_key", "timeout_seconds", "lease_until", "errors",
-    "result", "progress", "batch_id", "limit_key", "worker",
+    "result", "progress", "batch_id", "limit_key", "worker", "leases_forgiven",
 }  # fmt: skip
 ERROR_KEYS = {"attempt", "at", "worker", "error", "traceback"}
 
