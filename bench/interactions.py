@@ -46,7 +46,8 @@ supervisors and checks, each column from the data it prints under the table:
   jobs lost         jobs still ready or running after the drain (enqueued, never ended)
   innocent charged  jobs whose error history holds a crash (WorkerDied, WorkerLost,
                     Quarantined) or a LeaseExpired for a run whose handler was not
-                    running when it was charged: per the handlers' diary (start and stop
+                    running when it was charged (one that says "not charged", a lost
+                    lease forgiven, is none): per the handlers' diary (start and stop
                     lines with pid and time, see bench/interactions_app.py) the charged
                     attempt never started on that pid, or its handler had ended; or a
                     "completion failed" for an attempt whose handler had returned
@@ -126,6 +127,8 @@ SINGLETON_SLACK = 1.0  # overlap of two singleton blocks tolerated (loss noticed
 CHARGES = ("WorkerDied", "WorkerLost", "Quarantined", "LeaseExpired")
 # Errors a job earns on its own whatever its handler did: the task's timeout, an operator.
 OWN = ("TimeoutError", "Cancelled by")
+# What a lost lease (or a lost host) records when it forgives the attempt: no charge.
+NOT_CHARGED = "not charged"
 # The worker's completion of a handler that returned, failed: a data error of one row in
 # a group commit, or a lost connection whose outcome went unreconciled. (An effect
 # transaction whose connection died before its commit must run again: not counted.)
@@ -779,7 +782,7 @@ def innocent_charged(database: Database, record: Record, runs: Sequence[HandlerR
     for job, errors in sorted(record.errors.items()):
         for e in errors:
             error = str(e.get("error") or "")
-            if error.startswith(OWN):
+            if error.startswith(OWN) or NOT_CHARGED in error:
                 continue
             pid = owner_process(str(e.get("worker") or ""))[1]
             attempt = int(e.get("attempt") or 0)
