@@ -965,6 +965,10 @@ def report(soak: Soak, columns: Sequence[Column], seconds: float) -> None:
     for w in soak.record.faults:
         faults[w.kind] += 1
     print("\nfaults injected: " + ", ".join(f"{k} {v}" for k, v in sorted(faults.items())))
+    forgiven = sum(
+        NOT_CHARGED in str(e.get("error") or "") for es in soak.record.errors.values() for e in es
+    )
+    print(f"attempts forgiven (lost before their handlers were seen running): {forgiven}")
     print(
         "what the load saw: " + ", ".join(f"{k} {v}" for k, v in sorted(soak.record.counts.items()))
     )
