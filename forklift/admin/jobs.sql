@@ -54,8 +54,9 @@ FROM {schema}.jobs AS j
 WHERE j.id = %(id)s::bigint;
 
 -- name: job_retry_many
--- Dead or cancelled jobs back to ready now, attempts and crashes reset to 0 (a fresh
--- budget), the retry noted in the error history; wakes their queues' workers. Returns
+-- Dead or cancelled jobs back to ready now, attempts and crashes reset to 0 and the
+-- attempts added for lost leases taken back (a fresh budget, as enqueued), the retry
+-- noted in the error history; wakes their queues' workers. Returns
 -- every job found with its state, attempts and crashes before, and whether it was retried.
 WITH old AS (
     SELECT j.id, j.state, j.attempts, j.crashes, j.batch_id FROM {schema}.jobs AS j
@@ -72,6 +73,7 @@ WITH old AS (
 ), retried AS (
     UPDATE {schema}.jobs AS j SET
         state = 'ready', available_at = now(), completed_at = NULL, attempts = 0, crashes = 0,
+        max_attempts = j.max_attempts - j.leases_forgiven, leases_forgiven = 0,
         errors = j.errors || jsonb_build_object(
             'attempt', j.attempts, 'at', now(), 'worker', NULL,
             'error', format('Retried by %%s: attempts %%s and crashes %%s reset to 0',

@@ -103,7 +103,7 @@ def test_a_job_out_of_attempts_whose_last_one_never_started_is_claimed_not_dead_
 
 
 def test_a_job_is_forgiven_three_lost_leases_then_charged(
-    app: forklift.App, db: Db, schema: str
+    app: forklift.App, dsn: str, db: Db, schema: str
 ) -> None:
     (job_id,) = app.enqueue_many([("plain", {})])
     owners = [f"host-{n}:{n}:ff{n}" for n in range(5)]
@@ -116,6 +116,13 @@ def test_a_job_is_forgiven_three_lost_leases_then_charged(
     state, attempts, most, forgiven, _, error = job(db, schema, job_id)
     assert (state, attempts, most, forgiven) == ("running", 5, 8, 3)
     assert error == f"LeaseExpired: lease of {owners[3]} expired"
+    # An operator's retry gives it a fresh budget: the one it was enqueued with.
+    db.execute(
+        f"UPDATE {schema}.jobs SET state = 'dead', lease_owner = NULL WHERE id = %s", (job_id,)
+    )
+    (acted,) = JobAdmin(dsn, schema).job_retry_many([job_id], by="op")
+    assert acted.done
+    assert job(db, schema, job_id)[:4] == ("ready", 0, 5, 0)
 
 
 def test_a_peer_supervisor_charges_a_vanished_hosts_crash_only_to_jobs_seen_running(
