@@ -8,7 +8,7 @@ keeps them: a call past its deadline has its connection's socket shut down (not 
 its descriptor stays the connection's), the statement under way fails at once as a lost
 connection, and the call raises DatabaseError saying it timed out. The pool drops the
 broken connection. A deadline costs its call a dictionary entry under a lock; the thread
-looks twenty times a second while calls come and sleeps once they stop.
+looks ten times a second while calls come and sleeps once they stop.
 """
 
 from __future__ import annotations
@@ -25,13 +25,15 @@ import psycopg
 
 from forklift.errors import DatabaseError
 
-TICK = 0.05  # seconds between the keeper's looks while calls come
+TICK = 0.1  # seconds between the keeper's looks while calls come
 PARK_AFTER = 1.0  # seconds without a call after which the keeper sleeps until the next
 
 
 class Bound:
     """One call's deadline on one connection; `rearm()` starts its count again (each
     statement of a long batch gets the whole time)."""
+
+    __slots__ = ("fd", "fired", "keeper", "seconds")
 
     def __init__(self, keeper: Keeper, fd: int, seconds: float) -> None:
         self.keeper = keeper
@@ -49,7 +51,7 @@ class Keeper:
     wakes it); a steady stream of calls never wakes it call by call."""
 
     def __init__(self) -> None:
-        self._changed = threading.Condition()  # guards every field below
+        self._changed = threading.Condition(threading.Lock())  # guards every field below
         self._armed: dict[Bound, float] = {}  # bound -> its deadline (monotonic)
         self._thread: threading.Thread | None = None
         self._parked = False
@@ -110,6 +112,9 @@ _keeper_lock = threading.Lock()
 def keeper() -> Keeper:
     """This process's keeper (made on first use, in the process that uses it)."""
     global _keeper
+    found = _keeper  # the common case, without the lock
+    if found is not None:
+        return found
     with _keeper_lock:
         if _keeper is None:
             _keeper = Keeper()
@@ -135,9 +140,9 @@ def bounded(conn: psycopg.Connection[Any], seconds: float, what: str) -> Iterato
     bound.rearm()
     try:
         yield bound
-    except (psycopg.Error, OSError) as exc:
+    except BaseException as exc:
         bound.keeper.disarm(bound)
-        if bound.fired:
+        if bound.fired and isinstance(exc, psycopg.Error | OSError):
             raise DatabaseError(
                 f"{what}: no answer from the database within {seconds:g} s (the call's "
                 "timeout); what was sent may still commit if it reaches the database (a "
@@ -146,5 +151,4 @@ def bounded(conn: psycopg.Connection[Any], seconds: float, what: str) -> Iterato
                 cause=exc,
             ) from exc
         raise
-    finally:
-        bound.keeper.disarm(bound)
+    bound.keeper.disarm(bound)

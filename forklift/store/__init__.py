@@ -127,10 +127,10 @@ class JobStore:
                 return _steps.run(self.inserts.one(job), conn, self.pool.connection)
             with (
                 self.notifier.enqueuing([job.queue]) as quiet,
-                self._producing(wait, "enqueue failed") as (own, each),
+                self._producing(wait, "enqueue failed") as (own, _),
             ):
-                steps = self.inserts.one(job, quiet=quiet)
-                return _steps.run(steps, own, self.pool.connection, each)
+                # A job's few statements share the call's one deadline (no rearm).
+                return _steps.run(self.inserts.one(job, quiet=quiet), own, self.pool.connection)
 
     @contextmanager
     def _producing(
