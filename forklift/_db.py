@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import select
+import time
 import urllib.parse
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -403,13 +404,16 @@ class LivePool(ConnectionPool[psycopg.Connection[Any]]):
             pool.check()
 
     def getconn(self, timeout: float | None = None) -> psycopg.Connection[Any]:
+        """A live connection within `timeout` seconds (the pool's own when None), however
+        many dead ones it finds on the way."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         conn = super().getconn(timeout)
         if looks_alive(conn):
             return conn
         conn.close()
         self.putconn(conn)  # closed: the pool replaces it
         self.drain()
-        return super().getconn(timeout)
+        return super().getconn(max(0.0, deadline - time.monotonic()))
 
 
 class LiveAsyncPool(AsyncConnectionPool[psycopg.AsyncConnection[Any]]):

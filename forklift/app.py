@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -104,6 +105,16 @@ def _max_arg_bytes(given: int | None) -> int:
     return value
 
 
+def _enqueue_timeout(seconds: float) -> float:
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not 0 < seconds < math.inf
+    ):
+        raise ConfigError(f"an enqueue timeout is a number of seconds > 0, got {seconds!r}")
+    return float(seconds)
+
+
 class App:
     """A forklift application: where the database is, and which tasks exist.
 
@@ -118,9 +129,12 @@ class App:
         schema: str | None = None,
         max_result_bytes: int = MAX_RESULT_BYTES,
         max_arg_bytes: int | None = None,
+        enqueue_timeout: float = _producing.ENQUEUE_TIMEOUT,
     ) -> None:
         if max_result_bytes < 1:
             raise ConfigError(f"max_result_bytes must be >= 1, got {max_result_bytes}")
+        # What a producer's call waits for the database at most, unless it says otherwise.
+        self.enqueue_timeout = _enqueue_timeout(enqueue_timeout)
         self._dsn = dsn
         self.max_arg_bytes = _max_arg_bytes(max_arg_bytes)
         # A handler's return value, as JSON, may be this big; a bigger one ends the job
@@ -254,6 +268,7 @@ class App:
         args: Mapping[str, Any] | None = None,
         *,
         conn: psycopg.Connection[Any] | None = None,
+        timeout: float | None = None,
         **options: Unpack[JobOptions],
     ) -> int:
         """Enqueue `task_name` with `args`; return the job id. Options (JobOptions, the
@@ -262,9 +277,19 @@ class App:
 
         With an idempotency key that a job already has, no job is added and that job's
         id is returned. With `conn`, the insert joins the caller's transaction.
+        `timeout`: seconds to wait for the database at most (default the App's
+        enqueue_timeout, 5 s): for a connection while it is down, for an answer while
+        the network is gone; past it DatabaseError (transient). The insert, one
+        statement, may still commit if it reached the database: enqueue again with an
+        idempotency key and no job is added twice. Not with `conn`: your connection
+        keeps its own bounds.
         """
         job = self._new_job(task_name, args, **options)  # refused before any connection
-        return _producing.insert(self.store, [job], conn, many=False)[0]
+        wait = self._wait(timeout)
+        return _producing.insert(self.store, [job], conn, many=False, wait=wait)[0]
+
+    def _wait(self, timeout: float | None) -> float:
+        return self.enqueue_timeout if timeout is None else _enqueue_timeout(timeout)
 
     async def enqueue_async(
         self,
@@ -272,48 +297,59 @@ class App:
         args: Mapping[str, Any] | None = None,
         *,
         conn: psycopg.AsyncConnection[Any] | None = None,
+        timeout: float | None = None,
         **options: Unpack[JobOptions],
     ) -> int:
-        """enqueue() for asyncio code (FastAPI and the like): the same options, checks and
-        SQL. With `conn`, a psycopg AsyncConnection, the insert joins its transaction;
-        without, it runs on the producer's pool in a thread, never blocking the loop."""
+        """enqueue() for asyncio code (FastAPI and the like): the same options, timeout,
+        checks and SQL. With `conn`, a psycopg AsyncConnection, the insert joins its
+        transaction; without, it runs on the producer's pool in a thread, never blocking
+        the loop."""
         job = self._new_job(task_name, args, **options)
-        return (await _producing.insert_async(lambda: self.store, [job], conn, many=False))[0]
+        wait = self._wait(timeout)
+        return (
+            await _producing.insert_async(lambda: self.store, [job], conn, many=False, wait=wait)
+        )[0]
 
     def enqueue_many(
         self,
         jobs: Iterable[JobSpec | tuple[str, Mapping[str, Any]]],
         *,
         conn: psycopg.Connection[Any] | None = None,
+        timeout: float | None = None,
     ) -> list[int]:
         """Enqueue many jobs in one transaction (COPY where possible); ids in input order.
 
-        All or nothing: any error inserts none of them. The rows go in by statements of at
-        most 5,000, so no statement runs into the statement timeout (10 s on forklift's
-        own connection, yours with `conn`) however many jobs there are; a batch is bounded
-        by memory and by your transaction's time, not by that timeout: 500,000 keyed jobs
-        take about 20 s. Jobs are validated as the COPY takes them (PostgreSQL inserts
-        meanwhile); with `conn`, all before anything is sent, so a refused one leaves your
-        transaction as it was.
+        All or nothing: any error inserts none of them. `timeout`: as enqueue()'s, for
+        each statement (the work of a big batch is not cut short), and one that times out
+        has added none of the jobs unless its commit was under way. The rows go in
+        by statements of at most 5,000, so no statement runs into the statement timeout
+        (10 s on forklift's own connection, yours with `conn`) however many jobs there
+        are; a batch is bounded by memory and by your transaction's time, not by that
+        timeout: 500,000 keyed jobs take about 20 s. Jobs are validated as the COPY takes
+        them (PostgreSQL inserts meanwhile); with `conn`, all before anything is sent, so
+        a refused one leaves your transaction as it was.
         """
         specs = jobs if isinstance(jobs, Sequence) else list(jobs)
         if not specs:
             return []
         new = _built(self.tasks, specs, self.max_arg_bytes)
-        return _producing.insert_many(self.store, new, len(specs), conn)
+        wait = self._wait(timeout)
+        return _producing.insert_many(self.store, new, len(specs), conn, wait)
 
     async def enqueue_many_async(
         self,
         jobs: Iterable[JobSpec | tuple[str, Mapping[str, Any]]],
         *,
         conn: psycopg.AsyncConnection[Any] | None = None,
+        timeout: float | None = None,
     ) -> list[int]:
         """enqueue_many() for asyncio code: in `conn`'s transaction (a psycopg
-        AsyncConnection), or on the producer's pool in a thread."""
+        AsyncConnection), or on the producer's pool in a thread; the same timeout."""
         new = self._new_jobs(jobs)
         if not new:
             return []
-        return await _producing.insert_async(lambda: self.store, new, conn, many=True)
+        wait = self._wait(timeout)
+        return await _producing.insert_async(lambda: self.store, new, conn, many=True, wait=wait)
 
     def _new_jobs(self, jobs: Iterable[JobSpec | tuple[str, Mapping[str, Any]]]) -> list[NewJob]:
         return list(_built(self.tasks, jobs, self.max_arg_bytes))

@@ -6,14 +6,14 @@ is a forklift DatabaseError (`translated`), raised from the original.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, NamedTuple, Protocol
 
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from forklift import _db, _sql
+from forklift import _db, _deadlines, _sql
 from forklift._db import LiveAsyncPool
 from forklift.store import _steps
 from forklift.store._boundary import AsyncConn, Conn, pipelined, short_connection, translated
@@ -117,12 +117,35 @@ class JobStore:
     # at its commit; on the store's own connection it may commit quietly, the notifier
     # notifying them after (migration 0010, _notifier.py).
 
-    def job_insert(self, job: NewJob, conn: Conn | None = None) -> int:
+    def job_insert(
+        self, job: NewJob, conn: Conn | None = None, *, wait: float | None = None
+    ) -> int:
+        """Insert one job, in `conn`'s transaction or on the store's own connection, which
+        it waits for the database at most `wait` seconds for (_producer_connection)."""
         with translated("enqueue failed", self.where):
             if conn is not None:
                 return _steps.run(self.inserts.one(job), conn, self.pool.connection)
-            with self.notifier.enqueuing([job.queue]) as quiet, self.pool.connection() as own:
+            with (
+                self.notifier.enqueuing([job.queue]) as quiet,
+                self._producing(wait, "enqueue failed") as (own, _),
+            ):
+                # A job's few statements share the call's one deadline (no rearm).
                 return _steps.run(self.inserts.one(job, quiet=quiet), own, self.pool.connection)
+
+    @contextmanager
+    def _producing(
+        self, wait: float | None, what: str
+    ) -> Iterator[tuple[Conn, Callable[[], None] | None]]:
+        """The store's own connection for a producer's call that waits at most `wait`
+        seconds at a time for the database (None: the pool's and the session's bounds):
+        for a connection while it is down, and for each statement's answer while it is
+        unreachable (_deadlines); with what restarts the count (at each statement)."""
+        if wait is None:
+            with self.pool.connection() as own:
+                yield own, None
+            return
+        with self.pool.connection(wait) as own, _deadlines.bounded(own, wait, what) as bound:
+            yield own, bound.rearm
 
     async def job_insert_async(self, job: NewJob, conn: AsyncConn) -> int:
         """job_insert on the caller's AsyncConnection (in its transaction)."""
@@ -135,12 +158,18 @@ class JobStore:
             return _steps.run(self.inserts.ids_by_key(keys), conn, self.pool.connection)
 
     def job_insert_many(
-        self, jobs: Iterable[NewJob], conn: Conn | None = None, *, count: int | None = None
+        self,
+        jobs: Iterable[NewJob],
+        conn: Conn | None = None,
+        *,
+        count: int | None = None,
+        wait: float | None = None,
     ) -> list[int]:
         """Insert jobs in bulk, all or nothing, in one transaction: COPY for plain due-now
         jobs, an INSERT for the rest, in statements of at most `inserts.chunk` rows. With
         `count`, `jobs` is an iterator of that many, which may validate each as it is
-        taken (what it raises rolls the transaction back): only with no `conn`."""
+        taken (what it raises rolls the transaction back): only with no `conn`. `wait`: as
+        job_insert's."""
         if count is None:
             jobs = listed = list(jobs)
             count = len(listed)
@@ -150,11 +179,11 @@ class JobStore:
             queues: set[str] = set()  # what to wake once committed, noted as they go in
             with (
                 self.notifier.enqueuing(queues, bulk=True) as quiet,
-                self.pool.connection() as own,
+                self._producing(wait, "bulk enqueue failed") as (own, each),
                 own.transaction(),
             ):
                 steps = self.inserts.many(jobs, count, quiet=quiet, queues=queues)
-                return _steps.run(steps, own, self.pool.connection)
+                return _steps.run(steps, own, self.pool.connection, each)
 
     async def job_insert_many_async(self, jobs: Sequence[NewJob], conn: AsyncConn) -> list[int]:
         """job_insert_many on the caller's AsyncConnection (in its transaction)."""

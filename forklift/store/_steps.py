@@ -62,11 +62,16 @@ Steps = Generator[Step, Rows, T]
 OwnConnection = Callable[[], AbstractContextManager[Conn]]
 
 
-def run(steps: Steps[T], conn: Conn, own: OwnConnection) -> T:
-    """Drive `steps` on `conn` (asides on a connection from `own`); their result."""
+def run(
+    steps: Steps[T], conn: Conn, own: OwnConnection, each: Callable[[], None] | None = None
+) -> T:
+    """Drive `steps` on `conn` (asides on a connection from `own`); their result. `each`
+    is called before each step (a deadline restarted: _deadlines.Bound.rearm)."""
     try:
         step = next(steps)
         while True:
+            if each is not None:
+                each()
             rows: Rows = []
             match step:
                 case Query(sql, params):
