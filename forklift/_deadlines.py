@@ -17,8 +17,8 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import psycopg
@@ -152,3 +152,22 @@ def bounded(conn: psycopg.Connection[Any], seconds: float, what: str) -> Iterato
             ) from exc
         raise
     bound.keeper.disarm(bound)
+
+
+@contextmanager
+def connection(
+    connect: Callable[[float | None], AbstractContextManager[psycopg.Connection[Any]]],
+    wait: float | None,
+    what: str,
+) -> Iterator[tuple[psycopg.Connection[Any], Callable[[], None] | None]]:
+    """A connection from `connect` (a pool's) for a producer's call that waits at most
+    `wait` seconds at a time for the database (None: the pool's and the session's own
+    bounds): for the connection while it is down, and for each answer while it is
+    unreachable (bounded); with what restarts the count (before each statement of a long
+    batch)."""
+    if wait is None:
+        with connect(None) as own:
+            yield own, None
+        return
+    with connect(wait) as own, bounded(own, wait, what) as bound:
+        yield own, bound.rearm

@@ -5,13 +5,18 @@ validation."""
 from __future__ import annotations
 
 import asyncio
+import math
+import os
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import psycopg
 
-from forklift import _tracing
-from forklift.store import JobStore, NewJob
+from forklift import _db, _tracing
+from forklift.errors import ConfigError
+from forklift.store import JobStore, NewJob, _steps
+from forklift.store._boundary import translated
 
 # Seconds a producer's call (enqueue, enqueue_many and their async twins) waits for the
 # database by default, on the producer's own connections: for a connection while the
@@ -19,6 +24,58 @@ from forklift.store import JobStore, NewJob
 # Past it the call raises DatabaseError and has inserted nothing. A request handler that
 # enqueues is held that long at most by an outage, not through it.
 ENQUEUE_TIMEOUT = 5.0
+
+
+def seconds(value: float) -> float:
+    """`value` as an enqueue timeout: a finite number of seconds > 0, or ConfigError."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise ConfigError(f"an enqueue timeout is a number of seconds > 0, got {value!r}")
+    return float(value)
+
+
+def wait(timeout: float | None, default: float) -> float:
+    """A call's `timeout`, or the App's `default` when it names none."""
+    return default if timeout is None else seconds(timeout)
+
+
+class Producer:
+    """An App's producer connections: a small pool, opened lazily in the process that
+    uses it (a pool inherited across fork is never touched: its sockets are the
+    parent's), and the job store on it. `where` says the App's database and schema as
+    they are when the pool opens (a test may set an App's schema after making it)."""
+
+    def __init__(self, where: Callable[[], tuple[str, str]]) -> None:
+        self._where = where
+        self._lock = threading.Lock()
+        self._pool: _db.LivePool | None = None
+        self._pid = 0
+        self._store: JobStore | None = None
+
+    def store(self) -> JobStore:
+        store = self._store
+        if store is not None and self._pid == os.getpid():
+            return store  # the common case, without the lock every enqueue contended for
+        with self._lock:
+            if self._store is None or self._pid != os.getpid():
+                dsn, schema = self._where()
+                _db.probe(dsn, _db.Timeouts())  # a clear cause now, not a pool timeout
+                self._pool = _db.make_pool(dsn, _db.Timeouts(), max_size=4, name="producer")
+                with translated("cannot connect"):
+                    self._pool.open(wait=True, timeout=_db.Timeouts().connect * 2)
+                self._pid = os.getpid()
+                self._store = JobStore(self._pool, schema)
+            return self._store
+
+    def close(self) -> None:
+        """Close this process's pool (if any): the last enqueues' wake-ups sent first."""
+        with self._lock:
+            if self._pool is not None and self._pid == os.getpid():
+                if self._store is not None:
+                    self._store.notifier.close()  # the last enqueues' wake-up first
+                    _steps.flush_asides()  # and their refusals' counts
+                self._pool.close()
+            self._pool = None
+            self._store = None
 
 
 def insert(

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import difflib
-import math
 import os
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, ParamSpec, TypeVar, Unpack, cast, overload
 
 import psycopg
-from psycopg_pool import ConnectionPool
 
 from forklift import _config, _db, _job, _names, _producing, _singleton, _sql, _waiting, batch
 from forklift._job import JobOptions as JobOptions
@@ -22,7 +19,7 @@ from forklift.errors import ArgumentError, ConfigError, UnknownTaskError
 from forklift.limits import Limit
 from forklift.scheduler import declare
 from forklift.scheduler.schedule import Schedule
-from forklift.store import JobStore, NewJob, _steps, short_connection, translated
+from forklift.store import JobStore, NewJob, short_connection
 from forklift.store.batches import BatchStore
 from forklift.task import Task
 
@@ -105,16 +102,6 @@ def _max_arg_bytes(given: int | None) -> int:
     return value
 
 
-def _enqueue_timeout(seconds: float) -> float:
-    if (
-        isinstance(seconds, bool)
-        or not isinstance(seconds, int | float)
-        or not 0 < seconds < math.inf
-    ):
-        raise ConfigError(f"an enqueue timeout is a number of seconds > 0, got {seconds!r}")
-    return float(seconds)
-
-
 class App:
     """A forklift application: where the database is, and which tasks exist.
 
@@ -134,7 +121,7 @@ class App:
         if max_result_bytes < 1:
             raise ConfigError(f"max_result_bytes must be >= 1, got {max_result_bytes}")
         # What a producer's call waits for the database at most, unless it says otherwise.
-        self.enqueue_timeout = _enqueue_timeout(enqueue_timeout)
+        self.enqueue_timeout = _producing.seconds(enqueue_timeout)
         self._dsn = dsn
         self.max_arg_bytes = _max_arg_bytes(max_arg_bytes)
         # A handler's return value, as JSON, may be this big; a bigger one ends the job
@@ -145,10 +132,7 @@ class App:
         )
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.schedules: dict[str, Schedule] = {}
-        self._lock = threading.Lock()
-        self._pool: ConnectionPool[psycopg.Connection[Any]] | None = None
-        self._pool_pid = 0
-        self._store: JobStore | None = None
+        self._producer = _producing.Producer(lambda: (self.dsn, self.schema))
 
     @property
     def dsn(self) -> str:
@@ -285,11 +269,8 @@ class App:
         keeps its own bounds.
         """
         job = self._new_job(task_name, args, **options)  # refused before any connection
-        wait = self._wait(timeout)
+        wait = _producing.wait(timeout, self.enqueue_timeout)
         return _producing.insert(self.store, [job], conn, many=False, wait=wait)[0]
-
-    def _wait(self, timeout: float | None) -> float:
-        return self.enqueue_timeout if timeout is None else _enqueue_timeout(timeout)
 
     async def enqueue_async(
         self,
@@ -305,7 +286,7 @@ class App:
         transaction; without, it runs on the producer's pool in a thread, never blocking
         the loop."""
         job = self._new_job(task_name, args, **options)
-        wait = self._wait(timeout)
+        wait = _producing.wait(timeout, self.enqueue_timeout)
         return (
             await _producing.insert_async(lambda: self.store, [job], conn, many=False, wait=wait)
         )[0]
@@ -333,7 +314,7 @@ class App:
         if not specs:
             return []
         new = _built(self.tasks, specs, self.max_arg_bytes)
-        wait = self._wait(timeout)
+        wait = _producing.wait(timeout, self.enqueue_timeout)
         return _producing.insert_many(self.store, new, len(specs), conn, wait)
 
     async def enqueue_many_async(
@@ -348,7 +329,7 @@ class App:
         new = self._new_jobs(jobs)
         if not new:
             return []
-        wait = self._wait(timeout)
+        wait = _producing.wait(timeout, self.enqueue_timeout)
         return await _producing.insert_async(lambda: self.store, new, conn, many=True, wait=wait)
 
     def _new_jobs(self, jobs: Iterable[JobSpec | tuple[str, Mapping[str, Any]]]) -> list[NewJob]:
@@ -397,19 +378,7 @@ class App:
     @property
     def store(self) -> JobStore:
         """The producer's job store, on a small pool opened lazily in this process."""
-        store = self._store
-        if store is not None and self._pool_pid == os.getpid():
-            return store  # the common case, without the lock every enqueue contended for
-        with self._lock:
-            if self._store is None or self._pool_pid != os.getpid():
-                # A pool inherited across fork is never touched: its sockets are the parent's.
-                _db.probe(self.dsn, _db.Timeouts())  # a clear cause now, not a pool timeout
-                self._pool = _db.make_pool(self.dsn, _db.Timeouts(), max_size=4, name="producer")
-                with translated("cannot connect"):
-                    self._pool.open(wait=True, timeout=_db.Timeouts().connect * 2)
-                self._pool_pid = os.getpid()
-                self._store = JobStore(self._pool, self.schema)
-            return self._store
+        return self._producer.store()
 
     @property
     def batches(self) -> BatchStore:
@@ -431,11 +400,4 @@ class App:
 
     def close(self) -> None:
         """Close this process's producer pool (if any)."""
-        with self._lock:
-            if self._pool is not None and self._pool_pid == os.getpid():
-                if self._store is not None:
-                    self._store.notifier.close()  # the last enqueues' wake-up first
-                    _steps.flush_asides()  # and their refusals' counts
-                self._pool.close()
-            self._pool = None
-            self._store = None
+        self._producer.close()

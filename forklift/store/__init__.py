@@ -6,7 +6,7 @@ is a forklift DatabaseError (`translated`), raised from the original.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, NamedTuple, Protocol
 
@@ -120,32 +120,17 @@ class JobStore:
     def job_insert(
         self, job: NewJob, conn: Conn | None = None, *, wait: float | None = None
     ) -> int:
-        """Insert one job, in `conn`'s transaction or on the store's own connection, which
-        it waits for the database at most `wait` seconds for (_producer_connection)."""
+        """Insert one job, in `conn`'s transaction or on the store's own connection (its
+        waits for the database bounded by `wait`: _deadlines.connection)."""
         with translated("enqueue failed", self.where):
             if conn is not None:
                 return _steps.run(self.inserts.one(job), conn, self.pool.connection)
             with (
                 self.notifier.enqueuing([job.queue]) as quiet,
-                self._producing(wait, "enqueue failed") as (own, _),
+                _deadlines.connection(self.pool.connection, wait, "enqueue failed") as (own, _),
             ):
                 # A job's few statements share the call's one deadline (no rearm).
                 return _steps.run(self.inserts.one(job, quiet=quiet), own, self.pool.connection)
-
-    @contextmanager
-    def _producing(
-        self, wait: float | None, what: str
-    ) -> Iterator[tuple[Conn, Callable[[], None] | None]]:
-        """The store's own connection for a producer's call that waits at most `wait`
-        seconds at a time for the database (None: the pool's and the session's bounds):
-        for a connection while it is down, and for each statement's answer while it is
-        unreachable (_deadlines); with what restarts the count (at each statement)."""
-        if wait is None:
-            with self.pool.connection() as own:
-                yield own, None
-            return
-        with self.pool.connection(wait) as own, _deadlines.bounded(own, wait, what) as bound:
-            yield own, bound.rearm
 
     async def job_insert_async(self, job: NewJob, conn: AsyncConn) -> int:
         """job_insert on the caller's AsyncConnection (in its transaction)."""
@@ -177,9 +162,10 @@ class JobStore:
             if conn is not None:
                 return _steps.run(self.inserts.many(jobs, count), conn, self.pool.connection)
             queues: set[str] = set()  # what to wake once committed, noted as they go in
+            connection = _deadlines.connection(self.pool.connection, wait, "bulk enqueue failed")
             with (
                 self.notifier.enqueuing(queues, bulk=True) as quiet,
-                self._producing(wait, "bulk enqueue failed") as (own, each),
+                connection as (own, each),
                 own.transaction(),
             ):
                 steps = self.inserts.many(jobs, count, quiet=quiet, queues=queues)
@@ -243,8 +229,8 @@ class JobStore:
         lease: float,
         seen: Sequence[int] = (),
     ) -> set[int]:
-        """Renew (id, attempt) leases; return the ids still held. The jobs `seen` (whose
-        handlers were called) are marked seen running: a lost lease charges them."""
+        """Renew (id, attempt) leases; return the ids still held. Those `seen` (their
+        handlers called) are seen running: a lost lease charges them."""
         params = {**_leases(held), "owner": owner, "lease": lease, "seen": list(seen)}
         with translated("lease renewal failed", self.where), self.pool.connection() as conn:
             return set(_db.scalars(conn.execute(self.q["lease_renew_many"], params)))
