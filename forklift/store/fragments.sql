@@ -86,12 +86,17 @@ last_error = CASE WHEN j.state = 'running' THEN {_lease_lost_error} ELSE j.last_
             'error', {_lease_lost_error})
         ELSE j.errors END
 
+-- name: _forgiven_note
+-- What a forgiven attempt of job `j` adds to the error it records (a lost lease's, a
+-- vanished host's): the words bench.interactions looks for ("not charged"); 3 is
+-- _forgivable's bound.
+'before its handler was seen running: not charged (an attempt added, '
+    || (j.leases_forgiven + 1) || ' of 3 forgiven)'
+
 -- name: _lease_lost_error
 -- The error a lost lease of running job `j` records.
-'LeaseExpired: lease of ' || j.lease_owner || ' expired' || CASE WHEN {_forgivable}
-        THEN ' before its handler was seen running: not charged (an attempt added, '
-             || (j.leases_forgiven + 1) || ' of 3 forgiven)'
-        ELSE '' END
+'LeaseExpired: lease of ' || j.lease_owner || ' expired'
+    || CASE WHEN {_forgivable} THEN ' ' || {_forgiven_note} ELSE '' END
 
 -- name: _job_columns
 -- A fragment: the columns a new job's row takes from its producer as they are (every one

@@ -36,10 +36,7 @@ WITH due AS (
     SELECT d.id, f.forgiven, NOT f.forgiven AND q.quarantined AS quarantined,
            CASE WHEN f.forgiven THEN NULL ELSE d.delay END AS delay,
            NOT f.forgiven AND (q.quarantined OR j.attempts >= j.max_attempts) AS dead,
-           CASE WHEN f.forgiven
-               THEN format('%%s (before its handler was seen running: not charged, an '
-                           'attempt added, %%s of 3 forgiven)',
-                           %(error)s::text, j.leases_forgiven + 1)
+           CASE WHEN f.forgiven THEN %(error)s::text || ' ' || {_forgiven_note}
                WHEN q.quarantined
                THEN format('Quarantined: crashed its worker %%s times (max_crashes %%s); last: %%s',
                            j.crashes + 1, j.max_crashes, %(error)s::text)

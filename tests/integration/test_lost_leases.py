@@ -143,4 +143,4 @@ def test_a_peer_supervisor_charges_a_vanished_hosts_crash_only_to_jobs_seen_runn
     assert job(db, schema, ran) == ("ready", 1, 5, 0, 1, lost)
     state, attempts, most, forgiven, crashes, error = job(db, schema, ahead)
     assert (state, attempts, most, forgiven, crashes) == ("ready", 1, 6, 1, 0)
-    assert error.startswith(f"{lost} ({UNCHARGED}"), error
+    assert error.startswith(f"{lost} {UNCHARGED}"), error
