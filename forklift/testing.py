@@ -64,6 +64,15 @@ def session_pids(sid: int) -> list[int]:
     return found
 
 
+def process_state(pid: int) -> str | None:
+    """`pid`'s state as /proc shows it (R, S, T: stopped, Z: a zombie, ...), or None once
+    it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
 def process_title(pid: int) -> str:
     """What `ps` shows for `pid` (its setproctitle title), or "" once it is gone."""
     try:

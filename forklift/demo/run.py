@@ -28,7 +28,7 @@ from forklift.demo.progress import Frame, LiveView, Palette, PlainView, make_vie
 from forklift.demo.story import Story
 from forklift.demo.summary import Callback, Result, summary_table
 from forklift.errors import JobCancelled, JobFailed
-from forklift.testing import process_title
+from forklift.testing import process_state, process_title
 
 POLL = 0.2  # seconds between looks at the database
 END_TIMEOUT = 30.0  # for the batch to finish once its last tile ended (a sweep: 1 s)
@@ -307,12 +307,8 @@ def kill_busy_worker(
 def stopped(pid: int, timeout: float = 1.0) -> bool:
     """Whether `pid` is stopped (state T) within `timeout` seconds of its SIGSTOP."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            return False
-        if stat[stat.rindex(")") + 2] == "T":
+    while (state := process_state(pid)) is not None and time.monotonic() < deadline:
+        if state == "T":
             return True
         time.sleep(0.001)
     return False

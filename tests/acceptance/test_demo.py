@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 
 from forklift.demo.image import colours
-from forklift.testing import ForkliftProcess, process_title, wait_for
+from forklift.testing import ForkliftProcess, process_state, process_title, wait_for
 
 
 def demo_env() -> dict[str, str]:
@@ -115,11 +115,8 @@ def pids_started(output: str) -> list[int]:
 
 def running(pid: int) -> bool:
     """`pid` is a live forklift process (not a zombie, not a reused pid)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except OSError:
-        return False
-    return state != "Z" and "forklift" in process_title(pid)
+    state = process_state(pid)
+    return state is not None and state != "Z" and "forklift" in process_title(pid)
 
 
 def postgres_serving(data_dir: str) -> list[int]:

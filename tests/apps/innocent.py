@@ -9,6 +9,7 @@ import subprocess
 import time
 
 import forklift
+from forklift.testing import process_state
 
 app = forklift.App()
 
@@ -31,11 +32,7 @@ def segfault(ctx: forklift.JobContext) -> None:
 
 def _alive(pid: int) -> bool:
     """Whether `pid` runs (a zombie does not: it is only waiting to be reaped)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
+    return process_state(pid) not in (None, "Z")
 
 
 @app.task(
