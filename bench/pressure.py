@@ -48,7 +48,7 @@ import random
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,6 +101,22 @@ class Phase:
         return f"{self.name} {self.seconds:g}s" + ("" if self.name != "overload" else " 1.5x")
 
 
+@contextlib.contextmanager
+def looping(target: Callable[[threading.Event], None], count: int = 1) -> Iterator[None]:
+    """`count` threads each running `target(stop)` while the block runs; `stop` is set
+    as it ends, and the threads are waited for."""
+    stop = threading.Event()
+    threads = [threading.Thread(target=target, args=(stop,), daemon=True) for _ in range(count)]
+    for t in threads:
+        t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+
+
 class Sampler:
     """Every SAMPLE seconds, on a connection of its own: the ready backlog and the dead
     tuples of forklift's tables, kept as the most seen in the current phase."""
@@ -109,20 +125,10 @@ class Sampler:
         self.dsn = dsn
         self.schema = schema
         self.phase: Phase | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
 
-    def __enter__(self) -> Sampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
+    def run(self, stop: threading.Event) -> None:
         with psycopg.connect(self.dsn, autocommit=True) as db:
-            while not self._stop.wait(SAMPLE):
+            while not stop.wait(SAMPLE):
                 phase = self.phase
                 if phase is None:
                     continue
@@ -156,9 +162,8 @@ def horizon(dsn: str) -> Iterator[None]:
 def readers(dsn: str, schema: str) -> Iterator[None]:
     """READERS sessions scanning the jobs table in REPEATABLE READ, each snapshot held
     READER_SNAPSHOT seconds, until the block ends."""
-    stop = threading.Event()
 
-    def read() -> None:
+    def read(stop: threading.Event) -> None:
         with psycopg.connect(dsn) as conn:
             conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
             while not stop.is_set():
@@ -170,24 +175,16 @@ def readers(dsn: str, schema: str) -> Iterator[None]:
                             " GROUP BY state"
                         ).fetchall()
 
-    threads = [threading.Thread(target=read, daemon=True) for _ in range(READERS)]
-    for t in threads:
-        t.start()
-    try:
+    with looping(read, READERS):
         yield
-    finally:
-        stop.set()
-        for t in threads:
-            t.join()
 
 
 @contextlib.contextmanager
 def kills(dsn: str, every: float, phase: Phase) -> Iterator[None]:
     """pg_terminate_backend of one of the workers' sessions every `every` seconds."""
-    stop = threading.Event()
     rng = random.Random(7)
 
-    def kill() -> None:
+    def kill(stop: threading.Event) -> None:
         with psycopg.connect(dsn, autocommit=True) as db:
             while not stop.wait(every):
                 pids = [
@@ -201,13 +198,8 @@ def kills(dsn: str, every: float, phase: Phase) -> Iterator[None]:
                     db.execute("SELECT pg_terminate_backend(%s)", (rng.choice(pids),))
                     phase.killed += 1
 
-    thread = threading.Thread(target=kill, daemon=True)
-    thread.start()
-    try:
+    with looping(kill):
         yield
-    finally:
-        stop.set()
-        thread.join()
 
 
 def pressing(phase: Phase, bench: SteadyBench, args: argparse.Namespace) -> Any:
@@ -254,7 +246,8 @@ def run(bench: SteadyBench, args: argparse.Namespace) -> list[Phase]:
                     break
 
     time.sleep(2.0)  # the workers' start
-    with Sampler(bench.dsn, bench.schema) as sampler:
+    sampler = Sampler(bench.dsn, bench.schema)
+    with looping(sampler.run):
         for phase in phases:
             phase.first_key, phase.began = key, time.time()
             sampler.phase = phase

@@ -21,8 +21,9 @@ from forklift.store._boundary import translated
 # Seconds a producer's call (enqueue, enqueue_many and their async twins) waits for the
 # database by default, on the producer's own connections: for a connection while the
 # database is down, and for what it sent to be acknowledged while the network is gone.
-# Past it the call raises DatabaseError and has inserted nothing. A request handler that
-# enqueues is held that long at most by an outage, not through it.
+# Past it the call raises DatabaseError (what it sent may still commit if it reached the
+# database: _deadlines.bounded). A request handler that enqueues is held that long at
+# most by an outage, not through it.
 ENQUEUE_TIMEOUT = 5.0
 
 
