@@ -159,12 +159,12 @@ class JobHooks:
         self.ran = 0  # jobs ended since the last heartbeat
 
     def started(self, job: ClaimedJob) -> None:
-        with self._lock:
-            self._calling[job.id] = job.task
         timeout = task_timeout(self.app, job)
-        if timeout is None:
-            with self._lock:
+        with self._lock:  # one take of the lock per job, on the path of every start
+            self._calling[job.id] = job.task
+            if timeout is None:
                 self._unreported[job.id] = job.task
+        if timeout is None:
             return
         task = self.app.tasks.get(job.task)
         # An async handler is cancelled at its timeout by the child itself; the kill (of
