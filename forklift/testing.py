@@ -73,6 +73,13 @@ def process_state(pid: int) -> str | None:
         return None
 
 
+def calls_handler(pid: int, job_id: int) -> bool:
+    """Whether worker `pid`'s title (`...: running render#42`) names job `job_id`: it does
+    from the moment its handler is called, the moment from which the worker's death is
+    charged to it (a job claimed but not started yet is released uncharged)."""
+    return process_title(pid).endswith(f"#{job_id}")
+
+
 def process_title(pid: int) -> str:
     """What `ps` shows for `pid` (its setproctitle title), or "" once it is gone."""
     try:

@@ -28,7 +28,7 @@ from forklift.demo.progress import Frame, LiveView, Palette, PlainView, make_vie
 from forklift.demo.story import Story
 from forklift.demo.summary import Callback, Result, summary_table
 from forklift.errors import JobCancelled, JobFailed
-from forklift.testing import process_state, process_title
+from forklift.testing import calls_handler, process_state
 
 POLL = 0.2  # seconds between looks at the database
 END_TIMEOUT = 30.0  # for the batch to finish once its last tile ended (a sweep: 1 s)
@@ -297,7 +297,7 @@ def kill_busy_worker(
     for job in running:
         if not supervisor.signal_worker(job.pid, signal.SIGSTOP):
             continue
-        if stopped(job.pid) and calls_handler_of(job) and store.quiet_and_held(job):
+        if stopped(job.pid) and calls_handler(job.pid, job.job_id) and store.quiet_and_held(job):
             supervisor.signal_worker(job.pid, signal.SIGKILL)
             return job
         supervisor.signal_worker(job.pid, signal.SIGCONT)
@@ -312,8 +312,3 @@ def stopped(pid: int, timeout: float = 1.0) -> bool:
             return True
         time.sleep(0.001)
     return False
-
-
-def calls_handler_of(job: Running) -> bool:
-    """Whether the worker's title (`...: running render_tile#42`) names `job`."""
-    return process_title(job.pid).endswith(f"#{job.job_id}")

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 import forklift
-from forklift.testing import wait_for
+from forklift.testing import calls_handler, wait_for
 from tests.acceptance.conftest import get, metrics_url, scalar, wait_state
 from tests.acceptance.proxy import Proxy
 from tests.acceptance.test_http_slowloris import probe
@@ -85,6 +85,9 @@ def test_a_long_vacuum_delays_no_death_charge_and_no_probe(
         job_id = app.enqueue("sleep", {"seconds": 60})
         wait_state(db, schema, job_id, "running", timeout=20)
         (child,) = sup.children()
+        # Killed while its handler runs, not between its claim and its handler's start (a
+        # job whose handler never ran is released uncharged).
+        wait_for(lambda: calls_handler(child, job_id), what="the handler called")
         os.kill(child, signal.SIGKILL)
         killed = time.monotonic()
         charges = f"SELECT jsonb_array_length(errors) FROM {schema}.jobs WHERE id = %s"
