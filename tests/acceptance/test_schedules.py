@@ -122,9 +122,12 @@ def test_after_downtime_one_catch_up_fire_by_default_and_every_missed_with_catch
 
     caught = fired(db, schema, "tick-catchup")
     print(f"\ntick-catchup, last fire before the stop {before['tick-catchup']}\n{table(caught)}")
-    late = [f for f in caught if f.late]
+    # The missed fire times ran late, after the restart. (A fire before the stop can be
+    # late too on a loaded machine, a round stalled past the three seconds ahead: that is
+    # no catch-up, and the gaps say whether anything was missed.)
+    late = [f for f in caught if f.late and f.at > before["tick-catchup"]]
     assert gaps(caught) == [], table(caught)  # every missed fire time ran
-    assert len(late) >= 2 and all(f.at > before["tick-catchup"] for f in late), table(caught)
+    assert len(late) >= 2, table(caught)
     assert all(f.jobs == 1 for f in tick + caught)
 
 
