@@ -94,7 +94,7 @@ def main() -> int:
     # Imported here only to be wrapped (their import is timed by the marks around them).
     wrap("forklift._loading:load_app", "app_import", when="both")
     wrap("forklift.supervisor.arbiter:Supervisor.run", "supervisor_run", when="begin")
-    wrap("forklift.supervisor.arbiter:Supervisor.refuse_a_pooler_alone", "pooler_check")
+    wrap("forklift.supervisor.spawner:Spawner.start", "fork_server")
     wrap("forklift.supervisor.spawner:Spawner.spawn", "fork", when="begin")
     wrap("forklift.supervisor.spawner:child_main", "child", when="begin")
     wrap("forklift.workers.worker:Worker._boot", "boot", when="both")

@@ -92,7 +92,7 @@ from bench._harness import (
     say,
     wait_quiet,
 )
-from bench.cpu_app import register, spin
+from bench.cpu_app import register, spin, timed_spin
 from forklift.testing import wait_for
 
 # How often the bench looks whether the jobs are done. Not part of the measurement (the
@@ -367,11 +367,12 @@ def run_pool(jobs: int, iterations: int, processes: int) -> Run:
         cpu_before = sum(cpu_seconds(pid) for pid in pids)
         busy_before = machine_busy()
         started = time.perf_counter()
-        pool.map(spin, [iterations] * jobs, chunksize=1)
+        spins = pool.map(timed_spin, [iterations] * jobs, chunksize=1)
         seconds = time.perf_counter() - started
         used = sum(cpu_seconds(pid) for pid in pids) - cpu_before
         other = machine_busy() - busy_before - used
-    return Run(seconds, own_cpu=used, other_cpu=other)
+    handler = statistics.mean(ended - began for began, ended in spins)
+    return Run(seconds, handler=handler, own_cpu=used, other_cpu=other)
 
 
 def run_asyncio(jobs: int, iterations: int) -> Run:
@@ -544,6 +545,7 @@ def case_rows(
             f"  multiprocessing.Pool({w}).map, warm, no queue: wall / ideal",
             f"{series([r.ratio(n, w) for r in pool])} ({med(r.seconds for r in pool):.2f} s)",
         ),
+        Row("    a handler's time in the Pool's processes / d", handler_time(pool)),
         Row("    cores used by the pool / by other processes", cores(pool)),
     ]
     for tree in trees:
@@ -564,6 +566,10 @@ def forklift_rows(case: Case, w: int, main: list[Run], pool: list[Run], who: str
     ratios = [r.ratio(n, w) for r in main]
     pool_ratio = med(r.ratio(n, w) for r in pool)
     walls = [f.seconds / p.seconds for f, p in zip(main, pool, strict=True)]
+    # Without forklift's start-up (the Pool's is outside its clock): its cost per job alone.
+    running = [
+        (f.seconds - (f.first_claim or 0.0)) / p.seconds for f, p in zip(main, pool, strict=True)
+    ]
     return [
         Row(
             f"  {who} run --workers {w}: spawn -> last completion",
@@ -597,12 +603,10 @@ def forklift_rows(case: Case, w: int, main: list[Run], pool: list[Run], who: str
             f"{med(r.spread or 0.0 for r in main) * 1e3:.0f} ms",
         ),
         Row(
-            "    a handler's time in the workers / d",
-            "-"
-            if any(r.handler is None for r in main)
-            else f"{med((r.handler or 0.0) / r.d for r in main):.3f} "
-            f"(mean {med(r.handler or 0.0 for r in main) * 1e3:.1f} ms)",
+            f"  {who} after its first claim / Pool({w}): the walls of each round",
+            series(running),
         ),
+        Row("    a handler's time in the workers / d", handler_time(main)),
         Row(
             "    between a worker's jobs (a handler's end -> the next's start)",
             "-"
@@ -612,6 +616,17 @@ def forklift_rows(case: Case, w: int, main: list[Run], pool: list[Run], who: str
         ),
         Row("    cores used by forklift / by other processes", cores(main)),
     ]
+
+
+def handler_time(runs: list[Run]) -> str:
+    """A handler's mean time over d (median of the runs): above 1, the handler ran slower
+    than the same call alone in this process (the other processes on the two cores, the
+    threads beside it in its own)."""
+    if any(r.handler is None for r in runs):
+        return "-"
+    med = statistics.median
+    ratio = med((r.handler or 0.0) / r.d for r in runs)
+    return f"{ratio:.3f} (mean {med(r.handler or 0.0 for r in runs) * 1e3:.1f} ms)"
 
 
 def reference_rows(case: Case, w: int, runs: dict[str, list[Run]]) -> list[Row]:
@@ -647,8 +662,8 @@ PARTS = [
     ("parse, log setup, import the supervisor", "cli_imported", "app_import.begin"),
     ("import the app", "app_import.begin", "app_import.end"),
     ("config, Supervisor built", "app_import.end", "supervisor_run"),
-    ("pooler check (a connection)", "supervisor_run", "pooler_check"),
-    ("to the first fork (metrics bind, gc)", "pooler_check", "fork"),
+    ("metrics bind, gc, the fork server started", "supervisor_run", "fork_server"),
+    ("fork server up -> the first fork asked", "fork_server", "fork"),
     ("fork -> the child runs", "fork", "child"),
     ("child: Worker built", "child", "boot.begin"),
     ("child: boot to its pools opened", "boot.begin", "pools_opened"),

@@ -23,6 +23,14 @@ def spin(iterations: int) -> int:
     return total
 
 
+def timed_spin(iterations: int) -> tuple[float, float]:
+    """`spin(iterations)`; when it began and ended (time.time()): the Pool's handler, timed
+    as the workers' "burn" times its own."""
+    began = time.time()
+    spin(iterations)
+    return began, time.time()
+
+
 def register(app: forklift.App) -> forklift.App:
     """Register the benchmark tasks on `app`; return it."""
 
