@@ -30,21 +30,41 @@ def mark(label: str, at: float | None = None) -> None:
     os.write(_fd, f"{os.getpid()} {label} {time.time() if at is None else at:.6f}\n".encode())
 
 
+# What is wrapped: (module:Qual.name, label, when); and the claim that marks the end.
+WRAPPED = [
+    ("forklift._loading:load_app", "app_import", "both"),
+    ("forklift.supervisor.arbiter:Supervisor.run", "supervisor_run", "begin"),
+    ("forklift.supervisor.spawner:Spawner.start", "fork_server", "end"),
+    ("forklift.supervisor.spawner:Spawner.spawn", "fork", "begin"),
+    ("forklift.supervisor.spawner:child_main", "child", "begin"),
+    ("forklift.workers.worker:Worker._boot", "boot", "both"),
+    ("forklift.workers.connections:WorkerConnections.open", "pools_opened", "end"),
+    ("forklift._db:LivePool.getconn", "first_connection", "end"),
+]
+CLAIM = "forklift.workers.claimer:Claimer.claim"
+
+
+def found(target: str) -> tuple[Any, str]:
+    """(the module or class holding `module:Qual.name`, the name); KeyError if gone."""
+    module_name, _, qualname = target.partition(":")
+    owner: Any = importlib.import_module(module_name)
+    *path, name = qualname.split(".")
+    for part in path:
+        owner = getattr(owner, part, None)
+    if owner is None or name not in vars(owner):
+        raise KeyError(f"bench/_boot_probe.py: {target} is gone; update the probe")
+    return owner, name
+
+
 def wrap(target: str, label: str, *, first_only: bool = True, when: str = "end") -> None:
     """Mark `label` when `module:Qual.name` begins ("begin"), returns ("end"), or both.
 
     `first_only`: only the first call in each process (a fork starts counting afresh).
     """
-    module_name, _, qualname = target.partition(":")
-    owner: Any = importlib.import_module(module_name)
-    *path, name = qualname.split(".")
-    for part in path:
-        owner = getattr(owner, part)
-    if name not in vars(owner):
-        raise KeyError(f"bench/_boot_probe.py: {target} is gone; update the probe")
-    found = vars(owner)[name]
-    binder: Callable[[Any], Any] = classmethod if isinstance(found, classmethod) else lambda f: f
-    original: Callable[..., Any] = getattr(found, "__func__", found)
+    owner, name = found(target)
+    held = vars(owner)[name]
+    binder: Callable[[Any], Any] = classmethod if isinstance(held, classmethod) else lambda f: f
+    original: Callable[..., Any] = getattr(held, "__func__", held)
     seen: set[int] = set()
 
     @functools.wraps(original)
@@ -64,11 +84,7 @@ def wrap(target: str, label: str, *, first_only: bool = True, when: str = "end")
 
 def claimed(target: str, label: str) -> None:
     """Mark `label` when `module:Qual.name` first returns a claim that holds jobs."""
-    module_name, _, qualname = target.partition(":")
-    cls_name, name = qualname.split(".")
-    cls = getattr(importlib.import_module(module_name), cls_name)
-    if name not in vars(cls):
-        raise KeyError(f"bench/_boot_probe.py: {target} is gone; update the probe")
+    cls, name = found(target)
     original = vars(cls)[name]
     done: set[int] = set()
 
@@ -92,15 +108,9 @@ def main() -> int:
 
     mark("cli_imported")
     # Imported here only to be wrapped (their import is timed by the marks around them).
-    wrap("forklift._loading:load_app", "app_import", when="both")
-    wrap("forklift.supervisor.arbiter:Supervisor.run", "supervisor_run", when="begin")
-    wrap("forklift.supervisor.spawner:Spawner.start", "fork_server")
-    wrap("forklift.supervisor.spawner:Spawner.spawn", "fork", when="begin")
-    wrap("forklift.supervisor.spawner:child_main", "child", when="begin")
-    wrap("forklift.workers.worker:Worker._boot", "boot", when="both")
-    wrap("forklift.workers.connections:WorkerConnections.open", "pools_opened")
-    wrap("forklift._db:LivePool.getconn", "first_connection")
-    claimed("forklift.workers.claimer:Claimer.claim", "first_claim")
+    for target, label, when in WRAPPED:
+        wrap(target, label, when=when)
+    claimed(CLAIM, "first_claim")
     sys.argv = ["forklift", *argv]
     return forklift.cli.main(argv)
 
