@@ -142,7 +142,8 @@ def bounded(conn: psycopg.Connection[Any], seconds: float, what: str) -> Iterato
         yield bound
     except BaseException as exc:
         bound.keeper.disarm(bound)
-        if bound.fired and isinstance(exc, psycopg.Error | OSError):
+        # Fired, a statement's error is the shutdown's, already translated or not.
+        if bound.fired and isinstance(exc, psycopg.Error | OSError | DatabaseError):
             raise DatabaseError(
                 f"{what}: no answer from the database within {seconds:g} s (the call's "
                 "timeout); what was sent may still commit if it reaches the database (a "
@@ -171,3 +172,19 @@ def connection(
         return
     with connect(wait) as own, bounded(own, wait, what) as bound:
         yield own, bound.rearm
+
+
+def connector(
+    connect: Callable[[float | None], AbstractContextManager[psycopg.Connection[Any]]],
+    wait: float | None,
+    what: str,
+) -> Callable[[], AbstractContextManager[psycopg.Connection[Any]]]:
+    """`connection()` as a store that takes its connections one call at a time wants it
+    (BatchStore): each connection bounded by `wait`, with no restart of the count."""
+
+    @contextmanager
+    def bounded_connection() -> Iterator[psycopg.Connection[Any]]:
+        with connection(connect, wait, what) as (own, _):
+            yield own
+
+    return bounded_connection

@@ -344,23 +344,34 @@ class App:
         on_complete: Task[Any, Any] | str | None = None,
         on_complete_args: Mapping[str, Any] | None = None,
         conn: psycopg.Connection[Any] | None = None,
+        timeout: float | None = None,
     ) -> Batch:
         """Enqueue `jobs` (what enqueue_many takes; no idempotency keys) as one sealed
         batch, in one transaction (yours with `conn`). Once every job in it has succeeded,
         gone dead or been cancelled, `on_complete` (a task or a task name) is enqueued
-        with `on_complete_args`, exactly once; its handler sees the batch as `ctx.batch`."""
-        return batch.enqueue_batch(self, jobs, on_complete, on_complete_args, conn)
+        with `on_complete_args`, exactly once; its handler sees the batch as `ctx.batch`.
+        `timeout`: as enqueue_many()'s (past it DatabaseError, and no job nor batch was
+        added unless the commit was under way)."""
+        wait = _producing.wait(timeout, self.enqueue_timeout)
+        return batch.enqueue_batch(self, jobs, on_complete, on_complete_args, conn, wait)
 
     def batch(
         self,
         *,
         on_complete: Task[Any, Any] | str | None = None,
         on_complete_args: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
     ) -> batch.BatchWriter:
         """`with app.batch(on_complete=...) as b: b.enqueue(task, **args)`: a batch whose
         jobs are added (and committed) in chunks, sealed when the block ends; see
-        BatchWriter for what a block that raises does."""
-        return batch.BatchWriter(self, batch.callback_spec(self, on_complete, on_complete_args))
+        BatchWriter for what a block that raises does. `timeout`: as enqueue_many()'s,
+        for each call of the block (its begin, each enqueue, its end): past it
+        DatabaseError, and the block's call that raised added none of its jobs unless
+        its commit was under way (a batch left unsealed is sealed by maintenance after
+        --batch-abandon-after)."""
+        callback = batch.callback_spec(self, on_complete, on_complete_args)
+        wait = _producing.wait(timeout, self.enqueue_timeout)
+        return batch.BatchWriter(self, callback, wait)
 
     def get_batch(self, batch_id: int) -> Batch:
         """The batch `batch_id` (BatchNotFound if there is none)."""

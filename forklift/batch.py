@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol
 
-from forklift import _waiting
+from forklift import _deadlines, _waiting
 from forklift._events import emit
 from forklift._ids import operator
 from forklift._job import JobSpec
@@ -202,30 +202,40 @@ def member_jobs(app: Producer, specs: Specs, batch_id: int | None = None) -> lis
     return jobs
 
 
+def bounded_batches(app: Producer, wait: float, what: str) -> BatchStore:
+    """The app's batch store, each of its calls waiting `wait` seconds at most for the
+    database (as an enqueue does: _deadlines)."""
+    connect = _deadlines.connector(app.store.pool.connection, wait, what)
+    return BatchStore(connect, app.store.schema)
+
+
 def enqueue_batch(
     app: Producer,
     specs: Specs,
     on_complete: Named | str | None,
     on_complete_args: Mapping[str, Any] | None,
     conn: Conn | None,
+    wait: float,
 ) -> Batch:
     callback = callback_spec(app, on_complete, on_complete_args)
     jobs = member_jobs(app, specs)
     store, batches = app.store, app.batches
 
-    def insert(c: Conn) -> tuple[int, list[int]]:
+    def insert(c: Conn, each: Callable[[], None] | None = None) -> tuple[int, list[int]]:
         batch_id = batches.create(callback, len(jobs), sealed=True, conn=c)
         for job in jobs:
             job.batch_id = batch_id
-        return batch_id, store.job_insert_many(jobs, c) if jobs else []
+        return batch_id, store.job_insert_many(jobs, c, each=each) if jobs else []
 
     if conn is not None:
         batch_id, ids = insert(conn)  # an empty one finishes by the sweep, after your commit
     else:
-        with store.pool.connection() as own, own.transaction():
-            batch_id, ids = insert(own)
+        what = "batch enqueue failed"
+        connection = _deadlines.connection(store.pool.connection, wait, what)
+        with connection as (own, each), own.transaction():
+            batch_id, ids = insert(own, each)  # a deadline for each statement, as in bulk
         if not jobs:
-            batches.finish_if_done({batch_id})
+            bounded_batches(app, wait, what).finish_if_done({batch_id})
     return Batch(batch_id, batches, app.ends, ids)
 
 
@@ -238,15 +248,16 @@ class BatchWriter(Batch):
     once no job was added for `--batch-abandon-after`: it finishes when its jobs have,
     with the outcome 'abandoned' that its callback sees."""
 
-    def __init__(self, app: Producer, callback: dict[str, Any] | None) -> None:
+    def __init__(self, app: Producer, callback: dict[str, Any] | None, wait: float) -> None:
         self._app = app
         self._callback = callback
+        self._wait = wait  # for the database, in each call of the block and at its end
         self._added: list[int] = []
         self._sealed = False
-        super().__init__(0, app.batches, app.ends)
+        super().__init__(0, bounded_batches(app, wait, "batch failed"), app.ends)
 
     def __enter__(self) -> BatchWriter:
-        with self._app.store.pool.connection() as conn:
+        with self._store.connect() as conn:
             self.id = self._store.create(self._callback, 0, sealed=False, conn=conn)
         return self
 
@@ -265,13 +276,15 @@ class BatchWriter(Batch):
         jobs = member_jobs(self._app, specs, self.id)
         if not jobs:
             return []
-        with self._app.store.pool.connection() as conn, conn.transaction():
+        store = self._app.store
+        connection = _deadlines.connection(store.pool.connection, self._wait, "batch failed")
+        with connection as (conn, each), conn.transaction():
             if not self._store.add(self.id, len(jobs), conn):
                 raise ArgumentError(
                     f"batch {self.id} takes no more jobs: it was cancelled (forklift batches "
                     "cancel), sealed, or abandoned (no job added for --batch-abandon-after)"
                 )
-            ids = self._app.store.job_insert_many(jobs, conn)
+            ids = store.job_insert_many(jobs, conn, each=each)
         self._added.extend(ids)
         return ids
 
@@ -286,11 +299,20 @@ class BatchWriter(Batch):
         tb: TracebackType | None,
     ) -> None:
         self._sealed = True
-        if kind is not None:
-            try:  # as `forklift batches cancel` does
-                self._store.cancel(self.id, operator(), f"the batch block ({kind.__name__})")
-            except DatabaseError as error:  # the block's own exception is the one raised
-                emit(log, "batch.cancel_failed", logging.ERROR, batch=self.id, error=error)
+        if kind is None:
+            self._seal()
+            return
+        # The block's own exception is the one raised: what fails here is logged.
+        try:  # as `forklift batches cancel` does
+            self._store.cancel(self.id, operator(), f"the batch block ({kind.__name__})")
+        except DatabaseError as error:
+            emit(log, "batch.cancel_failed", logging.ERROR, batch=self.id, error=error)
+        try:
+            self._seal()
+        except DatabaseError as error:  # maintenance seals it (--batch-abandon-after)
+            emit(log, "batch.seal_failed", logging.ERROR, batch=self.id, error=error)
+
+    def _seal(self) -> None:
         self._store.seal(self.id)
         self._store.finish_if_done({self.id})
 

@@ -6,7 +6,7 @@ is a forklift DatabaseError (`translated`), raised from the original.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, NamedTuple, Protocol
 
@@ -149,18 +149,21 @@ class JobStore:
         *,
         count: int | None = None,
         wait: float | None = None,
+        each: Callable[[], None] | None = None,
     ) -> list[int]:
         """Insert jobs in bulk, all or nothing, in one transaction: COPY for plain due-now
         jobs, an INSERT for the rest, in statements of at most `inserts.chunk` rows. With
         `count`, `jobs` is an iterator of that many, which may validate each as it is
         taken (what it raises rolls the transaction back): only with no `conn`. `wait`: as
-        job_insert's."""
+        job_insert's; on `conn`, `each` is called before each statement (a caller's
+        deadline restarted: _deadlines.connection)."""
         if count is None:
             jobs = listed = list(jobs)
             count = len(listed)
         with translated("bulk enqueue failed", self.where):
             if conn is not None:
-                return _steps.run(self.inserts.many(jobs, count), conn, self.pool.connection)
+                steps = self.inserts.many(jobs, count)
+                return _steps.run(steps, conn, self.pool.connection, each)
             queues: set[str] = set()  # what to wake once committed, noted as they go in
             connection = _deadlines.connection(self.pool.connection, wait, "bulk enqueue failed")
             with (

@@ -92,6 +92,51 @@ def test_an_enqueue_behind_a_stalled_network_fails_within_its_timeout_and_insert
         assert jobs(workload) in (2, 3)
 
 
+def batches(workload: Workload) -> int:
+    with psycopg.connect(workload.dsn, autocommit=True) as db:
+        row = db.execute(f"SELECT count(*) FROM {workload.schema}.batches").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_batch_behind_a_stalled_network_fails_within_its_timeout_and_adds_nothing(
+    workload: Workload, proxy: Proxy, producer: forklift.App
+) -> None:
+    proxy.stall()
+    try:
+        error, took = failed_within(
+            lambda: producer.enqueue_batch([("t", {"n": n}) for n in range(10)], timeout=1)
+        )
+    finally:
+        proxy.restore()
+    assert took < SLACK, f"held {took:.1f} s"
+    assert "batch enqueue failed: no answer from the database within 1 s" in str(error), error
+    assert error.transient
+    assert producer.enqueue_batch([("t", {})]).job_ids  # a fresh connection
+    # Its transaction's commit was never sent: neither the batch nor its jobs are added.
+    assert (batches(workload), jobs(workload)) == (1, 2)
+
+
+def test_a_batch_block_behind_a_stalled_network_raises_its_own_error_within_its_timeout(
+    workload: Workload, proxy: Proxy, producer: forklift.App
+) -> None:
+    began = time.monotonic()
+    try:
+        # The block's end (cancel, seal) is bounded too and fails the same way, each in
+        # a second: the error raised is the enqueue's, the end's are logged.
+        with pytest.raises(DatabaseError) as raised, producer.batch(timeout=1) as batch:
+            batch.enqueue("t", n=1)
+            proxy.stall()
+            batch.enqueue_many([("t", {"n": n}) for n in range(2, 10)])
+        took = time.monotonic() - began
+    finally:
+        proxy.restore()
+    assert took < SLACK, f"held {took:.1f} s"
+    assert "batch failed: no answer from the database within 1 s" in str(raised.value)
+    assert jobs(workload) == 2  # the warm-up and the block's first job, not the 8 after
+    assert producer.enqueue("t") > 0  # back
+
+
 def test_an_enqueue_timeout_is_a_positive_number_of_seconds(workload: Workload) -> None:
     app = forklift.App(workload.dsn, schema=workload.schema)
     assert app.enqueue_timeout == 5.0  # the documented default
