@@ -226,13 +226,12 @@ def probe(dsn: str, timeouts: Timeouts) -> None:
     any attempt, if `dsn` does not parse."""
     check_dsn(dsn)
     try:
-        detect_pooler(dsn, timeouts)
-    except DatabaseError:
-        pass  # the connect below says why
-    try:
+        detect_pooler(dsn, timeouts)  # its connection, if it makes one, is the probe's first
         with psycopg.connect(dsn, **connect_kwargs(timeouts, "forklift-probe", dsn)):
             pass
-    except psycopg.Error as exc:
+    except (psycopg.Error, DatabaseError) as found:
+        # One wait for a database that does not answer, not one per connection.
+        exc = found.__cause__ if isinstance(found.__cause__, psycopg.Error) else found
         cause = " ".join(str(exc).split()) or type(exc).__name__
         raise database_error(
             f"cannot connect to PostgreSQL at {describe(dsn)}: {redact(cause)} "

@@ -52,19 +52,28 @@ class Producer:
         self._pid = 0
         self._store: JobStore | None = None
 
-    def store(self) -> JobStore:
+    def store(self, wait: float | None = None) -> JobStore:
+        """The store; the first call in a process opens its pool, within `wait` seconds
+        if given (a call's timeout: libpq waits 2 s at least for a connection), else
+        within the connect timeout."""
         store = self._store
         if store is not None and self._pid == os.getpid():
             return store  # the common case, without the lock every enqueue contended for
         with self._lock:
             if self._store is None or self._pid != os.getpid():
                 dsn, schema = self._where()
-                _db.probe(dsn, _db.Timeouts())  # a clear cause now, not a pool timeout
-                self._pool = _db.make_pool(dsn, _db.Timeouts(), max_size=4, name="producer")
-                with translated("cannot connect"):
-                    self._pool.open(wait=True, timeout=_db.Timeouts().connect * 2)
-                self._pid = os.getpid()
-                self._store = JobStore(self._pool, schema)
+                opening = _db.Timeouts() if wait is None else _db.Timeouts(connect=wait)
+                _db.probe(dsn, opening)  # a clear cause now, not a pool timeout
+                pool = _db.make_pool(dsn, _db.Timeouts(), max_size=4, name="producer")
+                filled = opening.connect * 2 if wait is None else max(2.0, wait)
+                try:
+                    with translated("cannot connect"):
+                        pool.open(wait=True, timeout=filled)
+                except BaseException:
+                    pool.close()
+                    raise
+                self._pool, self._pid = pool, os.getpid()
+                self._store = JobStore(pool, schema)
             return self._store
 
     def close(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -270,7 +271,8 @@ class App:
         """
         job = self._new_job(task_name, args, **options)  # refused before any connection
         wait = _producing.wait(timeout, self.enqueue_timeout)
-        return _producing.insert(self.store, [job], conn, many=False, wait=wait)[0]
+        store = self._producer.store(wait)
+        return _producing.insert(store, [job], conn, many=False, wait=wait)[0]
 
     async def enqueue_async(
         self,
@@ -287,9 +289,8 @@ class App:
         the loop."""
         job = self._new_job(task_name, args, **options)
         wait = _producing.wait(timeout, self.enqueue_timeout)
-        return (
-            await _producing.insert_async(lambda: self.store, [job], conn, many=False, wait=wait)
-        )[0]
+        store = functools.partial(self._producer.store, wait)
+        return (await _producing.insert_async(store, [job], conn, many=False, wait=wait))[0]
 
     def enqueue_many(
         self,
@@ -315,7 +316,7 @@ class App:
             return []
         new = _built(self.tasks, specs, self.max_arg_bytes)
         wait = _producing.wait(timeout, self.enqueue_timeout)
-        return _producing.insert_many(self.store, new, len(specs), conn, wait)
+        return _producing.insert_many(self._producer.store(wait), new, len(specs), conn, wait)
 
     async def enqueue_many_async(
         self,
@@ -330,7 +331,8 @@ class App:
         if not new:
             return []
         wait = _producing.wait(timeout, self.enqueue_timeout)
-        return await _producing.insert_async(lambda: self.store, new, conn, many=True, wait=wait)
+        store = functools.partial(self._producer.store, wait)
+        return await _producing.insert_async(store, new, conn, many=True, wait=wait)
 
     def _new_jobs(self, jobs: Iterable[JobSpec | tuple[str, Mapping[str, Any]]]) -> list[NewJob]:
         return list(_built(self.tasks, jobs, self.max_arg_bytes))
@@ -353,6 +355,7 @@ class App:
         `timeout`: as enqueue_many()'s (past it DatabaseError, and no job nor batch was
         added unless the commit was under way)."""
         wait = _producing.wait(timeout, self.enqueue_timeout)
+        self._producer.store(wait)  # the first call in a process opens its pool: within it
         return batch.enqueue_batch(self, jobs, on_complete, on_complete_args, conn, wait)
 
     def batch(
@@ -371,6 +374,7 @@ class App:
         --batch-abandon-after)."""
         callback = batch.callback_spec(self, on_complete, on_complete_args)
         wait = _producing.wait(timeout, self.enqueue_timeout)
+        self._producer.store(wait)  # as enqueue_batch()
         return batch.BatchWriter(self, callback, wait)
 
     def get_batch(self, batch_id: int) -> Batch:

@@ -137,6 +137,24 @@ def test_a_batch_block_behind_a_stalled_network_raises_its_own_error_within_its_
     assert producer.enqueue("t") > 0  # back
 
 
+def test_a_first_enqueue_behind_a_stalled_network_fails_within_its_timeout(
+    workload: Workload, proxy: Proxy
+) -> None:
+    # A process's first call opens its producer pool (a probe first, for a clear cause):
+    # that opening is bounded by the call's timeout too, with libpq's floor of 2 s for a
+    # connection attempt.
+    app = forklift.App(proxy.dsn_through(workload.dsn), schema=workload.schema)
+    proxy.stall()
+    try:
+        error, took = failed_within(lambda: app.enqueue("t", timeout=1.0))
+    finally:
+        proxy.restore()
+        app.close()
+    assert took < 2 + SLACK / 2, f"held {took:.1f} s"
+    assert error.transient, error
+    assert jobs(workload) == 0
+
+
 def test_an_enqueue_timeout_is_a_positive_number_of_seconds(workload: Workload) -> None:
     app = forklift.App(workload.dsn, schema=workload.schema)
     assert app.enqueue_timeout == 5.0  # the documented default
