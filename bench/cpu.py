@@ -566,10 +566,6 @@ def forklift_rows(case: Case, w: int, main: list[Run], pool: list[Run], who: str
     ratios = [r.ratio(n, w) for r in main]
     pool_ratio = med(r.ratio(n, w) for r in pool)
     walls = [f.seconds / p.seconds for f, p in zip(main, pool, strict=True)]
-    # Without forklift's start-up (the Pool's is outside its clock): its cost per job alone.
-    running = [
-        (f.seconds - (f.first_claim or 0.0)) / p.seconds for f, p in zip(main, pool, strict=True)
-    ]
     return [
         Row(
             f"  {who} run --workers {w}: spawn -> last completion",
@@ -592,6 +588,19 @@ def forklift_rows(case: Case, w: int, main: list[Run], pool: list[Run], who: str
             f"  {who} / Pool({w}): each normalised by its d",
             series([r / pool_ratio for r in ratios]),
         ),
+        *cost_rows(w, main, pool, who),
+    ]
+
+
+def cost_rows(w: int, main: list[Run], pool: list[Run], who: str) -> list[Row]:
+    """Where forklift's time goes: its start-up, the tail, its handlers, between jobs."""
+    med = statistics.median
+    # Without forklift's start-up (the Pool's is outside its clock): its cost per job alone.
+    running = [
+        (f.seconds - (f.first_claim or 0.0)) / p.seconds for f, p in zip(main, pool, strict=True)
+    ]
+    return [
+        Row(f"  {who} after its first claim / Pool({w}): the walls of each round", series(running)),
         Row(
             "    spawn -> first claim / first success",
             f"{med(r.first_claim or 0.0 for r in main):.3f} s / "
@@ -601,10 +610,6 @@ def forklift_rows(case: Case, w: int, main: list[Run], pool: list[Run], who: str
             "    jobs per worker; gap between the workers' last completions",
             f"{', '.join('/'.join(map(str, r.per_worker)) for r in main)}; "
             f"{med(r.spread or 0.0 for r in main) * 1e3:.0f} ms",
-        ),
-        Row(
-            f"  {who} after its first claim / Pool({w}): the walls of each round",
-            series(running),
         ),
         Row("    a handler's time in the workers / d", handler_time(main)),
         Row(

@@ -8,8 +8,8 @@ import asyncio
 import math
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
 
 import psycopg
 
@@ -34,23 +34,32 @@ def seconds(value: float) -> float:
     return float(value)
 
 
-def wait(timeout: float | None, default: float) -> float:
-    """A call's `timeout`, or the App's `default` when it names none."""
-    return default if timeout is None else seconds(timeout)
+class Settings(Protocol):
+    """What the producer reads of its App, as they are when it needs them (a test may set
+    an App's schema after making it)."""
+
+    @property
+    def dsn(self) -> str: ...
+
+    schema: str
+    enqueue_timeout: float
 
 
 class Producer:
     """An App's producer connections: a small pool, opened lazily in the process that
     uses it (a pool inherited across fork is never touched: its sockets are the
-    parent's), and the job store on it. `where` says the App's database and schema as
-    they are when the pool opens (a test may set an App's schema after making it)."""
+    parent's), and the job store on it."""
 
-    def __init__(self, where: Callable[[], tuple[str, str]]) -> None:
-        self._where = where
+    def __init__(self, app: Settings) -> None:
+        self._app = app
         self._lock = threading.Lock()
         self._pool: _db.LivePool | None = None
         self._pid = 0
         self._store: JobStore | None = None
+
+    def wait(self, timeout: float | None) -> float:
+        """A call's `timeout`, or the App's default when it names none."""
+        return self._app.enqueue_timeout if timeout is None else seconds(timeout)
 
     def store(self, wait: float | None = None) -> JobStore:
         """The store; the first call in a process opens its pool, within `wait` seconds
@@ -61,7 +70,7 @@ class Producer:
             return store  # the common case, without the lock every enqueue contended for
         with self._lock:
             if self._store is None or self._pid != os.getpid():
-                dsn, schema = self._where()
+                dsn, schema = self._app.dsn, self._app.schema
                 opening = _db.Timeouts() if wait is None else _db.Timeouts(connect=wait)
                 _db.probe(dsn, opening)  # a clear cause now, not a pool timeout
                 pool = _db.make_pool(dsn, _db.Timeouts(), max_size=4, name="producer")
@@ -89,16 +98,18 @@ class Producer:
 
 
 def insert(
-    store: JobStore,
+    producer: Producer,
     jobs: Sequence[NewJob],
     conn: psycopg.Connection[Any] | None,
     *,
     many: bool,
-    wait: float | None = None,
+    timeout: float | None = None,
 ) -> list[int]:
     """Insert `jobs` (JobStore.job_insert_many if `many`, else job_insert of the one) on
-    the producer's pool, waiting `wait` seconds at most for the database, or in `conn`'s
-    transaction; their ids."""
+    the producer's pool, waiting `timeout` seconds at most for the database (its pool's
+    opening included), or in `conn`'s transaction; their ids."""
+    wait = producer.wait(timeout)
+    store = producer.store(wait)
     with _tracing.enqueuing(jobs) as span:
         if many:
             return store.job_insert_many(jobs, conn, wait=wait)
@@ -108,35 +119,37 @@ def insert(
 
 
 def insert_many(
-    store: JobStore,
+    producer: Producer,
     jobs: Iterator[NewJob],
     count: int,
     conn: psycopg.Connection[Any] | None,
-    wait: float | None = None,
+    timeout: float | None = None,
 ) -> list[int]:
     """insert() of the `count` `jobs`, an iterator that validates each as it is taken. On
     the producer's pool they are inserted as they come (JobStore.job_insert_many); taken
     first in `conn`'s transaction (a refusal in the middle of a COPY would abort it) and
     when tracing (the enqueue span's context goes into every job before the insert)."""
     if conn is not None or _tracing.tracer() is not None:
-        return insert(store, list(jobs), conn, many=True, wait=wait)
-    return store.job_insert_many(jobs, count=count, wait=wait)
+        return insert(producer, list(jobs), conn, many=True, timeout=timeout)
+    wait = producer.wait(timeout)
+    return producer.store(wait).job_insert_many(jobs, count=count, wait=wait)
 
 
 async def insert_async(
-    store: Callable[[], JobStore],
+    producer: Producer,
     jobs: Sequence[NewJob],
     conn: psycopg.AsyncConnection[Any] | None,
     *,
     many: bool,
-    wait: float | None = None,
+    timeout: float | None = None,
 ) -> list[int]:
     """insert() for asyncio code: in `conn`'s transaction (an AsyncConnection), or, with
     none, on the producer's pool in a thread (asyncio.to_thread), never blocking the
-    loop. `store` gives the producer's store (its pool connects: called in a thread)."""
+    loop (the pool connects in a thread too)."""
+    wait = producer.wait(timeout)
     if conn is None:
-        return await asyncio.to_thread(lambda: insert(store(), jobs, None, many=many, wait=wait))
-    found = await asyncio.to_thread(store)
+        return await asyncio.to_thread(insert, producer, jobs, None, many=many, timeout=wait)
+    found = await asyncio.to_thread(producer.store, wait)
     with _tracing.enqueuing(jobs) as span:
         if many:
             return await found.job_insert_many_async(jobs, conn)

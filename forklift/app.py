@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import functools
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -121,7 +120,6 @@ class App:
     ) -> None:
         if max_result_bytes < 1:
             raise ConfigError(f"max_result_bytes must be >= 1, got {max_result_bytes}")
-        # What a producer's call waits for the database at most, unless it says otherwise.
         self.enqueue_timeout = _producing.seconds(enqueue_timeout)
         self._dsn = dsn
         self.max_arg_bytes = _max_arg_bytes(max_arg_bytes)
@@ -133,7 +131,7 @@ class App:
         )
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.schedules: dict[str, Schedule] = {}
-        self._producer = _producing.Producer(lambda: (self.dsn, self.schema))
+        self._producer = _producing.Producer(self)
 
     @property
     def dsn(self) -> str:
@@ -263,16 +261,13 @@ class App:
         With an idempotency key that a job already has, no job is added and that job's
         id is returned. With `conn`, the insert joins the caller's transaction.
         `timeout`: seconds to wait for the database at most (default the App's
-        enqueue_timeout, 5 s): for a connection while it is down, for an answer while
-        the network is gone; past it DatabaseError (transient). The insert, one
-        statement, may still commit if it reached the database: enqueue again with an
-        idempotency key and no job is added twice. Not with `conn`: your connection
-        keeps its own bounds.
+        enqueue_timeout, 5 s), for a connection or an answer; past it DatabaseError
+        (transient). The insert, one statement, may still commit if it reached the
+        database: enqueue again with an idempotency key and no job is added twice.
+        With `conn`, your connection keeps its own bounds.
         """
         job = self._new_job(task_name, args, **options)  # refused before any connection
-        wait = _producing.wait(timeout, self.enqueue_timeout)
-        store = self._producer.store(wait)
-        return _producing.insert(store, [job], conn, many=False, wait=wait)[0]
+        return _producing.insert(self._producer, [job], conn, many=False, timeout=timeout)[0]
 
     async def enqueue_async(
         self,
@@ -288,9 +283,10 @@ class App:
         transaction; without, it runs on the producer's pool in a thread, never blocking
         the loop."""
         job = self._new_job(task_name, args, **options)
-        wait = _producing.wait(timeout, self.enqueue_timeout)
-        store = functools.partial(self._producer.store, wait)
-        return (await _producing.insert_async(store, [job], conn, many=False, wait=wait))[0]
+        ids = await _producing.insert_async(
+            self._producer, [job], conn, many=False, timeout=timeout
+        )
+        return ids[0]
 
     def enqueue_many(
         self,
@@ -315,8 +311,7 @@ class App:
         if not specs:
             return []
         new = _built(self.tasks, specs, self.max_arg_bytes)
-        wait = _producing.wait(timeout, self.enqueue_timeout)
-        return _producing.insert_many(self._producer.store(wait), new, len(specs), conn, wait)
+        return _producing.insert_many(self._producer, new, len(specs), conn, timeout)
 
     async def enqueue_many_async(
         self,
@@ -330,9 +325,7 @@ class App:
         new = self._new_jobs(jobs)
         if not new:
             return []
-        wait = _producing.wait(timeout, self.enqueue_timeout)
-        store = functools.partial(self._producer.store, wait)
-        return await _producing.insert_async(store, new, conn, many=True, wait=wait)
+        return await _producing.insert_async(self._producer, new, conn, many=True, timeout=timeout)
 
     def _new_jobs(self, jobs: Iterable[JobSpec | tuple[str, Mapping[str, Any]]]) -> list[NewJob]:
         return list(_built(self.tasks, jobs, self.max_arg_bytes))
@@ -352,10 +345,8 @@ class App:
         batch, in one transaction (yours with `conn`). Once every job in it has succeeded,
         gone dead or been cancelled, `on_complete` (a task or a task name) is enqueued
         with `on_complete_args`, exactly once; its handler sees the batch as `ctx.batch`.
-        `timeout`: as enqueue_many()'s (past it DatabaseError, and no job nor batch was
-        added unless the commit was under way)."""
-        wait = _producing.wait(timeout, self.enqueue_timeout)
-        self._producer.store(wait)  # the first call in a process opens its pool: within it
+        `timeout`: as enqueue_many()'s."""
+        wait = self._producer.wait(timeout)
         return batch.enqueue_batch(self, jobs, on_complete, on_complete_args, conn, wait)
 
     def batch(
@@ -368,14 +359,9 @@ class App:
         """`with app.batch(on_complete=...) as b: b.enqueue(task, **args)`: a batch whose
         jobs are added (and committed) in chunks, sealed when the block ends; see
         BatchWriter for what a block that raises does. `timeout`: as enqueue_many()'s,
-        for each call of the block (its begin, each enqueue, its end): past it
-        DatabaseError, and the block's call that raised added none of its jobs unless
-        its commit was under way (a batch left unsealed is sealed by maintenance after
-        --batch-abandon-after)."""
+        for each call of the block (its begin, each enqueue, its end)."""
         callback = batch.callback_spec(self, on_complete, on_complete_args)
-        wait = _producing.wait(timeout, self.enqueue_timeout)
-        self._producer.store(wait)  # as enqueue_batch()
-        return batch.BatchWriter(self, callback, wait)
+        return batch.BatchWriter(self, callback, self._producer.wait(timeout))
 
     def get_batch(self, batch_id: int) -> Batch:
         """The batch `batch_id` (BatchNotFound if there is none)."""

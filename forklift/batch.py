@@ -161,6 +161,12 @@ class Named(Protocol):
     def name(self) -> str: ...
 
 
+class Opens(Protocol):
+    """An App's producer connections (forklift._producing.Producer), as batches use them."""
+
+    def store(self, wait: float | None = None) -> JobStore: ...
+
+
 class Producer(Protocol):
     """What making batches needs of their app (forklift.App): its database, its stores,
     what waiters hear ends by, and its checks of new jobs."""
@@ -171,6 +177,8 @@ class Producer(Protocol):
     def store(self) -> JobStore: ...
     @property
     def batches(self) -> BatchStore: ...
+    @property
+    def _producer(self) -> Opens: ...
     def ends(self) -> _waiting.Ends: ...
     def _new_job(self, task_name: str, args: Mapping[str, Any] | None) -> NewJob: ...
     def _new_jobs(self, jobs: Specs) -> list[NewJob]: ...
@@ -204,9 +212,9 @@ def member_jobs(app: Producer, specs: Specs, batch_id: int | None = None) -> lis
 
 def bounded_batches(app: Producer, wait: float, what: str) -> BatchStore:
     """The app's batch store, each of its calls waiting `wait` seconds at most for the
-    database (as an enqueue does: _deadlines)."""
-    connect = _deadlines.connector(app.store.pool.connection, wait, what)
-    return BatchStore(connect, app.store.schema)
+    database (as an enqueue does: _deadlines), its pool's opening included."""
+    store = app._producer.store(wait)
+    return BatchStore(_deadlines.connector(store.pool.connection, wait, what), store.schema)
 
 
 def enqueue_batch(
@@ -219,7 +227,7 @@ def enqueue_batch(
 ) -> Batch:
     callback = callback_spec(app, on_complete, on_complete_args)
     jobs = member_jobs(app, specs)
-    store, batches = app.store, app.batches
+    store, batches = app._producer.store(wait), app.batches  # opened within `wait`
 
     def insert(c: Conn, each: Callable[[], None] | None = None) -> tuple[int, list[int]]:
         batch_id = batches.create(callback, len(jobs), sealed=True, conn=c)

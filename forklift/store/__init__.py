@@ -162,8 +162,7 @@ class JobStore:
             count = len(listed)
         with translated("bulk enqueue failed", self.where):
             if conn is not None:
-                steps = self.inserts.many(jobs, count)
-                return _steps.run(steps, conn, self.pool.connection, each)
+                return _steps.run(self.inserts.many(jobs, count), conn, self.pool.connection, each)
             queues: set[str] = set()  # what to wake once committed, noted as they go in
             connection = _deadlines.connection(self.pool.connection, wait, "bulk enqueue failed")
             with (
