@@ -131,11 +131,18 @@ def _forget_after_fork() -> None:
 os.register_at_fork(after_in_child=_forget_after_fork)
 
 
+# What the error of a call that timed out tells its caller to do, by default.
+AGAIN = "enqueue again with an idempotency key and no job is added twice"
+
+
 @contextmanager
-def bounded(conn: psycopg.Connection[Any], seconds: float, what: str) -> Iterator[Bound]:
+def bounded(
+    conn: psycopg.Connection[Any], seconds: float, what: str, again: str = AGAIN
+) -> Iterator[Bound]:
     """Within the block, `conn` waits for the database at most `seconds` at a time (from
     the block's start, or the last `rearm()`); past it the connection is shut down and
-    the block's error becomes a DatabaseError saying `what` timed out."""
+    the block's error becomes a DatabaseError saying `what` timed out, and `again`: how
+    to try again without doing it twice."""
     bound = Bound(keeper(), conn.fileno(), seconds)
     bound.rearm()
     try:
@@ -147,8 +154,7 @@ def bounded(conn: psycopg.Connection[Any], seconds: float, what: str) -> Iterato
             raise DatabaseError(
                 f"{what}: no answer from the database within {seconds:g} s (the call's "
                 "timeout); what was sent may still commit if it reaches the database (a "
-                "transaction whose commit was not sent does not): enqueue again with an "
-                "idempotency key and no job is added twice",
+                f"transaction whose commit was not sent does not): {again}",
                 cause=exc,
             ) from exc
         raise
@@ -160,6 +166,7 @@ def connection(
     connect: Callable[[float | None], AbstractContextManager[psycopg.Connection[Any]]],
     wait: float | None,
     what: str,
+    again: str = AGAIN,
 ) -> Iterator[tuple[psycopg.Connection[Any], Callable[[], None] | None]]:
     """A connection from `connect` (a pool's) for a producer's call that waits at most
     `wait` seconds at a time for the database (None: the pool's and the session's own
@@ -170,7 +177,7 @@ def connection(
         with connect(None) as own:
             yield own, None
         return
-    with connect(wait) as own, bounded(own, wait, what) as bound:
+    with connect(wait) as own, bounded(own, wait, what, again) as bound:
         yield own, bound.rearm
 
 
@@ -178,13 +185,14 @@ def connector(
     connect: Callable[[float | None], AbstractContextManager[psycopg.Connection[Any]]],
     wait: float | None,
     what: str,
+    again: str = AGAIN,
 ) -> Callable[[], AbstractContextManager[psycopg.Connection[Any]]]:
     """`connection()` as a store that takes its connections one call at a time wants it
     (BatchStore): each connection bounded by `wait`, with no restart of the count."""
 
     @contextmanager
     def bounded_connection() -> Iterator[psycopg.Connection[Any]]:
-        with connection(connect, wait, what) as (own, _):
+        with connection(connect, wait, what, again) as (own, _):
             yield own
 
     return bounded_connection

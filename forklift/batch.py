@@ -210,11 +210,16 @@ def member_jobs(app: Producer, specs: Specs, batch_id: int | None = None) -> lis
     return jobs
 
 
+# How to try a batch's call again that timed out (a batch takes no idempotency key).
+AGAIN = "a batch whose commit was sent may exist: see `forklift batches list` first"
+
+
 def bounded_batches(app: Producer, wait: float, what: str) -> BatchStore:
     """The app's batch store, each of its calls waiting `wait` seconds at most for the
     database (as an enqueue does: _deadlines), its pool's opening included."""
     store = app._producer.store(wait)
-    return BatchStore(_deadlines.connector(store.pool.connection, wait, what), store.schema)
+    connect = _deadlines.connector(store.pool.connection, wait, what, AGAIN)
+    return BatchStore(connect, store.schema)
 
 
 def enqueue_batch(
@@ -239,7 +244,7 @@ def enqueue_batch(
         batch_id, ids = insert(conn)  # an empty one finishes by the sweep, after your commit
     else:
         what = "batch enqueue failed"
-        connection = _deadlines.connection(store.pool.connection, wait, what)
+        connection = _deadlines.connection(store.pool.connection, wait, what, AGAIN)
         with connection as (own, each), own.transaction():
             batch_id, ids = insert(own, each)  # a deadline for each statement, as in bulk
         if not jobs:
@@ -285,7 +290,7 @@ class BatchWriter(Batch):
         if not jobs:
             return []
         store = self._app.store
-        connection = _deadlines.connection(store.pool.connection, self._wait, "batch failed")
+        connection = _deadlines.connection(store.pool.connection, self._wait, "batch failed", AGAIN)
         with connection as (conn, each), conn.transaction():
             if not self._store.add(self.id, len(jobs), conn):
                 raise ArgumentError(

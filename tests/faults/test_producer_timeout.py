@@ -111,6 +111,7 @@ def test_a_batch_behind_a_stalled_network_fails_within_its_timeout_and_adds_noth
         proxy.restore()
     assert took < SLACK, f"held {took:.1f} s"
     assert "batch enqueue failed: no answer from the database within 1 s" in str(error), error
+    assert "see `forklift batches list`" in str(error), error  # no key to enqueue it with
     assert error.transient
     assert producer.enqueue_batch([("t", {})]).job_ids  # a fresh connection
     # Its transaction's commit was never sent: neither the batch nor its jobs are added.
