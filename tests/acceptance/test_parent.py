@@ -60,6 +60,19 @@ def vacuum_running(db: psycopg.Connection[Any], schema: str) -> float | None:
     return None if took is None else float(took)
 
 
+def dead_tuples_to_vacuum(db: psycopg.Connection[Any], schema: str) -> None:
+    """Dead tuples in `schema`'s jobs past the vacuum threshold: the first maintenance
+    round vacuums. Not autovacuum (on in the embedded server): had it taken the table
+    first, the maintenance VACUUM (SKIP_LOCKED) would skip it, and none would be seen."""
+    db.execute(f"ALTER TABLE {schema}.jobs SET (autovacuum_enabled = false)")
+    db.execute(
+        f"INSERT INTO {schema}.jobs (queue, task, args) "
+        "SELECT 'elsewhere', 'noop', '{}'::jsonb FROM generate_series(1, 2500)"
+    )
+    db.execute(f"DELETE FROM {schema}.jobs")
+    db.execute("SELECT pg_stat_force_next_flush()")
+
+
 def test_a_long_vacuum_delays_no_death_charge_and_no_probe(
     dsn: str,
     schema: str,
@@ -68,16 +81,7 @@ def test_a_long_vacuum_delays_no_death_charge_and_no_probe(
     forklift_cli: Any,
     slow_vacuum_dsn: str,
 ) -> None:
-    # Dead tuples past the vacuum threshold: the first maintenance round vacuums. Not
-    # autovacuum (on in the embedded server): had it taken the table first, the
-    # maintenance VACUUM (SKIP_LOCKED) would skip it, and there would be none to watch.
-    db.execute(f"ALTER TABLE {schema}.jobs SET (autovacuum_enabled = false)")
-    db.execute(
-        f"INSERT INTO {schema}.jobs (queue, task, args) "
-        "SELECT 'elsewhere', 'noop', '{}'::jsonb FROM generate_series(1, 2500)"
-    )
-    db.execute(f"DELETE FROM {schema}.jobs")
-    db.execute("SELECT pg_stat_force_next_flush()")
+    dead_tuples_to_vacuum(db, schema)
     env["FORKLIFT_DATABASE_URL"] = slow_vacuum_dsn
     sup = forklift_cli("run", "tests.apps.prompt:app", "--workers", "1")
     url = metrics_url(sup)
