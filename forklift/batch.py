@@ -232,7 +232,9 @@ def enqueue_batch(
 ) -> Batch:
     callback = callback_spec(app, on_complete, on_complete_args)
     jobs = member_jobs(app, specs)
-    store, batches = app._producer.store(wait), app.batches  # opened within `wait`
+    what = "batch enqueue failed"
+    batches = bounded_batches(app, wait, what)  # the pool opened within `wait`
+    store = app._producer.store(wait)
 
     def insert(c: Conn, each: Callable[[], None] | None = None) -> tuple[int, list[int]]:
         batch_id = batches.create(callback, len(jobs), sealed=True, conn=c)
@@ -243,13 +245,12 @@ def enqueue_batch(
     if conn is not None:
         batch_id, ids = insert(conn)  # an empty one finishes by the sweep, after your commit
     else:
-        what = "batch enqueue failed"
         connection = _deadlines.connection(store.pool.connection, wait, what, AGAIN)
         with connection as (own, each), own.transaction():
             batch_id, ids = insert(own, each)  # a deadline for each statement, as in bulk
         if not jobs:
-            bounded_batches(app, wait, what).finish_if_done({batch_id})
-    return Batch(batch_id, batches, app.ends, ids)
+            batches.finish_if_done({batch_id})
+    return Batch(batch_id, app.batches, app.ends, ids)
 
 
 class BatchWriter(Batch):

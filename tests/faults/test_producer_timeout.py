@@ -33,9 +33,10 @@ def producer(workload: Workload, proxy: Proxy) -> Iterator[forklift.App]:
     app.close()
 
 
-def jobs(workload: Workload) -> int:
+def jobs(workload: Workload, table: str = "jobs") -> int:
+    """The rows of the workload's `table` (jobs, or batches)."""
     with psycopg.connect(workload.dsn, autocommit=True) as db:
-        row = db.execute(f"SELECT count(*) FROM {workload.schema}.jobs").fetchone()
+        row = db.execute(f"SELECT count(*) FROM {workload.schema}.{table}").fetchone()
     assert row is not None
     return int(row[0])
 
@@ -92,13 +93,6 @@ def test_an_enqueue_behind_a_stalled_network_fails_within_its_timeout_and_insert
         assert jobs(workload) in (2, 3)
 
 
-def batches(workload: Workload) -> int:
-    with psycopg.connect(workload.dsn, autocommit=True) as db:
-        row = db.execute(f"SELECT count(*) FROM {workload.schema}.batches").fetchone()
-    assert row is not None
-    return int(row[0])
-
-
 def test_a_batch_behind_a_stalled_network_fails_within_its_timeout_and_adds_nothing(
     workload: Workload, proxy: Proxy, producer: forklift.App
 ) -> None:
@@ -115,7 +109,7 @@ def test_a_batch_behind_a_stalled_network_fails_within_its_timeout_and_adds_noth
     assert error.transient
     assert producer.enqueue_batch([("t", {})]).job_ids  # a fresh connection
     # Its transaction's commit was never sent: neither the batch nor its jobs are added.
-    assert (batches(workload), jobs(workload)) == (1, 2)
+    assert (jobs(workload, "batches"), jobs(workload)) == (1, 2)
 
 
 def test_a_batch_block_behind_a_stalled_network_raises_its_own_error_within_its_timeout(
