@@ -31,13 +31,15 @@ def _loop(dsn: str, schema: str, batch: int, owner: str, go: Barrier, out: Queue
     """One connection's claim/complete loop; puts (started, ended, jobs, error) on `out`."""
     queries = _sql.load("forklift.store", "queries.sql", schema)
     claim = {"queue": "default", "owner": owner, "limit": batch, "lease": 30.0, "alone": False}
+    claim["floor"] = None  # each claim reads from where the last said, as a worker's do
     started = ended = 0.0
     done, error = 0, ""
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
             go.wait(60)
             started = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process
-            while rows := conn.execute(queries["job_claim_one"], claim).fetchall():
+            while (rows := conn.execute(queries["job_claim_one"], claim).fetchall())[0][0]:
+                claim["floor"] = rows[0][-1]  # (one row of NULLs when it took nothing)
                 ids = {"ids": [r[0] for r in rows], "attempts": [r[6] for r in rows]}
                 done += len(
                     conn.execute(queries["job_complete_many"], ids | {"owner": owner}).fetchall()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from datetime import datetime
 from typing import Any, NamedTuple, Protocol
 
 from psycopg.rows import dict_row
@@ -15,13 +16,13 @@ from psycopg_pool import ConnectionPool
 
 from forklift import _db, _deadlines, _sql
 from forklift._db import LiveAsyncPool
-from forklift.store import _steps
+from forklift.store import _rows, _steps
 from forklift.store._boundary import AsyncConn, Conn, pipelined, short_connection, translated
 from forklift.store._effect import AsyncEffect, Effect, EffectBudget
 from forklift.store._inserts import Inserts
 from forklift.store._listen import Notifications
 from forklift.store._notifier import Notifier
-from forklift.store._rows import Claim, ClaimedJob, JobState, NewJob, claimed, next_due
+from forklift.store._rows import Claim, ClaimedJob, JobState, NewJob
 from forklift.store.producing import ProducerLimits
 
 # A success to record: (job id, attempt, result JSON, progress JSON), fenced by both.
@@ -196,12 +197,12 @@ class JobStore:
         lease: float,
         *,
         expired: bool,
+        floor: datetime | None = None,
     ) -> Claim:
-        """Complete `done` (as job_complete_many) if any, then claim as job_claim, in one
-        transaction and one round trip (the claim sees the slots they free): the jobs
-        claimed, the ids completed, and when the next ready job is due if the claim
-        looked (Claim.next_due). A claim alone commits without waiting for its flush."""
-        claiming = claim_statement(self.q, queues, owner, limit, lease, expired, alone=not done)
+        """Complete `done` (as job_complete_many) if any, then claim as job_claim (from
+        `floor`, None: a rewind) in one transaction and round trip, the claim seeing the
+        slots they free. A claim alone commits without waiting for its flush."""
+        claiming = claim_statement(self.q, queues, owner, limit, lease, expired, done, floor)
         with translated("claim failed", self.where), self.pool.connection() as conn:
             if not done:
                 cursor = conn.cursor(row_factory=dict_row)
@@ -210,7 +211,7 @@ class JobStore:
                 completing, claim = pipelined(conn, [self.completion(done, owner), claiming])
                 claim.row_factory = dict_row
                 rows, completed = claim.fetchall(), set(_db.column(completing, "id"))
-        return Claim(claimed(rows), completed=completed, next_due=next_due(rows, limit))
+        return _rows.claim(rows, limit, completed)
 
     def job_trace_contexts(self, ids: Sequence[int]) -> list[tuple[int, Any]]:
         """(id, trace context) of the jobs among `ids` enqueued with one (_tracing.py)."""
@@ -437,16 +438,16 @@ def claim_statement(
     limit: int,
     lease: float,
     expired: bool,
-    *,
-    alone: bool,
+    done: Sequence[Completion],
+    floor: datetime | None,
 ) -> tuple[str, dict[str, Any]]:
     """The claim to run: job_claim_one for one queue without the expiry scan (the usual
-    claim, planned in half the time), job_claim otherwise. `alone`: in a transaction of
-    its own, which then commits without waiting for its WAL flush (queries.sql,
-    `_claim_commit`); not when it carries completions."""
-    common = {"owner": owner, "limit": limit, "lease": lease, "alone": alone}
+    claim, planned in half the time, its default priority read from `floor`), job_claim
+    otherwise. Alone in its transaction (no completions `done` with it), it commits
+    without waiting for its WAL flush (queries.sql, `_claim_commit`)."""
+    common = {"owner": owner, "limit": limit, "lease": lease, "alone": not done}
     if len(queues) == 1 and not expired:
-        return q["job_claim_one"], {"queue": queues[0], **common}
+        return q["job_claim_one"], {"queue": queues[0], "floor": floor, **common}
     return q["job_claim"], {"queues": list(queues), "expired": expired, **common}
 
 

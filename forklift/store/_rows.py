@@ -50,6 +50,9 @@ class Claim(NamedTuple):
     # Seconds until the next ready job is due as the claim left the queue, if it looked
     # (job_claim_one, when it did not fill): (None,) if none is ready; None: not looked.
     next_due: tuple[float | None] | None = None
+    # Where the queue's next plain claim may start reading its default-priority jobs
+    # (job_claim_one's `floor`; workers/claimer.py, Floors); None: it did not say.
+    floor: datetime | None = None
 
 
 @dataclass(slots=True)
@@ -75,7 +78,11 @@ _CLAIMED = tuple(f.name for f in fields(ClaimedJob))
 
 def claimed(rows: Iterable[Mapping[str, Any]]) -> list[ClaimedJob]:
     """The claim's rows (read as dicts: dict_row) as ClaimedJob, column by name."""
-    jobs = [ClaimedJob(**{name: row[name] for name in _CLAIMED}) for row in rows]
+    jobs = [
+        ClaimedJob(**{name: row[name] for name in _CLAIMED})
+        for row in rows
+        if row["id"] is not None  # job_claim_one's row when it took nothing
+    ]
     for job in jobs:
         if not isinstance(job.args, dict):  # jsonb read as text
             job.args = json.loads(job.args)
@@ -85,9 +92,17 @@ def claimed(rows: Iterable[Mapping[str, Any]]) -> list[ClaimedJob]:
 def next_due(rows: Sequence[Mapping[str, Any]], limit: int) -> tuple[float | None] | None:
     """What job_claim_one's `next_due` column says of the next ready job (Claim.next_due):
     only a claim that took some jobs but fewer than `limit` carries it."""
-    if not rows or len(rows) >= limit or "next_due" not in rows[0]:
+    taken = sum(row["id"] is not None for row in rows)
+    if not taken or taken >= limit or "next_due" not in rows[0]:
         return None
     return (rows[0]["next_due"],)
+
+
+def claim(rows: Sequence[Mapping[str, Any]], limit: int, completed: set[int]) -> Claim:
+    """A plain claim's rows (job_claim_one, job_claim) as a Claim, with the ids its
+    transaction `completed`."""
+    floor = rows[0]["floor"] if rows and "floor" in rows[0] else None
+    return Claim(claimed(rows), completed=completed, next_due=next_due(rows, limit), floor=floor)
 
 
 class JobState(enum.StrEnum):

@@ -59,6 +59,13 @@ j.state = 'running' AND j.lease_until < now()
       AND (j.attempts < j.max_attempts OR {_forgivable}) AND j.queue = ANY(%(queues)s::text[])
       AND NOT {_owner_vouched}
 
+-- name: _claimable
+-- Whether job `j` is one job_claim_one may take: ready and due in its queue, not a
+-- limited task's, the queue not paused.
+j.state = 'ready' AND j.limit_key IS NULL AND j.queue = %(queue)s::text
+      AND j.available_at <= now()
+      AND NOT EXISTS (SELECT FROM {schema}.paused_queues AS p WHERE p.queue = %(queue)s::text)
+
 -- name: _lease_taken
 -- What a claim sets on the job `j` it takes (UPDATE ... SET): running, one more attempt
 -- (the attempt number fences every write of the run), its lease `owner`'s for `lease`

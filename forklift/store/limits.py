@@ -81,8 +81,7 @@ class LimitStore:
         params["after_tasks"] = [tk[0] for _, tk in looked]
         params["after_keys"] = [tk[1] for _, tk in looked]
         rows, completed, _ = self._pipelined("job_claim_limited", params, complete)
-        # (one row of NULLs but `again` when nothing was taken)
-        jobs = claimed([r for r in rows if r["id"] is not None])
+        jobs = claimed(rows)  # (one row of NULLs but `again` when nothing was taken)
         first = rows[0] if rows else {}
         ends = (first.get(c) or [] for c in ("after_queues", "after_tasks", "after_keys"))
         queues_, tasks_, keys_ = ends

@@ -157,35 +157,73 @@ RETURNING {_claimed};
 -- every run (a generic plan knows no limit and scans a whole backlog: 22 ms a claim of
 -- one among 1,000,000 ready jobs, against 0.5 ms), and job_claim's planning was half
 -- the time an idle worker took to claim a new job (0.5 of 1.0 ms, fsync included).
--- A claim that did not fill also says, in a last column of each row (`next_due`), when the next job
--- it could take falls due (as job_next_available: a job due now that it did not take is
--- another claim's, or under a limit; the jobs it took, which its snapshot still sees
--- ready, are due now too). The worker then sleeps until then without a lookup of its own,
--- which kept the GIL from the thread starting the job it had just claimed (0.1 ms of a
--- job's start). A claim that filled does not look.
+--
+-- The default priority's jobs are read from `floor` on (workers/claimer.py, Floors),
+-- through an index of their own (jobs_ready_usual_idx, migration 0016). Every job of
+-- the queue claimed before leaves a dead version in the ready indexes, which no vacuum
+-- can remove while another transaction holds the horizon back (an idle transaction, a
+-- long report): a claim from the start of the line walks them all (35 ms a claim under
+-- 120,000 of them, against 0.4 ms from the floor). Jobs of other priorities (their own
+-- index, jobs_ready_ranked_idx), and a claim with no floor (NULL: a rewind), are read
+-- from the start. The lines are read one after another, highest priority first, each
+-- only as far as the limit still needs: a job locked here is one this claim takes.
+-- Each row says where the next claim's floor may be (`floor`): the due time of the last
+-- default-priority job it took, or, if it emptied the line, a second before its now()
+-- (slack for jobs whose transactions are still committing). The statement returns one
+-- row even when it took nothing, its job columns NULL.
+-- A claim that did not fill also says, in a column of each row (`next_due`), when the
+-- next job it could take falls due (as job_next_available: a job due now that it did
+-- not take is another claim's, or under a limit; the jobs it took, which its snapshot
+-- still sees ready, are due now too). The worker then sleeps until then without a
+-- lookup of its own, which kept the GIL from the thread starting the job it had just
+-- claimed (0.1 ms of a job's start). A claim that filled does not look.
 WITH picked AS (
-    SELECT j.id
-    FROM {schema}.jobs j
-    WHERE j.state = 'ready' AND j.limit_key IS NULL AND j.queue = %(queue)s::text
-      AND j.available_at <= now()
-      AND NOT EXISTS (SELECT FROM {schema}.paused_queues AS p WHERE p.queue = %(queue)s::text)
-    ORDER BY j.priority DESC, j.available_at, j.id
+    SELECT * FROM (SELECT j.id, j.priority, j.available_at
+     FROM {schema}.jobs j
+     WHERE {_claimable} AND j.priority > 0
+     ORDER BY j.priority DESC, j.available_at, j.id
+     LIMIT %(limit)s
+     FOR UPDATE SKIP LOCKED) AS higher
+    UNION ALL
+    SELECT * FROM (SELECT j.id, j.priority, j.available_at
+     FROM {schema}.jobs j
+     WHERE {_claimable} AND j.priority = 0
+       AND j.available_at >= coalesce(%(floor)s::timestamptz, '-infinity')
+     ORDER BY j.available_at, j.id
+     LIMIT %(limit)s
+     FOR UPDATE SKIP LOCKED) AS usual
+    UNION ALL
+    SELECT * FROM (SELECT j.id, j.priority, j.available_at
+     FROM {schema}.jobs j
+     WHERE {_claimable} AND j.priority < 0
+     ORDER BY j.priority DESC, j.available_at, j.id
+     LIMIT %(limit)s
+     FOR UPDATE SKIP LOCKED) AS lower
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+), taken AS (
+    UPDATE {schema}.jobs AS j SET
+        {_lease_taken},
+        started_at = now()
+    WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND {_claim_commit}
+    RETURNING {_claimed}
+), emptied AS (
+    SELECT (SELECT count(*) FROM picked) < %(limit)s AS emptied
 )
-UPDATE {schema}.jobs AS j SET
-    {_lease_taken},
-    started_at = now()
-WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND {_claim_commit}
-RETURNING {_claimed},
-    CASE WHEN (SELECT count(*) FROM picked) < %(limit)s THEN (
+SELECT t.*,
+    CASE WHEN e.emptied THEN (
         SELECT extract(epoch FROM n.available_at - now())::float8
         FROM {schema}.jobs AS n
         WHERE n.state = 'ready' AND n.limit_key IS NULL AND n.queue = %(queue)s::text
           AND n.available_at > now()
         ORDER BY n.available_at
         LIMIT 1
-    ) END AS next_due;
+    ) END AS next_due,
+    CASE WHEN e.emptied THEN greatest(%(floor)s::timestamptz, now() - interval '1 second')
+        ELSE coalesce((SELECT least(max(p.available_at), now() - interval '1 second')
+                       FROM picked AS p WHERE p.priority = 0 HAVING count(*) > 0),
+                      %(floor)s::timestamptz)
+    END AS floor
+FROM emptied AS e LEFT JOIN taken AS t ON true;
 
 -- name: _claim_commit
 -- A fragment: how a claim's commit waits. A claim on its own (`%(alone)s`) commits

@@ -9,8 +9,11 @@ limits are written before its first claim, so they hold from the first job on.
 from __future__ import annotations
 
 import logging
+import math
 import time
+from collections import deque
 from collections.abc import Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from forklift._events import emit
@@ -27,6 +30,60 @@ if TYPE_CHECKING:
 log = logging.getLogger("forklift.workers.worker")
 
 LOOK_EVERY = 1.0  # seconds between lookups of whether limits apply
+# The least time between two rewinds (claims read from the start of the line) of a
+# worker that claims from its floor all along, and how many times a rewind's own time
+# the next one waits at least (Floors).
+REWIND_EVERY = 1.0
+REWIND_SHARE = 100.0
+
+
+class Floors:
+    """Where a worker's next claim of each queue starts reading its default-priority
+    jobs (job_claim_one's `floor`: the due time of the last one it took, or a second
+    before it last emptied the line), so that a claim does not walk the dead versions
+    of the jobs claimed before it, which pile up in the ready index while another
+    transaction holds the horizon (store/queries.sql, job_claim_one).
+
+    A job can turn ready behind a floor: given back (a graceful stop, a dead worker's
+    job forgiven, a lost claim's reconciliation: it keeps its place in line), enqueued
+    by a transaction that committed more than a second after it began, or due at a time
+    already past (a past `run_at`, a schedule's catch-up). So a claim now and then
+    rewinds (no floor): one that took nothing from its floor at once (each of those
+    ways wakes the queue's workers, and an idle worker's claim comes back empty), and
+    one of a worker that takes jobs all along at least every REWIND_EVERY; neither
+    sooner than REWIND_SHARE times as long as the last rewind took after it, which
+    keeps the walk to a hundredth of the claimer's time however many dead versions
+    there are. Such a job waits for that rewind: none waits for ever."""
+
+    def __init__(self) -> None:
+        self._at: dict[str, datetime] = {}
+        self._rewound = -math.inf  # when the last rewind began (monotonic)
+        # How long the last few rewinds took; the least of them is what one costs (a
+        # stall of the machine's, a checkpoint, does not push the next ones off).
+        self._took: deque[float] = deque(maxlen=3)
+
+    def floor(self, queue: str, now: float, *, empty: bool = False) -> datetime | None:
+        """Where a claim of `queue` made at `now` (monotonic) starts; None: a rewind.
+        `empty`: the claim before it, from its floor, took nothing."""
+        wait = REWIND_SHARE * min(self._took, default=0.0)
+        if now - self._rewound >= (wait if empty else max(REWIND_EVERY, wait)):
+            return None
+        return self._at.get(queue)
+
+    def claimed(self, queue: str, began: float, claim: Claim, floor: datetime | None) -> None:
+        """Record where `claim` of `queue`, made at `began` from `floor`, says the next
+        one may start."""
+        if claim.floor is None:  # not job_claim_one: no floor of its own
+            return
+        if floor is None:
+            self._rewound = began
+            if queue in self._at:  # (a process's first claim is slow: cold caches)
+                self._took.append(time.monotonic() - began)
+        self._at[queue] = claim.floor
+
+    def rewind(self) -> None:
+        """Have the next claim read from the start (its jobs may be behind the floor)."""
+        self._rewound = -math.inf
 
 
 class Claimer:
@@ -58,6 +115,7 @@ class Claimer:
         # The next ready job's due time as the last claim saw it, and when (monotonic):
         # due_in's answer right after that claim, without a lookup of its own.
         self._due: tuple[float | None, float] | None = None
+        self.floors = Floors()
 
     @classmethod
     def of_worker(
@@ -95,6 +153,9 @@ class Claimer:
         except DatabaseError as exc:
             if exc.transient and self.holdings is not None:
                 self._unsure = True
+            # What failed it (a restart, killed backends) may have rolled back other
+            # claims too: jobs they had locked, which this one skipped, are behind.
+            self.floors.rewind()
             raise
 
     def reconcile(self) -> set[int]:
@@ -103,6 +164,7 @@ class Claimer:
         released = job_release_unknown(self.store, self.owner, sorted(self.holdings.ids()))
         self._unsure = False
         if released:
+            self.floors.rewind()  # given back in their place in line: behind the floor
             emit(log, "worker.claim_reconciled", logging.WARNING, released=len(released))
         return released
 
@@ -116,9 +178,12 @@ class Claimer:
             self._look_at = now + LOOK_EVERY
         self._due = None
         if self.applying is Applying.NONE:
-            made = self.store.job_claim_next(
-                complete, self.queues, self.owner, free, self.lease, expired=expired
-            )
+            queue = self.queues[0]
+            floor = self.floors.floor(queue, time.monotonic())
+            made = self._plain(complete, free, expired, floor)
+            empty = not made.jobs and made.floor is not None and floor is not None
+            if empty and self.floors.floor(queue, time.monotonic(), empty=True) is None:
+                made = self._plain((), free, expired, None)._replace(completed=made.completed)
             if made.next_due is not None:
                 self._due = (made.next_due[0], now)  # (about when the database's clock read)
             return made
@@ -132,6 +197,17 @@ class Claimer:
             exact = self._exact(args, expired, None)
             return exact._replace(completed=claim.completed)
         return self._exact(args, expired, completing)
+
+    def _plain(
+        self, complete: Sequence[Completion], free: int, expired: bool, floor: datetime | None
+    ) -> Claim:
+        """The plain claim, of one queue from `floor` (None: a rewind), or of several."""
+        began = time.monotonic()
+        made = self.store.job_claim_next(
+            complete, self.queues, self.owner, free, self.lease, expired=expired, floor=floor
+        )
+        self.floors.claimed(self.queues[0], began, made, floor)
+        return made
 
     def _exact(
         self, args: tuple[Any, ...], expired: bool, completing: tuple[str, dict[str, Any]] | None

@@ -250,7 +250,8 @@ def test_plain_claims_read_the_jobs_table_through_its_indexes(
     with and without the expiry scan): no sequential scan of the jobs table, with a day of
     finished jobs in it."""
     queries = _sql.load("forklift.store", "queries.sql", filled)
-    params = {"queue": "q1", "queues": ["q1"], "owner": "host:1:w", "lease": 30.0, "alone": True}
+    params = {"queue": "q1", "queues": ["q1"], "owner": "host:1:w", "lease": 30.0, "alone": True,
+              "floor": None}  # fmt: skip
     scanned = []
     for name, queues, expired in [
         ("job_claim_one", ["q1"], False),
@@ -425,7 +426,7 @@ def test_hot_statements_are_bounded_by_an_index_whatever_other_queues_hold(
         "limit": 128, "lease": 30.0, "expired": False, "alone": True, "since": 0.01,
         "upto": 1000, "cap": 10_000, "shared": False, "lanes": 4, "lane_claim": 256,
         "visit": 64, "keys": 32, "rekey": 256, "after_queues": ["q1"], "after_tasks": ["t1"],
-        "after_keys": ["k"],
+        "after_keys": ["k"], "floor": None,
     }  # fmt: skip
     statements: list[tuple[str, str, dict[str, Any]]] = [
         ("job_claim_one", store["job_claim_one"], {}),

@@ -176,9 +176,9 @@ def test_the_one_queue_claim_takes_what_the_general_claim_would(
 
     def claim(name: str, limit: int, queue: str = "default") -> list[int]:
         params = {"queue": queue, "queues": [queue], "owner": OWNER, "limit": limit,
-                  "lease": 30.0, "expired": False, "alone": True}  # fmt: skip
+                  "lease": 30.0, "expired": False, "alone": True, "floor": None}  # fmt: skip
         with db.transaction(force_rollback=True):
-            rows = db.execute(queries[name], params).fetchall()
+            rows = [r for r in db.execute(queries[name], params).fetchall() if r[0] is not None]
             assert all(state == "running" for (state,) in db.execute(
                 f"SELECT state FROM {schema}.jobs WHERE id = ANY(%s)", ([r[0] for r in rows],)
             ))  # fmt: skip
@@ -227,7 +227,8 @@ def test_a_claim_alone_commits_without_waiting_for_its_flush_and_one_with_comple
     (job,) = store.job_claim(queues, OWNER, 1, 30.0, expired=expired)
     done: Completion = (job.id, job.attempt, None, None)
     for alone in (True, False):
-        statement, params = claim_statement(store.q, queues, OWNER, 1, 30.0, expired, alone=alone)
+        carried = () if alone else [done]
+        statement, params = claim_statement(store.q, queues, OWNER, 1, 30.0, expired, carried, None)
         with store.pool.connection() as conn, conn.transaction(force_rollback=True):
             assert len(conn.execute(statement, params).fetchall()) == 1
             assert scalar(conn, "SELECT current_setting('synchronous_commit')") == (
