@@ -22,3 +22,19 @@ SELECT version, name, checksum FROM {schema}.schema_migrations;
 -- Note a migration as applied (in the transaction that applied it).
 INSERT INTO {schema}.schema_migrations (version, name, checksum)
 VALUES (%(version)s::integer, %(name)s::text, %(checksum)s::text);
+
+-- name: jobs_rows
+-- How many rows the jobs table holds, as last analyzed; never analyzed, guessed from
+-- its size (30 rows a page). No row: no such table yet.
+SELECT CASE WHEN c.reltuples >= 0 THEN c.reltuples::bigint
+            ELSE pg_relation_size(c.oid) / 8192 * 30 END
+FROM pg_class AS c WHERE c.oid = to_regclass('{schema}.jobs');
+
+-- name: index_invalid
+-- The index of schema `schema` named `index` if it is invalid (a concurrent build cut
+-- short), as a qualified name for DROP INDEX.
+SELECT format('%%I.%%I', n.nspname, c.relname)
+FROM pg_index AS i
+JOIN pg_class AS c ON c.oid = i.indexrelid
+JOIN pg_namespace AS n ON n.oid = c.relnamespace
+WHERE n.nspname = %(schema)s::text AND c.relname = %(index)s::text AND NOT i.indisvalid;

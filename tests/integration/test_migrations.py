@@ -461,6 +461,51 @@ def test_failed_migration_leaves_nothing_behind(dsn: str, fresh: str) -> None:
     assert_matches_snapshot(catalog(dsn, fresh))
 
 
+ONLINE = [m for m in migrations.migrations() if m.online]
+
+
+def test_online_migrations_only_build_and_drop_indexes() -> None:
+    assert [m.version for m in ONLINE] == [16]
+    for migration in ONLINE:
+        body = [line for line in migration.text.splitlines() if not line.startswith("--")]
+        statements = [s.strip() for s in "\n".join(body).split(";") if s.strip()]
+        assert statements and all(
+            re.match(r"(CREATE INDEX IF NOT EXISTS|DROP INDEX IF EXISTS) ", s) for s in statements
+        ), migration.name
+
+
+def test_on_a_big_table_an_online_migration_builds_concurrently_and_rebuilds_a_cut_one(
+    dsn: str, fresh: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Over ONLINE_ROWS jobs (here 0: any table counts as big) the index builds run
+    CONCURRENTLY, outside a transaction, and come out as a plain run makes them; a build
+    cut short leaves an invalid index of its name, dropped and built again on the next
+    run (IF NOT EXISTS alone would keep it, invalid, for ever)."""
+    monkeypatch.setattr(migrations, "ONLINE_ROWS", -1)
+    app = forklift.App(dsn, schema=fresh)
+    with caplog.at_level("INFO", logger="forklift.schema"):
+        assert app.migrate() == ALL
+    assert "applied migration 0016_claim_floor to schema" in caplog.text
+    assert "(concurrently)" in caplog.text
+    assert_matches_snapshot(catalog(dsn, fresh))
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'DELETE FROM "{fresh}".schema_migrations WHERE version = 16')
+        conn.execute(  # as a build killed halfway leaves it
+            "UPDATE pg_index SET indisvalid = false WHERE indexrelid = %s::regclass",
+            (f'"{fresh}".jobs_ready_usual_idx',),
+        )
+    assert app.migrate() == [16]
+    assert_matches_snapshot(catalog(dsn, fresh))
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        invalid = conn.execute(
+            "SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+            " JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = %s AND NOT i.indisvalid",
+            (fresh,),
+        ).fetchone()
+    assert invalid == (0,)
+
+
 def test_unreachable_database_is_a_database_error(fresh: str) -> None:
     app = forklift.App("postgresql://u:hunter2@127.0.0.1:1/x?connect_timeout=2", schema=fresh)
     with pytest.raises(forklift.DatabaseError) as info:
