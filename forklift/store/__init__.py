@@ -386,13 +386,23 @@ class JobStore:
 # -- maintenance's VACUUM ---------------------------------------------------------------
 
 
-def jobs_vacuum_due(store: JobStore) -> bool:
-    """Whether the jobs table's dead tuples passed the vacuum threshold."""
+class VacuumDue(NamedTuple):
+    """Whether the jobs table's dead tuples passed the vacuum threshold, and the oldest
+    transaction id still held (64 bits): no VACUUM removes what it or a later one deleted."""
+
+    due: bool
+    horizon: int
+
+
+def jobs_vacuum_due(store: JobStore) -> VacuumDue:
+    """Whether the jobs table is due a VACUUM, and the horizon it would vacuum below."""
     with (
         translated("reading the jobs table's statistics failed", store.where),
         store.pool.connection() as conn,
     ):
-        return bool(_db.scalar(conn.execute(store.q["jobs_vacuum_due"])))
+        due = _db.one(conn.execute(store.q["jobs_vacuum_due"]), VacuumDue)
+        assert due is not None  # one row, always
+        return due
 
 
 def jobs_vacuum(store: JobStore, conn: Conn | None = None) -> None:

@@ -476,9 +476,27 @@ FROM pg_class AS c WHERE c.oid = '{schema}.jobs'::regclass;
 
 -- name: jobs_vacuum_due
 -- Whether the jobs table's dead tuples passed autovacuum's own threshold for it (the
--- table's settings: 1,000 + 1 % of its rows), as the statistics say.
-SELECT coalesce(n_dead_tup > 1000 + 0.01 * n_live_tup, false)
-FROM pg_stat_user_tables WHERE relid = '{schema}.jobs'::regclass;
+-- table's settings: 1,000 + 1 % of its rows), as the statistics say; and the horizon:
+-- the oldest transaction id that a session of this database (or a walsender), a
+-- prepared transaction or a replication slot still holds, widened to 64 bits against
+-- the next id. VACUUM removes no version that a transaction at or after the horizon
+-- deleted: while it stands still, a VACUUM finds nothing the last one left.
+WITH next AS (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS id),
+held AS (
+    SELECT x.xid FROM pg_stat_activity AS a,
+        LATERAL (VALUES (a.backend_xid), (a.backend_xmin)) AS x(xid)
+    WHERE a.datid IS NULL
+       OR a.datid = (SELECT oid FROM pg_database WHERE datname = current_database())
+    UNION ALL SELECT transaction FROM pg_prepared_xacts
+    UNION ALL SELECT xmin FROM pg_replication_slots
+)
+SELECT coalesce((SELECT n_dead_tup > 1000 + 0.01 * n_live_tup FROM pg_stat_user_tables
+                 WHERE relid = '{schema}.jobs'::regclass), false) AS due,
+       least(next.id, min(next.id - mod(mod(next.id, 4294967296)
+                                        - held.xid::text::bigint + 4294967296, 4294967296)))
+           AS horizon
+FROM next LEFT JOIN held ON held.xid IS NOT NULL
+GROUP BY next.id;
 
 -- name: jobs_vacuum
 -- Reclaim the dead tuples of the hot table (and refresh the planner's statistics);

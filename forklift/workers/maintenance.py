@@ -59,6 +59,8 @@ class Maintenance:
     it a table that churns thousands of rows a second gathers a minute of dead tuples
     between two autovacuum naps. VACUUM (SKIP_LOCKED) never waits for a lock; a role
     that does not own the table cannot vacuum it and leaves it to autovacuum (said once).
+    While another transaction holds the horizon, the table is vacuumed once: until the
+    horizon moves, another VACUUM would remove nothing.
     """
 
     def __init__(
@@ -96,6 +98,7 @@ class Maintenance:
         self._next = time.monotonic()
         self._next_vacuum = time.monotonic()
         self._may_vacuum: bool | None = None  # not known until the first round asks
+        self._vacuumed_below: int | None = None  # the horizon of the last VACUUM
 
     def run(self, closing: threading.Event) -> None:
         """Run rounds as they fall due until `closing` is set; a failure is logged."""
@@ -159,7 +162,12 @@ class Maintenance:
             self._may_vacuum = self.store.jobs_owned()
             if not self._may_vacuum:
                 emit(log, "maintenance.no_vacuum", reason="not the owner of the jobs table")
-        if not self._may_vacuum or not jobs_vacuum_due(self.store):
+        if not self._may_vacuum:
+            return False
+        due = jobs_vacuum_due(self.store)
+        if not due.due or due.horizon == self._vacuumed_below:
+            # Under a held horizon the dead tuples stay, and stay due: a VACUUM now
+            # would scan the whole table again and remove nothing the last one left.
             return False
         began = time.monotonic()
         try:
@@ -176,5 +184,6 @@ class Maintenance:
                 "autovacuum keeps the jobs table",
             )  # fmt: skip
             return False
+        self._vacuumed_below = due.horizon
         emit(log, "maintenance.vacuumed", logging.DEBUG, took=round(time.monotonic() - began, 3))
         return True

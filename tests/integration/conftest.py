@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import psycopg
 import pytest
 
 import forklift
@@ -24,6 +26,16 @@ def app(dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[fork
     basic.app.close()
     yield basic.app
     basic.app.close()
+
+
+@contextmanager
+def horizon_held(dsn: str) -> Iterator[None]:
+    """Another session holds a transaction id, idle in transaction: no dead version
+    younger than it can be vacuumed away, nor skipped by an index scan as dead."""
+    with psycopg.connect(dsn) as holder:
+        holder.execute("SELECT txid_current()")
+        yield
+        holder.rollback()
 
 
 RunWorker = Callable[..., Worker]

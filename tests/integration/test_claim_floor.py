@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -16,7 +15,7 @@ import psycopg
 import forklift
 from forklift.store import Claim, JobStore, claim_statement
 from forklift.testing import wait_for
-from tests.integration.conftest import RunWorker
+from tests.integration.conftest import RunWorker, horizon_held
 
 OWNER = "test-host:1:floor"
 CHURNED = 5_000  # jobs claimed and completed while the horizon is held
@@ -53,16 +52,6 @@ def nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
     yield plan
     for child in plan.get("Plans", []):
         yield from nodes(child)
-
-
-@contextmanager
-def horizon_held(dsn: str) -> Iterator[None]:
-    """Another session holds a transaction id, idle in transaction: no dead version
-    younger than it can be vacuumed away, nor skipped by an index scan as dead."""
-    with psycopg.connect(dsn) as holder:
-        holder.execute("SELECT txid_current()")
-        yield
-        holder.rollback()
 
 
 def test_a_claim_from_its_floor_does_not_walk_the_jobs_claimed_before_it(

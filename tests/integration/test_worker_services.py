@@ -32,6 +32,7 @@ from forklift.workers.listener import Listener, ListenerConfig
 from forklift.workers.maintenance import Maintained, Maintenance, MaintenanceConfig
 from forklift.workers.renewer import LeaseRenewer, Renewed, RenewerConfig
 from forklift.workers.wakeup import Wakeup
+from tests.integration.conftest import horizon_held
 
 OWNER = "test-host:1:services"
 TIMEOUTS = _db.Timeouts()
@@ -401,18 +402,41 @@ def dead_tuples(db: psycopg.Connection[Any], schema: str) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
+def churn(app: forklift.App, db: psycopg.Connection[Any], schema: str, dead: int) -> None:
+    """3,000 jobs enqueued and deleted; until the statistics count `dead` dead tuples (the
+    deleting session reports them when it goes idle, within a second)."""
+    ids = app.enqueue_many([("noop", {})] * 3000)
+    db.execute(f"DELETE FROM {schema}.jobs WHERE id = ANY(%s)", (ids,))
+    wait_for(lambda: dead_tuples(db, schema)[0] >= dead, what=f"{dead:,} dead tuples counted")
+
+
 def test_maintenance_vacuums_the_jobs_table_once_its_dead_tuples_pile_up(
     rig: Rig, app: forklift.App, db: psycopg.Connection[Any], schema: str
 ) -> None:
     maintenance = Maintenance(rig.store, app.dsn, TIMEOUTS, MaintenanceConfig(interval=0.01))
     assert maintenance.run_once() == Maintained(0, 0, vacuumed=False)  # nothing to reclaim
-    ids = app.enqueue_many([("noop", {})] * 3000)
-    db.execute(f"DELETE FROM {schema}.jobs WHERE id = ANY(%s)", (ids,))
-    # The deleting session reports its dead tuples when it goes idle, within a second.
-    wait_for(lambda: dead_tuples(db, schema)[0] >= 3000, what="3,000 dead tuples counted")
+    churn(app, db, schema, dead=3000)
     wait_for(lambda: maintenance.run_once() == Maintained(0, 0, vacuumed=True), what="a vacuum")
     dead, vacuums = dead_tuples(db, schema)
     assert dead < 3000 and vacuums == 1  # reclaimed (what a concurrent snapshot still sees stays)
+
+
+def test_maintenance_vacuums_once_while_another_transaction_holds_the_horizon(
+    rig: Rig, app: forklift.App, db: psycopg.Connection[Any], schema: str, dsn: str
+) -> None:
+    db.execute(f"ALTER TABLE {schema}.jobs SET (autovacuum_enabled = false)")  # ours alone
+    maintenance = Maintenance(rig.store, app.dsn, TIMEOUTS, MaintenanceConfig(interval=0))
+    with horizon_held(dsn):
+        churn(app, db, schema, dead=3000)
+        assert maintenance.run_once() == Maintained(0, 0, vacuumed=True)
+        # That VACUUM could remove none of them: they are still counted, and due.
+        churn(app, db, schema, dead=6000)
+        # While the horizon stands, a VACUUM would find nothing the last one left.
+        assert [maintenance.run_once() for _ in range(5)] == [Maintained(0, 0)] * 5
+        assert dead_tuples(db, schema)[1] == 1
+    wait_for(lambda: maintenance.run_once() == Maintained(0, 0, vacuumed=True), what="a vacuum")
+    dead, vacuums = dead_tuples(db, schema)
+    assert dead < 3000 and vacuums == 2
 
 
 # -- the listener ---------------------------------------------------------------------
