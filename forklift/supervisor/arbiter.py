@@ -36,7 +36,7 @@ from forklift.errors import ForkliftError
 from forklift.metrics import Totals
 from forklift.supervisor.child import Children, Signaller, send_signal
 from forklift.supervisor.config import SupervisorConfig
-from forklift.supervisor.dbthread import DbService, DbThread
+from forklift.supervisor.dbthread import PACED, DbService, DbThread
 from forklift.supervisor.deaths import Attribution, OnDbThread, VanishedOwners
 from forklift.supervisor.exits import signal_name
 from forklift.supervisor.forkserver import ForkServerLost
@@ -134,9 +134,9 @@ class Supervisor:
         self.vanished = VanishedOwners(self.store, self.totals, me=lambda: self.identity.id)
         return [
             DbService("attribution", TICK, self.attribution.retry_deferred),
-            DbService("vanished", self.vanished.config.every, self.vanished.run_once),
+            DbService("vanished", self.vanished.config.every, self.vanished.run_once, PACED),
             DbService("registry", self.registry.config.every, self.registry.run_once),
-            DbService("autoscale", AUTOSCALE_EVERY, self.scaling.read_backlog),
+            DbService("autoscale", AUTOSCALE_EVERY, self.scaling.read_backlog, PACED),
         ]
 
     def served(self) -> Served:

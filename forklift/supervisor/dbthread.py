@@ -26,15 +26,31 @@ log = logging.getLogger(__name__)
 
 # A round that found forklift's tables missing this recently says: waiting for migrate.
 MISSING_FOR = 3.0
+# What reads a range of the jobs table is paced: its rounds take at most this share of
+# the thread's time, and a paced service waits at most SLOWEST between two rounds.
+PACED = 0.05
+SLOWEST = 5.0
 
 
 @dataclass(frozen=True)
 class DbService:
-    """A service the database thread runs at once, then every `every` seconds."""
+    """A service the database thread runs at once, then every `every` seconds. A paced
+    one (`share` < 1) waits longer after a slow round that succeeded, so that its rounds
+    take at most that share of the thread's time (up to SLOWEST between rounds): what
+    reads a range of the jobs table slows down with it (while another transaction holds
+    the horizon, the dead versions it walks pile up) rather than keep the thread and the
+    server busy. A failed round is retried after `every` as before."""
 
     name: str
     every: float
     run_once: Callable[[], object]
+    share: float = 1.0
+
+    def next_due(self, began: float, took: float) -> float:
+        """When the next round falls due, after a round that succeeded."""
+        if self.share >= 1.0:
+            return began + self.every
+        return began + max(self.every, min(took / self.share, SLOWEST))
 
 
 class MissingSchema:
@@ -101,7 +117,8 @@ class DbThread:
                     return
                 if now >= self._due[i]:
                     self._due[i] = now + service.every
-                    self._attempt(service.name, service.run_once)
+                    if self._attempt(service.name, service.run_once):
+                        self._due[i] = service.next_due(now, time.monotonic() - now)
                     self._run_submitted(0.0)  # the loop's work never waits behind a round
 
     def _next_wait(self) -> float:
@@ -128,17 +145,18 @@ class DbThread:
         """Whether a round found forklift's tables missing in the last few seconds."""
         return self.missing.recently()
 
-    def _attempt(self, name: str, work: Callable[[], object]) -> None:
+    def _attempt(self, name: str, work: Callable[[], object]) -> bool:
+        """Run `work`; whether it succeeded (a failure is logged)."""
         try:
             work()
         except SchemaMissing as exc:
             # Before `forklift migrate` every service fails so, each on its own table:
             # one line for the whole supervisor, then one every 30 s.
             self.missing.found(exc)
-            return
+            return False
         except ForkliftError as exc:
             if self._cancelled.is_set():
-                return
+                return False
             # An outage fails every service the same way underneath: said once for all
             # of them, then every 30 s, not once per service and round. A refusal no
             # retry fixes (authentication, no such database) is an operator's to fix.
@@ -148,7 +166,8 @@ class DbThread:
                     emit(log, "supervisor.database_refuses", logging.ERROR, error=refused)
                 else:
                     emit(log, f"{name}.failed", logging.WARNING, error=exc)
-            return
+            return False
         except Exception:  # a bug: logged, outlived
             log.exception("%s: round failed; next round as usual", name)
-        self.last_error = None
+            return False
+        return True

@@ -99,15 +99,21 @@ class Probes:
         return wrapped
 
     def refresh(self) -> None:
-        """Ping the database and, if it answers, read the served queues' counts and the
-        prefetched collectors (the database thread's work, every REFRESH_EVERY s); logs a change
-        of reachability only."""
+        """Ping the database and, if it answers, read the prefetched collectors (the
+        database thread's work, every REFRESH_EVERY s); logs a change of reachability
+        only."""
         if not self._ping():
             self._stats = _Cached(None, time.monotonic())
             return
-        self._read_stats()
         for collector in self._prefetched:
             collector.refresh()
+
+    def refresh_stats(self) -> None:
+        """Read the served queues' counts if the database answered the last ping (the
+        database thread's work too, paced: under a held horizon the counts walk more
+        dead versions every second)."""
+        if self.database_ready():
+            self._read_stats()
 
     def _ping(self) -> bool:
         before = self._db_ready.value

@@ -19,8 +19,20 @@ ORDER BY j.id
 FOR UPDATE;
 
 -- name: job_running_owners
--- The lease owners of running jobs (the partial index on running rows has them).
-SELECT DISTINCT j.lease_owner FROM {schema}.jobs AS j WHERE j.state = 'running';
+-- The lease owners of running jobs, by a loose scan of the partial index on running rows
+-- (a probe per owner), backward: while another transaction holds the horizon, every job
+-- that ran leaves a dead entry there, and an owner's newest entries, read first, are the
+-- ones likely still running. (DISTINCT read every entry, dead or not.)
+WITH RECURSIVE owners(owner) AS (
+    (SELECT j.lease_owner FROM {schema}.jobs AS j WHERE j.state = 'running'
+     ORDER BY j.lease_owner DESC LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.lease_owner FROM {schema}.jobs AS j
+            WHERE j.state = 'running' AND j.lease_owner < o.owner
+            ORDER BY j.lease_owner DESC LIMIT 1)
+    FROM owners AS o WHERE o.owner IS NOT NULL
+)
+SELECT owner FROM owners WHERE owner IS NOT NULL;
 
 -- name: job_fail_orphaned
 -- Record a dead (or killed) worker process on the jobs it held: ready again after the

@@ -18,7 +18,7 @@ from forklift.scheduler.metrics import CronCollector
 from forklift.scheduler.service import Scheduler
 from forklift.scheduler.store import ScheduleStore
 from forklift.supervisor.config import SupervisorConfig
-from forklift.supervisor.dbthread import DbService
+from forklift.supervisor.dbthread import PACED, DbService
 from forklift.supervisor.http import Route, routes_for
 from forklift.supervisor.probes import REFRESH_EVERY, Probes, metrics_registry
 from forklift.supervisor.progress import ProgressReporter
@@ -55,9 +55,10 @@ def serve(
     probes = Probes(board, admin, queues)
     services = [
         DbService("scheduler", config.scheduler.tick, scheduler.run_once),
-        DbService("progress", progress.every, progress.run_once),
+        DbService("progress", progress.every, progress.run_once, share=PACED),
     ]
     if config.metrics_addr:
         services.append(DbService("probes", REFRESH_EVERY, probes.refresh))
+        services.append(DbService("queue stats", REFRESH_EVERY, probes.refresh_stats, share=PACED))
     metrics = metrics_registry(totals, probes, CronCollector(scheduler))
     return Served(routes_for(probes, metrics), probes, scheduler, services)

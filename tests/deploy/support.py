@@ -77,6 +77,7 @@ def exported_metrics(dsn: str, schema: str) -> set[str]:
     served = sup.served()
     try:
         served.probes.refresh()  # what the database thread reads for the scrapes
+        served.probes.refresh_stats()
     finally:
         assert sup.store.held is not None
         sup.store.held.close()  # the database thread's connection, opened by the refresh

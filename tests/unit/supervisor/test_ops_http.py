@@ -34,6 +34,7 @@ def server() -> Iterator[tuple[str, int]]:
     ops = OpsServer("127.0.0.1:0", registry)
     ops.start(ops_http.routes_for(probes, metrics_registry(Totals(), probes)))
     probes.refresh()  # what the database thread does at once; here before the first request
+    probes.refresh_stats()
     assert ops.bound is not None
     yield ops.bound
     ops.stop()

@@ -22,6 +22,7 @@ def probes_for(snapshot: Snapshot, admin: FakeAdmin | None = None) -> Probes:
     fresh = replace(snapshot, last_tick=time.monotonic())
     probes = Probes(SnapshotBoard(fresh), admin or FakeAdmin(), ["default"])
     probes.refresh()
+    probes.refresh_stats()
     return probes
 
 
