@@ -92,17 +92,11 @@ CLAIM_RETRY = Backoff(base=0.1, factor=2.0, max=0.5, jitter=0.0)
 # it are back by then too (a session retakes its lock within a fifth of a second of the
 # database answering), so their expired leases are theirs again, not this worker's.
 EXPIRY_AFTER_OUTAGE = 1.5
-# A claim that looks at expired leases reads every running row, and the ready line from
-# its start: while another transaction holds the vacuum horizon, every job run since
-# left a dead version in both, and such a claim takes up to a second. The next waits
-# at least this many times as long as the last took: a hundredth of the worker's time.
-EXPIRY_SHARE = 100.0
 
 
 class ExpiryScan:
-    """When the claim next looks at expired leases: every half lease (or EXPIRY_SHARE
-    times the last such claim's time, if longer), and never sooner than
-    EXPIRY_AFTER_OUTAGE after this worker was cut off (its claim failed, or nothing
+    """When the claim next looks at expired leases: every half lease, and never sooner
+    than EXPIRY_AFTER_OUTAGE after this worker was cut off (its claim failed, or nothing
     vouched for it)."""
 
     def __init__(self, lease: float) -> None:
@@ -112,8 +106,8 @@ class ExpiryScan:
     def due(self) -> bool:
         return time.monotonic() >= self.next
 
-    def scanned(self, took: float) -> None:
-        self.next = time.monotonic() + max(self.lease / 2, EXPIRY_SHARE * took)
+    def scanned(self) -> None:
+        self.next = time.monotonic() + self.lease / 2
 
     def cut_off(self, until: float) -> None:
         self.next = max(self.next, until + EXPIRY_AFTER_OUTAGE)
@@ -326,7 +320,7 @@ class Worker:
                 continue
             claim_errors.succeeded()
             if expired:
-                expiry.scanned(took=time.monotonic() - began)
+                expiry.scanned()
             if self._stopping:
                 # Invariant: a graceful stop starts no new work. Release these at once.
                 adopted = self.holdings.take([self._adopt(j) for j in jobs])

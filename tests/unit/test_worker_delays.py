@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from forklift.backoff import Streak
 from forklift.workers.completer import RETRY
 from forklift.workers.listener import RECONNECT
-from forklift.workers.worker import CLAIM_RETRY, EXPIRY_SHARE, ExpiryScan
+from forklift.workers.worker import CLAIM_RETRY
 
 
 def delays(streak: Streak, n: int = 10) -> list[float]:
@@ -34,20 +32,3 @@ def test_a_success_starts_the_delays_over() -> None:
     delays(streak, 3)
     streak.succeeded()
     assert streak.failed() == 0.1
-
-
-@pytest.mark.parametrize(
-    ("took", "after"),
-    [
-        (0.005, 15.0),  # half the lease, as a quick look takes
-        (0.5, 0.5 * EXPIRY_SHARE),  # a slow one (a held horizon): a hundredth of the time
-    ],
-)
-def test_the_expiry_scan_comes_every_half_lease_or_later_after_a_slow_one(
-    took: float, after: float
-) -> None:
-    expiry = ExpiryScan(lease=30.0)
-    assert expiry.due()
-    expiry.scanned(took)
-    assert not expiry.due()
-    assert expiry.next - time.monotonic() == pytest.approx(after, abs=0.5)
