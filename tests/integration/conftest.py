@@ -11,8 +11,9 @@ import psycopg
 import pytest
 
 import forklift
-from forklift import _db
+from forklift import _db, _locks
 from forklift.store import JobStore
+from forklift.testing import wait_for
 from forklift.workers import Worker, WorkerConfig
 from tests.apps import basic
 
@@ -36,6 +37,13 @@ def horizon_held(dsn: str) -> Iterator[None]:
         holder.execute("SELECT txid_current()")
         yield
         holder.rollback()
+
+
+def let_go(session: psycopg.Connection[Any], db: psycopg.Connection[Any], *locks: str) -> None:
+    """Close a session that holds advisory locks, and wait until the server has let them
+    go: its backend ends, and the locks with it, a moment after the socket closes."""
+    session.close()
+    wait_for(lambda: _locks.held_by_anyone(db, list(locks)) == set(), what="the locks let go")
 
 
 RunWorker = Callable[..., Worker]

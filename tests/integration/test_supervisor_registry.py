@@ -21,6 +21,7 @@ from forklift.supervisor.registry import HeartbeatResult, ProcessRegistry, Regis
 from forklift.supervisor.session import HintFanout, SupervisorSession
 from forklift.supervisor.snapshot import Snapshot, SnapshotBoard
 from forklift.supervisor.store import ProcessInfo, SupervisorStore
+from tests.integration.conftest import let_go
 from tests.integration.test_supervisor_store import leased
 
 SUP = "here:1:s"
@@ -62,12 +63,13 @@ def test_a_late_heartbeat_charges_no_job_of_a_supervisor_whose_lock_is_held(
     store.process_upsert_many(snapshot(child).registry_rows)
     job_id = running_job(dsn, db, schema, child)
     db.execute(f"UPDATE {schema}.processes SET heartbeat_at = now() - interval '1 minute'")
-    with psycopg.connect(dsn, autocommit=True) as session:
-        assert _locks.try_take(session, _locks.liveness(schema, SUP))
-        assert sorted(store.process_prune_stale(20.0)) == [SUP, child]
-        peer = VanishedOwners(store, Totals(), VanishedConfig(confirm=1.0), me=lambda: "peer")
-        assert peer.run_once(now=1.0) == VanishedResult(unlocked=0, charged=0)
-        assert peer.run_once(now=2.0) == VanishedResult(unlocked=0, charged=0)
+    session = psycopg.connect(dsn, autocommit=True)
+    assert _locks.try_take(session, _locks.liveness(schema, SUP))
+    assert sorted(store.process_prune_stale(20.0)) == [SUP, child]
+    peer = VanishedOwners(store, Totals(), VanishedConfig(confirm=1.0), me=lambda: "peer")
+    assert peer.run_once(now=1.0) == VanishedResult(unlocked=0, charged=0)
+    assert peer.run_once(now=2.0) == VanishedResult(unlocked=0, charged=0)
+    let_go(session, db, _locks.liveness(schema, SUP))
     state = db.execute(f"SELECT state, attempts FROM {schema}.jobs WHERE id = %s", (job_id,))
     assert state.fetchone() == ("running", 1)
     # Its own supervisor never charges it as a peer would (its reaper does), even with

@@ -12,6 +12,7 @@ import forklift
 from forklift import _db, _locks
 from forklift.supervisor.store import SupervisorStore
 from forklift.testing import wait_for
+from tests.integration.conftest import let_go
 
 DEAD = "gone:1:a"
 
@@ -134,11 +135,12 @@ def test_owners_without_their_liveness_lock_are_found_and_only_they_charged(
     alive, gone = "here:1:alive", "there:2:gone"
     kept = leased(db, schema, producer, attempts=1, owner=alive)
     lost = leased(db, schema, producer, attempts=1, owner=gone)
-    with psycopg.connect(dsn, autocommit=True) as holder:  # the live worker's lock session
-        assert _locks.try_take(holder, _locks.liveness(schema, alive))
-        assert store.owners_unlocked() == [gone]
-        assert store.job_fail_orphaned(alive, "WorkerLost: x", retry=None, unlocked=True) == []
-        (charged,) = store.job_fail_orphaned(gone, "WorkerLost: x", retry=None, unlocked=True)
+    holder = psycopg.connect(dsn, autocommit=True)  # the live worker's lock session
+    assert _locks.try_take(holder, _locks.liveness(schema, alive))
+    assert store.owners_unlocked() == [gone]
+    assert store.job_fail_orphaned(alive, "WorkerLost: x", retry=None, unlocked=True) == []
+    (charged,) = store.job_fail_orphaned(gone, "WorkerLost: x", retry=None, unlocked=True)
+    let_go(holder, db, _locks.liveness(schema, alive))
     assert charged.id == lost and charged.state == "ready"
     row = db.execute(
         f"SELECT available_at = created_at FROM {schema}.jobs WHERE id = %s", (lost,)

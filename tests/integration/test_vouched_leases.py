@@ -16,6 +16,7 @@ import forklift
 from forklift import _locks
 from forklift._ids import liveness_holder
 from forklift.store.limits import LimitStore
+from tests.integration.conftest import let_go
 
 Db = psycopg.Connection[Any]
 
@@ -86,7 +87,8 @@ def test_the_claim_takes_an_expired_lease_only_once_its_owner_is_vouched_for_by_
     taken = app.store.job_claim(["default"], "peer:1:ff", 10, 30.0, expired=True)
     assert [j.id for j in taken] == [gone]
     assert owners(db, schema, [child, alone]) == {child: CHILD, alone: ALONE}
-    supervisor.close()  # the child's supervisor is gone: now the child's job is lost
+    # The child's supervisor is gone: now the child's job is lost.
+    let_go(supervisor, db, _locks.liveness(schema, liveness_holder(CHILD)))
     taken = app.store.job_claim(["default"], "peer:1:ff", 10, 30.0, expired=True)
     assert [j.id for j in taken] == [child]
 
