@@ -5,9 +5,14 @@
 
 -- name: job_list
 -- A page of jobs, newest first: a window of at most `window` jobs (of `state`, older
--- than `before`; with `scheduled`, ready ones due later, through the ready jobs' due-time
--- index) is scanned in id order, through the primary key or the dead/cancelled index,
--- and filtered by queue, task and error text; never more than the window is read.
+-- than `before`; with `scheduled`, the ready ones due later) is scanned in id order,
+-- through the primary key, the dead/cancelled index or, for scheduled jobs, the index of
+-- jobs put off (jobs_scheduled_idx: a job due after now() was due after its creation,
+-- said here so that PostgreSQL may read it), and filtered by queue, task and error text;
+-- never more than the window is read. Ready jobs are read through the two indexes of
+-- ready jobs, with a limit and without (jobs_ready_limited_idx, jobs_ready_unlimited_idx):
+-- a condition true of every job says there are two kinds, so that PostgreSQL reads both.
+-- No index holds every ready job, because the claim would read it (migration 0017).
 SELECT w.id, w.queue, w.task, w.state::text AS state, w.priority, w.attempts,
        w.max_attempts, w.crashes, w.max_crashes, w.created_at, w.available_at, w.started_at,
        w.completed_at, w.lease_owner, w.last_error,
@@ -15,7 +20,9 @@ SELECT w.id, w.queue, w.task, w.state::text AS state, w.priority, w.attempts,
 FROM (
     SELECT j.* FROM {schema}.jobs AS j
     WHERE (%(state)s::{schema}.job_state IS NULL OR j.state = %(state)s::{schema}.job_state)
-      AND (NOT %(scheduled)s::boolean OR j.available_at > now())
+      AND (NOT %(scheduled)s::boolean
+           OR (j.available_at > now() AND j.available_at > j.created_at))
+      AND (j.limit_key IS NULL OR j.limit_key IS NOT NULL)
       AND (%(before)s::bigint IS NULL OR j.id < %(before)s::bigint)
     ORDER BY j.id DESC
     LIMIT %(window)s
@@ -32,7 +39,9 @@ LIMIT %(limit)s;
 SELECT count(*) AS scanned, min(w.id) AS oldest FROM (
     SELECT j.id FROM {schema}.jobs AS j
     WHERE (%(state)s::{schema}.job_state IS NULL OR j.state = %(state)s::{schema}.job_state)
-      AND (NOT %(scheduled)s::boolean OR j.available_at > now())
+      AND (NOT %(scheduled)s::boolean
+           OR (j.available_at > now() AND j.available_at > j.created_at))
+      AND (j.limit_key IS NULL OR j.limit_key IS NOT NULL)
       AND (%(before)s::bigint IS NULL OR j.id < %(before)s::bigint)
     ORDER BY j.id DESC
     LIMIT %(window)s

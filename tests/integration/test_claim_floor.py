@@ -48,6 +48,19 @@ def index_buffers(db: psycopg.Connection[Any], store: JobStore, floor: datetime 
     )
 
 
+def picked_indexes(
+    db: psycopg.Connection[Any], store: JobStore, floor: datetime | None
+) -> set[str]:
+    """The indexes through which the claim's branches pick jobs (EXPLAIN)."""
+    sql, params = claim_statement(store.q, ["default"], OWNER, 1, 30.0, False, (), floor)
+    with db.transaction(force_rollback=True):
+        row = db.execute("EXPLAIN (FORMAT JSON) " + sql, params).fetchone()
+    assert row is not None
+    plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
+    (picked,) = (n for n in nodes(plan[0]["Plan"]) if n.get("Subplan Name") == "CTE picked")
+    return {n["Index Name"] for n in nodes(picked) if n.get("Relation Name") == "jobs"}
+
+
 def nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
     yield plan
     for child in plan.get("Plans", []):
@@ -73,6 +86,36 @@ def test_a_claim_from_its_floor_does_not_walk_the_jobs_claimed_before_it(
         assert index_buffers(db, store, None) > 200  # the held horizon's cost, as it was
         assert index_buffers(db, store, floor) < 20
         assert [j.id for j in claim(store, 5, floor).jobs] == [max(ids) + 1]
+
+
+def test_each_branch_of_the_claim_reads_its_own_line_when_the_statistics_say_all_are_empty(
+    app: forklift.App, store: JobStore, dsn: str, db: psycopg.Connection[Any], schema: str
+) -> None:
+    """The ready line is empty at steady state, so the last VACUUM ANALYZE recorded none
+    in every index of ready jobs, and a VACUUM under a held horizon removes nothing and
+    leaves that count as it was. Every such index then looks alike to the planner: it
+    read all three branches through the index of all ready jobs by due time
+    (jobs_available_idx, retired by migration 0017), the higher- and lower-priority ones
+    from its start, through every dead version (220 ms a claim 8 minutes into a hold at
+    1,000 jobs/s), where their own index is empty."""
+    app.enqueue_many([("noop", {}) for _ in range(200)])
+    floor = churn(store, None)
+    db.execute(f"VACUUM ANALYZE {schema}.jobs")  # the line empty, as maintenance finds it
+    with horizon_held(dsn):
+        app.enqueue_many([("noop", {}) for _ in range(CHURNED)])
+        floor = churn(store, floor)
+        app.enqueue("noop")
+        own = {"jobs_ready_ranked_idx", "jobs_ready_usual_idx"}
+        for at in (floor, None):  # from the floor, and a rewind
+            assert picked_indexes(db, store, at) == own
+
+
+def churn(store: JobStore, floor: datetime | None) -> datetime | None:
+    """Claim and complete every ready job, from `floor`; the floor the last claim left."""
+    while (made := claim(store, 100, floor)).jobs:
+        floor = made.floor
+        store.job_complete_many([(j.id, j.attempt, None, None) for j in made.jobs], OWNER)
+    return made.floor
 
 
 def test_a_claim_from_a_floor_leaves_jobs_behind_it_to_a_rewind_but_no_other_priority(
