@@ -41,8 +41,8 @@ CHUNK = 1_000_000  # rows per INSERT while filling
 EVERY = 0.01  # seconds between the producer's enqueues
 # What the online migrations build, to undo them (their names as built), and drop (as
 # they were before).
-BUILT = ("jobs_ready_usual_idx", "jobs_ready_ranked_idx")
-DROPPED: dict[str, str] = {}
+BUILT = ("jobs_ready_usual_idx", "jobs_ready_ranked_idx", "jobs_scheduled_idx")
+DROPPED = {"jobs_available_idx": "(available_at) WHERE state = 'ready'"}
 
 
 def undo(conn: psycopg.Connection[Any], schema: str) -> None:
