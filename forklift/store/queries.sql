@@ -174,10 +174,11 @@ RETURNING {_claimed};
 
 -- name: job_claim_one
 -- job_claim for the usual case, one queue (the expiry scan apart: job_claim_lost): the
--- same jobs in the same order, from a statement PostgreSQL plans in half the time. It plans a claim afresh on
--- every run (a generic plan knows no limit and scans a whole backlog: 22 ms a claim of
--- one among 1,000,000 ready jobs, against 0.5 ms), and job_claim's planning was half
--- the time an idle worker took to claim a new job (0.5 of 1.0 ms, fsync included).
+-- same jobs in the same order, from a statement PostgreSQL plans in half the time. It
+-- plans a claim afresh on every run (a generic plan knows no limit and scans a whole
+-- backlog: 22 ms a claim of one among 1,000,000 ready jobs, against 0.5 ms), and
+-- job_claim's planning was half the time an idle worker took to claim a new job (0.5 of
+-- 1.0 ms, fsync included).
 --
 -- The default priority's jobs are read from `floor` on (workers/claimer.py, Floors),
 -- through an index of their own (jobs_ready_usual_idx, migration 0016). Every job of
