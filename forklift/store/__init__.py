@@ -201,12 +201,17 @@ class JobStore:
     ) -> Claim:
         """Complete `done` (as job_complete_many) if any, then claim as job_claim (from
         `floor`, None: a rewind) in one transaction and round trip, the claim seeing the
-        slots they free. A claim alone commits without waiting for its flush. With
-        `expired`, a claim of one queue first takes back lost jobs in a statement and
-        transaction of its own (job_claim_lost), so that its claim of the ready line
-        reads from `floor` as ever; they come first among the jobs it takes."""
+        slots they free. A claim alone commits without waiting for its flush."""
+        claiming = claim_statement(self.q, queues, owner, limit, lease, expired, done, floor)
         with translated("claim failed", self.where), self.pool.connection() as conn:
-            return claim_on(conn, self.q, done, queues, owner, limit, lease, expired, floor)
+            if not done:
+                cursor = conn.cursor(row_factory=dict_row)
+                rows, completed = cursor.execute(*claiming).fetchall(), set()
+            else:
+                completing, claim = pipelined(conn, [self.completion(done, owner), claiming])
+                claim.row_factory = dict_row
+                rows, completed = claim.fetchall(), set(_db.column(completing, "id"))
+        return _rows.claim(rows, limit, completed)
 
     def job_trace_contexts(self, ids: Sequence[int]) -> list[tuple[int, Any]]:
         """(id, trace context) of the jobs among `ids` enqueued with one (_tracing.py)."""
@@ -447,43 +452,13 @@ def claim_statement(
     floor: datetime | None,
 ) -> tuple[str, dict[str, Any]]:
     """The claim to run: job_claim_one for one queue without the expiry scan (the usual
-    claim, planned in half the time, its default priority read from `floor`; the scan
-    comes first, apart: claim_on), job_claim otherwise. Alone in its transaction (no
-    completions `done` with it), it commits without waiting for its WAL flush
-    (queries.sql, `_claim_commit`)."""
+    claim, planned in half the time, its default priority read from `floor`), job_claim
+    otherwise. Alone in its transaction (no completions `done` with it), it commits
+    without waiting for its WAL flush (queries.sql, `_claim_commit`)."""
     common = {"owner": owner, "limit": limit, "lease": lease, "alone": not done}
     if len(queues) == 1 and not expired:
         return q["job_claim_one"], {"queue": queues[0], "floor": floor, **common}
     return q["job_claim"], {"queues": list(queues), "expired": expired, **common}
-
-
-def claim_on(
-    conn: Conn,
-    q: dict[str, str],
-    done: Sequence[Completion],
-    queues: Sequence[str],
-    owner: str,
-    limit: int,
-    lease: float,
-    expired: bool,
-    floor: datetime | None,
-) -> Claim:
-    """JobStore.job_claim_next on `conn`."""
-    lost: list[ClaimedJob] = []
-    if expired and len(queues) == 1:
-        params = {"queues": list(queues), "owner": owner, "limit": limit, "lease": lease}
-        cursor = conn.cursor(row_factory=dict_row)
-        lost = _rows.claimed(cursor.execute(q["job_claim_lost"], {**params, "alone": True}))
-        limit, expired = limit - len(lost), False
-    claiming = claim_statement(q, queues, owner, limit, lease, expired, done, floor)
-    if not done:
-        rows, completed = conn.cursor(row_factory=dict_row).execute(*claiming).fetchall(), set()
-    else:
-        finished, claim = pipelined(conn, [completion(q, done, owner), claiming])
-        claim.row_factory = dict_row
-        rows, completed = claim.fetchall(), set(_db.column(finished, "id"))
-    made = _rows.claim(rows, limit, completed)
-    return made._replace(jobs=lost + made.jobs) if lost else made
 
 
 def completion(

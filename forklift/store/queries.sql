@@ -151,34 +151,12 @@ UPDATE {schema}.jobs AS j SET
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND {_claim_commit}
 RETURNING {_claimed};
 
--- name: job_claim_lost
--- Take back up to `limit` jobs of `queues` whose lease ran out (_lease_expired), their
--- lost attempt recorded (_lease_lost), in claim order. A worker's claim of one queue does
--- this first, now and then, on its own, then claims from the ready line as it always
--- does (JobStore.job_claim_next): job_claim, which looks for both in one statement, reads
--- the ready line from its start, two thirds of such a claim's time under a held horizon
--- (45 of 68 ms, 150,000 jobs into the hold). This reads every running row.
-WITH lost AS (
-    SELECT j.id FROM {schema}.jobs j
-    WHERE {_lease_expired}
-    ORDER BY j.priority DESC, j.available_at, j.id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE {schema}.jobs AS j SET
-    {_lease_taken},
-    started_at = now(),
-    {_lease_lost}
-WHERE j.id = ANY(ARRAY(SELECT id FROM lost)) AND {_claim_commit}
-RETURNING {_claimed};
-
 -- name: job_claim_one
--- job_claim for the usual case, one queue (the expiry scan apart: job_claim_lost): the
--- same jobs in the same order, from a statement PostgreSQL plans in half the time. It
--- plans a claim afresh on every run (a generic plan knows no limit and scans a whole
--- backlog: 22 ms a claim of one among 1,000,000 ready jobs, against 0.5 ms), and
--- job_claim's planning was half the time an idle worker took to claim a new job (0.5 of
--- 1.0 ms, fsync included).
+-- job_claim for the usual case, one queue and no expiry scan: the same jobs in the same
+-- order, from a statement PostgreSQL plans in half the time. It plans a claim afresh on
+-- every run (a generic plan knows no limit and scans a whole backlog: 22 ms a claim of
+-- one among 1,000,000 ready jobs, against 0.5 ms), and job_claim's planning was half
+-- the time an idle worker took to claim a new job (0.5 of 1.0 ms, fsync included).
 --
 -- The default priority's jobs are read from `floor` on (workers/claimer.py, Floors),
 -- through an index of their own (jobs_ready_usual_idx, migration 0016). Every job of

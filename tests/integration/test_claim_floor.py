@@ -118,29 +118,6 @@ def churn(store: JobStore, floor: datetime | None) -> datetime | None:
     return made.floor
 
 
-def test_a_claim_that_looks_for_lost_leases_reads_the_ready_line_from_its_floor_too(
-    app: forklift.App, store: JobStore, db: psycopg.Connection[Any], schema: str
-) -> None:
-    """Now and then a worker's claim also takes back jobs whose lease ran out: it did so
-    in one statement (job_claim) that read the ready line from its start, through every
-    dead version under a held horizon. Now the lost jobs come first, apart, and the line
-    is read from the floor as ever: a job behind the floor is left to a rewind."""
-    app.enqueue("noop")
-    floor = claim(store, 5, None).floor  # it emptied the line: a second before its now()
-    lost, behind = app.enqueue("noop"), app.enqueue("noop")
-    past(db, schema, [lost, behind])
-    db.execute(
-        f"UPDATE {schema}.jobs SET state = 'running', attempts = 1, lease_owner = 'gone:1:x',"
-        " seen_running = true, lease_until = now() - interval '1 second' WHERE id = %s",
-        (lost,),
-    )
-    made = store.job_claim_next((), ["default"], OWNER, 5, 30.0, expired=True, floor=floor)
-    assert [j.id for j in made.jobs] == [lost] and made.floor is not None
-    row = db.execute(f"SELECT attempts, last_error FROM {schema}.jobs WHERE id = %s", (lost,))
-    assert row.fetchone() == (2, "LeaseExpired: lease of gone:1:x expired")
-    assert [j.id for j in claim(store, 5, None).jobs] == [behind]
-
-
 def test_a_claim_from_a_floor_leaves_jobs_behind_it_to_a_rewind_but_no_other_priority(
     app: forklift.App, store: JobStore, db: psycopg.Connection[Any], schema: str
 ) -> None:
