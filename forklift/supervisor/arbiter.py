@@ -134,7 +134,7 @@ class Supervisor:
         self.vanished = VanishedOwners(self.store, self.totals, me=lambda: self.identity.id)
         return [
             DbService("attribution", TICK, self.attribution.retry_deferred),
-            DbService("vanished", self.vanished.config.every, self.vanished.run_once, 0.2),
+            self.vanished.service(),
             DbService("registry", self.registry.config.every, self.registry.run_once),
             DbService("autoscale", AUTOSCALE_EVERY, self.scaling.read_backlog, PACED),
         ]

@@ -28,6 +28,7 @@ from forklift._service import TestSignal
 from forklift.backoff import Backoff, Streak
 from forklift.errors import DatabaseError
 from forklift.metrics import Totals
+from forklift.supervisor.dbthread import DbService
 from forklift.supervisor.states import JobsAction
 from forklift.supervisor.store import ChargedJob, SupervisorStore
 
@@ -295,11 +296,12 @@ def count_charged(
 
 @dataclass(frozen=True)
 class VanishedConfig:
-    # Seconds between rounds. The database thread paces them to a fifth of its time
-    # (arbiter: share 0.2), more gently than its other reads: only a look that takes
-    # over 0.1 s (a held horizon's dead rows) spaces them out, so a vanished worker's
-    # jobs still run again within two seconds.
-    every: float = 0.5
+    every: float = 0.5  # seconds between rounds
+    # The share of the database thread's time its rounds may take (DbService.share):
+    # more than its other reads of the jobs table get, so that only a look over 0.1 s
+    # (a held horizon's dead rows) spaces them out, and a vanished worker's jobs still
+    # run again within two seconds.
+    share: float = 0.2
     confirm: float = 1.0  # an owner unlocked this long (over consecutive rounds) is gone
 
 
@@ -323,6 +325,10 @@ class VanishedOwners:
         self.me = me  # this supervisor's id: its own children are its reaper's
         self.rounds = TestSignal[VanishedResult]()
         self._unlocked_since: dict[str, float] = {}  # owner -> first seen unlocked
+
+    def service(self) -> DbService:
+        """Its rounds, as the database thread runs them."""
+        return DbService("vanished", self.config.every, self.run_once, self.config.share)
 
     def run_once(self, now: float | None = None) -> VanishedResult:
         """One round (DatabaseError if the database is away: what was seen is forgotten)."""

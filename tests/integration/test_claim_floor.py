@@ -34,16 +34,21 @@ def past(db: psycopg.Connection[Any], schema: str, ids: list[int], ago: str = "1
     )
 
 
-def index_buffers(db: psycopg.Connection[Any], store: JobStore, floor: datetime | None) -> int:
-    """Buffers the claim's index scans of the default priority read (EXPLAIN ANALYZE)."""
+def plan(db: psycopg.Connection[Any], store: JobStore, floor: datetime | None, how: str) -> Any:
+    """The plan of a claim of one job from `floor` (EXPLAIN (`how`, FORMAT JSON))."""
     sql, params = claim_statement(store.q, ["default"], OWNER, 1, 30.0, False, (), floor)
     with db.transaction(force_rollback=True):
-        row = db.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params).fetchone()
+        row = db.execute(f"EXPLAIN ({how}FORMAT JSON) " + sql, params).fetchone()
     assert row is not None
-    plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
+    found = row[0] if isinstance(row[0], list) else json.loads(row[0])
+    return found[0]["Plan"]
+
+
+def index_buffers(db: psycopg.Connection[Any], store: JobStore, floor: datetime | None) -> int:
+    """Buffers the claim's index scans of the default priority read (EXPLAIN ANALYZE)."""
     return sum(
         node.get("Shared Hit Blocks", 0) + node.get("Shared Read Blocks", 0)
-        for node in nodes(plan[0]["Plan"])
+        for node in nodes(plan(db, store, floor, "ANALYZE, BUFFERS, "))
         if node.get("Index Name") == "jobs_ready_usual_idx"
     )
 
@@ -52,12 +57,8 @@ def picked_indexes(
     db: psycopg.Connection[Any], store: JobStore, floor: datetime | None
 ) -> set[str]:
     """The indexes through which the claim's branches pick jobs (EXPLAIN)."""
-    sql, params = claim_statement(store.q, ["default"], OWNER, 1, 30.0, False, (), floor)
-    with db.transaction(force_rollback=True):
-        row = db.execute("EXPLAIN (FORMAT JSON) " + sql, params).fetchone()
-    assert row is not None
-    plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
-    (picked,) = (n for n in nodes(plan[0]["Plan"]) if n.get("Subplan Name") == "CTE picked")
+    everything = nodes(plan(db, store, floor, ""))
+    (picked,) = (n for n in everything if n.get("Subplan Name") == "CTE picked")
     return {n["Index Name"] for n in nodes(picked) if n.get("Relation Name") == "jobs"}
 
 
@@ -77,11 +78,7 @@ def test_a_claim_from_its_floor_does_not_walk_the_jobs_claimed_before_it(
     past(db, schema, ids)
     db.execute(f"VACUUM {schema}.jobs")  # (the versions that moved them)
     with horizon_held(dsn):
-        floor = None
-        while (made := claim(store, 100, floor)).jobs:
-            floor = made.floor
-            store.job_complete_many([(j.id, j.attempt, None, None) for j in made.jobs], OWNER)
-        floor = made.floor
+        floor = churn(store, None)
         app.enqueue("noop")
         assert index_buffers(db, store, None) > 200  # the held horizon's cost, as it was
         assert index_buffers(db, store, floor) < 20
