@@ -35,7 +35,9 @@ GROUP_DESCRIPTION = """\
 Operator commands on batches (app.enqueue_batch, app.batch): they need only the
 database (--dsn, --schema), not the app. Each has --help with examples and --json for
 scripts (its shape in its --help).
+"""
 
+GROUP_EXAMPLES = """\
 examples:
   forklift batches list
   forklift batches show 17
@@ -63,13 +65,15 @@ its ETA (its pending jobs at that rate), its callback (task, job id and state) a
 age. Reads the batches' own index and each batch's jobs through the batch indexes: never
 the whole jobs table.
 
+--json prints {{"open": [...], "finished": [...]}}, each batch an object with the keys
+{BATCH_KEYS}.
+"""
+
+LIST_EXAMPLES = """\
 examples:
   forklift batches list
   forklift batches list --limit 5
   forklift batches list --json | jq '.open[] | select(.dead > 0) | .id'
-
---json prints {{"open": [...], "finished": [...]}}, each batch an object with the keys
-{BATCH_KEYS}.
 """
 
 SHOW_DESCRIPTION = f"""\
@@ -79,10 +83,6 @@ made, sealed, cancelled (by whom) and finished, its callback (task, arguments wi
 values of secret-looking keys hidden, and once enqueued its job: state, attempts, last
 error) and its first dead jobs with their errors.
 
-examples:
-  forklift batches show 17
-  forklift batches show 17 --json | jq '.callback_job.state'
-
 --json prints one object with the keys of a `batches list` batch ({BATCH_KEYS}), and
 running_progress_done, running_progress_total (the progress its running jobs report,
 summed), last_ended_at (its latest job's end, or null), callback (the callback as the
@@ -91,6 +91,12 @@ above), priority, max_attempts, max_crashes, timeout, batch_id, limit_key, trace
 or null: none), callback_job (the callback's job with
 the keys of a `jobs list` job, or null: not enqueued yet, none, or pruned), dead_jobs
 (its first {DEAD_SHOWN} dead jobs: objects with id, last_error).
+"""
+
+SHOW_EXAMPLES = """\
+examples:
+  forklift batches show 17
+  forklift batches show 17 --json | jq '.callback_job.state'
 """
 
 CANCEL_DESCRIPTION = """\
@@ -104,13 +110,16 @@ producer died in it) is sealed too: its producer's next add is refused, and it f
 now. Exit 1 if the batch had finished already (nothing is cancelled) or there is no such
 batch.
 
-examples:
-  forklift batches cancel 17
-
 --json prints one object: id, result (cancelled, already_cancelled: marked before, its
 open jobs cancelled now; finished: it had finished, nothing done), cancelled_ready,
 cancelled_running (jobs cancelled), not_cancelled (jobs that ended before they could be),
 state, outcome, cancelled_by, callback_job_id (the batch after it).
+"""
+
+CANCEL_EXAMPLES = """\
+examples:
+  forklift batches cancel 17
+  forklift batches cancel 17 --json | jq '.cancelled_ready + .cancelled_running'
 """
 
 
@@ -234,13 +243,14 @@ def register(
         help="batches: their jobs by state, progress, rate, ETA, callback; cancel one "
         "(operator; needs only the database)",
         description=GROUP_DESCRIPTION,
+        epilog=GROUP_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     actions = group.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     p = operator_command(
         actions, common, "list", "open batches, then the latest finished, with counts and ETA",
-        LIST_DESCRIPTION,
+        LIST_DESCRIPTION, LIST_EXAMPLES,
     )  # fmt: skip
     p.add_argument(
         "--limit", type=positive_int, default=LIMIT,
@@ -250,14 +260,14 @@ def register(
 
     p = operator_command(
         actions, common, "show", "one batch: counts, progress, ETA, callback, dead jobs",
-        SHOW_DESCRIPTION,
+        SHOW_DESCRIPTION, SHOW_EXAMPLES,
     )  # fmt: skip
     p.add_argument("id", type=int, metavar="ID", help="the batch's id")
     p.set_defaults(func=cmd_show)
 
     p = operator_command(
         actions, common, "cancel", "cancel a batch: its ready and running jobs too",
-        CANCEL_DESCRIPTION,
+        CANCEL_DESCRIPTION, CANCEL_EXAMPLES,
     )  # fmt: skip
     p.add_argument("id", type=int, metavar="ID", help="the batch's id")
     p.set_defaults(func=cmd_cancel)

@@ -9,14 +9,21 @@ from __future__ import annotations
 
 import argparse
 import os
+import textwrap
 
 from forklift._config import env
 from forklift.cli import flags
 from forklift.cli.apps import app_for
 from forklift.cli.errors import UsageError
-from forklift.errors import ConfigError
+from forklift.errors import ConfigError, install_hint
 
-INSTALL = "pip install 'forklift[dashboard]'"
+INSTALL = install_hint("dashboard")
+# install_hint's words, wrapped as the rest of --help with the command at a line's
+# start, so that no line break falls inside it.
+_EXTRA, _, _HOW = INSTALL.partition(": ")
+NEEDS = f"Flask does not come with forklift itself: {_EXTRA}:\n" + textwrap.fill(
+    f"{_HOW}.", 88, break_on_hyphens=False
+)
 
 DESCRIPTION = f"""\
 Serve the dashboard: every queue (ready, scheduled, running, dead, oldest ready age,
@@ -34,12 +41,15 @@ in the job's error history as by dashboard:NAME@ADDRESS and logged. With the tok
 every page asks for the login; --allow-actions without it is refused. Binding anything
 but loopback without a token warns that anyone reaching the address can read it.
 
-Needs the dashboard extra: {INSTALL}
+{NEEDS}
+"""
 
+EXAMPLES = """\
 examples:
-  forklift dashboard                          http://127.0.0.1:8787/, read-only
+  forklift dashboard                          # http://127.0.0.1:8787/, read-only
   FORKLIFT_DASHBOARD_TOKEN=$(openssl rand -hex 16) forklift dashboard --allow-actions
-  forklift dashboard --bind 0.0.0.0:8787      (with FORKLIFT_DASHBOARD_TOKEN set)
+  forklift dashboard --bind 0.0.0.0:8787      # with FORKLIFT_DASHBOARD_TOKEN set
+  forklift dashboard --dsn postgresql://db.internal/app --schema forklift
 """
 
 
@@ -57,9 +67,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     except ModuleNotFoundError as exc:
         if exc.name not in ("flask", "jinja2", "werkzeug", "markupsafe", "itsdangerous"):
             raise
-        raise UsageError(
-            f"forklift dashboard needs the dashboard extra ({exc.name} is not installed): {INSTALL}"
-        ) from None
+        raise UsageError(f"forklift dashboard: {exc.name} is not installed; {INSTALL}") from None
     app = app_for(args)
     return serve(config, app.dsn, app.schema)
 
@@ -74,6 +82,7 @@ def register(
         help="the web view: queues, jobs, batches, schedules, processes (read-only unless "
         "--allow-actions; needs the dashboard extra)",
         description=DESCRIPTION,
+        epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     flags.flag(

@@ -31,7 +31,9 @@ never touches a server nobody named. With one, it works in a schema of its own
 
 Exit status: 0 if every tile's effect and the callback's committed exactly once, 1 if
 not (or the callback failed), 130 on Ctrl-C or SIGTERM.
+"""
 
+EXAMPLES = """\
 examples:
   forklift demo
   forklift demo --workers 4 --size 1280x960 --out /tmp/mandelbrot.png
@@ -71,6 +73,7 @@ def register(
         parents=common,
         help="the whole thing on show, on an embedded PostgreSQL",
         description=DESCRIPTION,
+        epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(

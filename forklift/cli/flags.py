@@ -83,15 +83,18 @@ def operator_command(
     name: str,
     summary: str,
     description: str,
+    examples: str,
 ) -> argparse.ArgumentParser:
-    """An operator command: its --help text as written (examples, the --json shape),
-    --json, --dsn and --schema. `actions` is the subparsers it joins: the top level's
-    (`queues`) or a group's (`jobs list`)."""
+    """An operator command: its --help text as written (what it does and the --json
+    shape above the flags, the examples below them), --json, --dsn and --schema.
+    `actions` is the subparsers it joins: the top level's (`queues`) or a group's (`jobs
+    list`)."""
     p = actions.add_parser(
         name,
         parents=common,
         help=summary,
         description=description,
+        epilog=examples,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--json", action="store_true", help="machine-readable output (shape above)")

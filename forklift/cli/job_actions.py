@@ -22,12 +22,15 @@ to 0: a retried job gets its whole max_attempts and max_crashes budget again (it
 history keeps every earlier attempt, and notes the retry). One line per job; exit 1 if
 any job named was not retried (not found, or not dead or cancelled).
 
+--json prints a list with one object per job: id, result (retried, not_found,
+not_retryable), was (its state before, or null), attempts_before, crashes_before.
+"""
+
+RETRY_EXAMPLES = """\
 examples:
   forklift jobs retry 1042 1043
   forklift jobs retry --all-dead --queue emails --task send_receipt
-
---json prints a list with one object per job: id, result (retried, not_found,
-not_retryable), was (its state before, or null), attempts_before, crashes_before.
+  forklift jobs retry --all-dead --json | jq '[.[] | select(.result == "retried")] | length'
 """
 
 CANCEL_DESCRIPTION = """\
@@ -39,12 +42,14 @@ returned within `forklift run`'s --cancel-grace has its worker process killed an
 replaced. A cancelled job is never retried unless you `jobs retry` it. One line per job;
 exit 1 if any job named was not cancelled (not found, or finished already).
 
+--json prints a list with one object per job: id, result (cancelled, not_found,
+not_cancellable), was (its state before, or null), worker (who was running it, or null).
+"""
+
+CANCEL_EXAMPLES = """\
 examples:
   forklift jobs cancel 1042
   forklift jobs cancel $(forklift jobs list --state ready --task resize --json | jq '.jobs[].id')
-
---json prints a list with one object per job: id, result (cancelled, not_found,
-not_cancellable), was (its state before, or null), worker (who was running it, or null).
 """
 
 PURGE_DESCRIPTION = f"""\
@@ -55,12 +60,14 @@ another one holds: workers claiming jobs are never blocked. Retention pruning (`
 Like retention, it keeps the jobs of a batch until the batch and its callback have
 finished (the callback reads them; the batch's outcome counts them).
 
+--json prints one object: state, older_than_seconds, cutoff (ISO 8601 UTC), dry_run,
+jobs (deleted, or in a dry run found), batches, at_least (a dry run stopped counting).
+"""
+
+PURGE_EXAMPLES = """\
 examples:
   forklift jobs purge --state dead --older-than 7d --dry-run
   forklift jobs purge --state succeeded --older-than 1h
-
---json prints one object: state, older_than_seconds, cutoff (ISO 8601 UTC), dry_run,
-jobs (deleted, or in a dry run found), batches, at_least (a dry run stopped counting).
 """
 
 
@@ -141,7 +148,12 @@ def register(
     common: list[argparse.ArgumentParser],
 ) -> None:
     p = operator_command(
-        actions, common, "retry", "dead or cancelled jobs back to ready", RETRY_DESCRIPTION
+        actions,
+        common,
+        "retry",
+        "dead or cancelled jobs back to ready",
+        RETRY_DESCRIPTION,
+        RETRY_EXAMPLES,
     )
     p.add_argument("ids", type=int, nargs="*", metavar="ID", help="the jobs to retry")
     p.add_argument("--all-dead", action="store_true", help="every dead job (of --queue, --task)")
@@ -155,12 +167,18 @@ def register(
         "cancel",
         "cancel ready or running jobs, wherever they run",
         CANCEL_DESCRIPTION,
+        CANCEL_EXAMPLES,
     )
     p.add_argument("ids", type=int, nargs="+", metavar="ID", help="the jobs to cancel")
     p.set_defaults(func=cmd_cancel)
 
     p = operator_command(
-        actions, common, "purge", "delete old finished jobs, in small batches", PURGE_DESCRIPTION
+        actions,
+        common,
+        "purge",
+        "delete old finished jobs, in small batches",
+        PURGE_DESCRIPTION,
+        PURGE_EXAMPLES,
     )
     p.add_argument(
         "--state",

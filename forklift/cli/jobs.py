@@ -20,7 +20,9 @@ ERROR_CHARS = 60  # of the last error in the list table
 GROUP_DESCRIPTION = """\
 Operator commands on jobs: they need only the database (--dsn, --schema), not the app.
 Each has --help with examples and --json for scripts (its shape in its --help).
+"""
 
+GROUP_EXAMPLES = """\
 examples:
   forklift jobs list --state dead
   forklift jobs show 1042
@@ -37,14 +39,17 @@ short with more left to look at, stderr says which --before to pass next. The la
 of a job that succeeded or runs again since is an earlier attempt's: it reads
 "earlier: ...".
 
+--json prints {{"jobs": [...], "next_before": ID or null}}: next_before is what to pass
+as --before for the next page (null: nothing older to look at), and each job has the keys
+{jobview.JOB_KEYS}.
+"""
+
+LIST_EXAMPLES = """\
 examples:
   forklift jobs list --state dead --queue emails
   forklift jobs list --error "timed out" --limit 10
   forklift jobs list --state dead --json | jq '.jobs[].id'
-
---json prints {{"jobs": [...], "next_before": ID or null}}: next_before is what to pass
-as --before for the next page (null: nothing older to look at), and each job has the keys
-{jobview.JOB_KEYS}.
+  forklift jobs list --task render --before 1042
 """
 
 SHOW_DESCRIPTION = f"""\
@@ -53,11 +58,6 @@ to {jobview.ARGS_CHARS} characters; values of secret-looking keys and DSN passwo
 hidden), the progress it last reported (done/total, message, how long ago), its batch,
 and its whole error history: for each attempt that failed, when, on which worker, the
 error and its traceback; an operator's retry or cancel as who did it and when.
-
-examples:
-  forklift jobs show 1042
-  forklift jobs show 1042 --json | jq '.errors[-1].traceback'
-  forklift jobs show 1042 --json | jq '.result'
 
 --json prints one object with the keys of a `jobs list` job ({jobview.JOB_KEYS}), and
 args (the JSON text of the arguments, made safe as above), args_truncated,
@@ -69,6 +69,13 @@ null: none), progress (an object with done, total (null: not known), message, at
 task limit's key value, or null), worker (the worker that runs it or ran its last
 attempt, or null: it never ran), leases_forgiven (attempts added to max_attempts for
 leases lost with their worker before the handler ran: not charged, at most 3).
+"""
+
+SHOW_EXAMPLES = """\
+examples:
+  forklift jobs show 1042
+  forklift jobs show 1042 --json | jq '.errors[-1].traceback'
+  forklift jobs show 1042 --json | jq '.result'
 """
 
 
@@ -116,6 +123,7 @@ def register(
         "jobs",
         help="find, read, retry, cancel and purge jobs (operator; needs only the database)",
         description=GROUP_DESCRIPTION,
+        epilog=GROUP_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     actions = group.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -126,6 +134,7 @@ def register(
         "list",
         "jobs, newest first, by state, queue, task, error",
         LIST_DESCRIPTION,
+        LIST_EXAMPLES,
     )
     p.add_argument(
         "--state",
@@ -155,6 +164,7 @@ def register(
         "show",
         "one job: arguments, timings, its whole error history",
         SHOW_DESCRIPTION,
+        SHOW_EXAMPLES,
     )
     p.add_argument("id", type=int, metavar="ID", help="the job's id")
     p.set_defaults(func=cmd_show)

@@ -10,6 +10,13 @@ from forklift.cli.apps import admin_store, app_for, job_admin
 from forklift.shown import output
 from forklift.shown.processes import Listed, listed
 
+STATUS_EXAMPLES = """\
+examples:
+  forklift status
+  forklift status --dsn postgresql://app@db.internal/app
+  forklift status --json | jq '.[] | select(.dead > 0) | .queue'
+"""
+
 
 def cmd_status(args: argparse.Namespace) -> int:
     app = app_for(args)
@@ -56,6 +63,13 @@ before its registry row is written is listed too, as "not registered".
 queues, current_job (the first job it runs, or null), jobs (a list of objects with id,
 task, queue), rss_bytes, uptime and heartbeat_age (seconds; null when not registered),
 registered, paused_queues.
+"""
+
+PS_EXAMPLES = """\
+examples:
+  forklift ps
+  forklift ps --json | jq '.[] | select(.kind == "worker") | .current_job'
+  forklift ps --json | jq '[.[] | select(.registered | not)] | length'
 """
 
 
@@ -120,6 +134,8 @@ def register(
         "status",
         parents=common,
         help="queues: paused, ready, scheduled, running, dead, oldest age, limits",
+        epilog=STATUS_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     flags.add_database(p)
@@ -130,6 +146,7 @@ def register(
         parents=common,
         help="live supervisors and workers, all hosts",
         description=PS_DESCRIPTION,
+        epilog=PS_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")

@@ -9,12 +9,27 @@ from forklift import _loading
 from forklift.cli import flags
 from forklift.cli.apps import app_for
 
-RUN_DESCRIPTION = (
-    "Import the app once, fork worker processes, restart the ones that crash, "
-    "record how they died on the jobs they held, and stop gracefully on SIGTERM. "
-    "Signals: TERM/INT graceful stop (second INT or QUIT: release now and exit); "
-    "HUP rolling restart with freshly imported code; TTIN/TTOU one worker more/fewer."
-)
+RUN_DESCRIPTION = """\
+Import the app once, fork worker processes, restart the ones that crash, record how
+they died on the jobs they held, and stop gracefully on SIGTERM. Signals: TERM/INT
+graceful stop (second INT or QUIT: release now and exit); HUP rolling restart with
+freshly imported code; TTIN/TTOU one worker more/fewer.
+"""
+
+RUN_EXAMPLES = """\
+examples:
+  forklift run myproject.jobs:app
+  forklift run myproject.jobs:app --workers 4 --queues default,emails
+  forklift run myproject.jobs:app --autoscale 2:8 --max-memory-per-child 512
+  forklift run myproject.jobs:app --metrics-addr 0.0.0.0:9367 --grace 60s
+"""
+
+WORKER_EXAMPLES = """\
+examples:
+  forklift worker myproject.jobs:app
+  forklift worker myproject.jobs:app --queues emails --concurrency 8 --log-level DEBUG
+  forklift worker myproject.jobs:app --no-listen --poll-interval 1s
+"""
 
 
 def _use_session_dsn(args: argparse.Namespace) -> None:
@@ -56,6 +71,8 @@ def register(
         parents=common,
         help="the supervisor: fork worker processes and keep them healthy (foreground)",
         description=RUN_DESCRIPTION,
+        epilog=RUN_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("app", metavar="MODULE:APP", help="the app, e.g. myproject.jobs:app")
     flags.add_processes(p)
@@ -70,6 +87,8 @@ def register(
         "worker",
         parents=common,
         help="one worker process in the foreground (no supervisor; for debugging)",
+        epilog=WORKER_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("app", metavar="MODULE:APP", help="the app, e.g. myproject.jobs:app")
     flags.add_worker(p)

@@ -43,15 +43,6 @@ names that are in use: it is most likely a typo, and pausing or limiting it woul
 the real queue as it was. --force does it anyway: ahead of a deploy that brings its
 workers.
 
-examples:
-  forklift queues
-  forklift queues pause emails
-  forklift queues pause reports --force
-  forklift queues resume emails
-  forklift queues limit emails --concurrency 4 --rate 10/s --max-depth 10000
-  forklift queues limit emails --rate none
-  forklift queues limit emails --clear
-
 --json prints, without an action, a list with one object per queue: queue, paused,
 paused_at (ISO 8601 UTC, or null), paused_by (user@host, or null), ready, scheduled,
 running, dead, oldest_ready_age_seconds (or null), succeeded_last_minute,
@@ -60,6 +51,17 @@ max_depth (each null: no such limit), rejected (enqueues max_depth refused); wit
 or resume, one object: queue, action, changed (false: it was paused, or not paused,
 already); with limit, one object: queue, action, and what is now in force: concurrency,
 rate, per, max_depth, rejected.
+"""
+
+EXAMPLES = """\
+examples:
+  forklift queues
+  forklift queues pause emails
+  forklift queues pause reports --force
+  forklift queues resume emails
+  forklift queues limit emails --concurrency 4 --rate 10/s --max-depth 10000
+  forklift queues limit emails --rate none
+  forklift queues limit emails --clear
 """
 
 
@@ -213,6 +215,7 @@ def register(
     p = operator_command(
         sub, common, "queues",
         "per-queue counts and limits; pause, resume or limit a queue everywhere", DESCRIPTION,
+        EXAMPLES,
     )  # fmt: skip
     p.add_argument(
         "action",

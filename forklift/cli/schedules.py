@@ -25,16 +25,19 @@ fire time (in its zone and in UTC), its last fire, its job's last success and la
 error. A schedule that no running supervisor declares any more (removed from the code,
 or no supervisor up) shows how long ago one last did.
 
-example:
-  forklift schedules
-  forklift schedules --json | jq '.[] | select(.last_error != null) | .name'
-
 --json prints a list with one object per schedule, with these keys (times are ISO 8601;
 null when there is none yet): name, task, queue, cron (or null), every_seconds (or
 null), tz, catchup_seconds (null: only the most recent missed fire runs), overlap,
 definition_hash, defined_at, next_fire (in tz), next_fire_utc, last_fire_utc,
 last_job_id, last_success_utc, last_error, last_error_utc, in_flight (fires whose job
 has not finished), declared (a running supervisor declares it), synced_seconds_ago.
+"""
+
+EXAMPLES = """\
+examples:
+  forklift schedules
+  forklift schedules --dsn postgresql://app@db.internal/app --schema forklift
+  forklift schedules --json | jq '.[] | select(.last_error != null) | .name'
 """
 
 
@@ -93,6 +96,7 @@ def register(
         parents=common,
         help="periodic jobs: next fire, last fire, last success and last error of each",
         description=DESCRIPTION,
+        epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--json", action="store_true", help="machine-readable output (shape above)")

@@ -1,13 +1,17 @@
 """Declaring schedules: `App.periodic()`'s options, checked at declaration, never at a fire.
 
 A bad cron expression, an unknown time zone, a bad or duplicate schedule name, or
-arguments the task cannot take are a ConfigError where the schedule is declared.
+arguments the task cannot take are a ConfigError where the schedule is declared, and
+its message starts with the file and line that declare it (`app/jobs.py:12: ...`).
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
+from types import FrameType, TracebackType
 from typing import Any, ParamSpec, Protocol, TypedDict, TypeVar, overload
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -85,7 +89,10 @@ class Periodic:
     def __init__(self, app: Declaring, options: PeriodicOptions) -> None:
         self.app = app
         self.options = options
-        _timing(options)  # a bad expression or zone fails at the decorator's line
+        try:
+            _timing(options)  # a bad expression or zone fails at the decorator's line
+        except ConfigError as exc:
+            raise _located(exc) from None
 
     @overload
     def __call__(self, fn: Task[P, R], /) -> Task[P, R]: ...
@@ -94,6 +101,12 @@ class Periodic:
     def __call__(self, fn: Callable[P, R], /) -> Task[P, R]: ...
 
     def __call__(self, fn: Callable[..., Any], /) -> Task[Any, Any]:
+        try:
+            return self._scheduled(fn)
+        except ConfigError as exc:
+            raise _located(exc) from None
+
+    def _scheduled(self, fn: Callable[..., Any]) -> Task[Any, Any]:
         o = self.options
         if isinstance(fn, Task):
             given = sorted({"task_name", "timeout", "backoff"} & o.keys())
@@ -101,7 +114,7 @@ class Periodic:
                 raise ConfigError(
                     f"schedule of task {fn.name!r}: {', '.join(given)} belong to @app.task"
                 )
-            schedule(self.app, fn, o)
+            _schedule(self.app, fn, o)
             return fn
         task: Task[Any, Any] = self.app.task(
             name=o.get("task_name"),
@@ -112,7 +125,7 @@ class Periodic:
             backoff=o.get("backoff"),
         )(fn)
         try:
-            schedule(self.app, task, o)
+            _schedule(self.app, task, o)
         except ConfigError:
             del self.app.tasks[task.name]  # a bad schedule leaves no task behind
             raise
@@ -121,7 +134,52 @@ class Periodic:
 
 def schedule(app: Declaring, task: Task[Any, Any] | str, options: ScheduleOptions) -> Schedule:
     """Check `options` for `task` (a Task, or a registered task's name) and add the
-    schedule to `app`; ConfigError if anything about it is wrong."""
+    schedule to `app`; ConfigError, located at its caller's line, if anything about it
+    is wrong."""
+    try:
+        return _schedule(app, task, options)
+    except ConfigError as exc:
+        raise _located(exc) from None
+
+
+def _located(exc: ConfigError) -> ConfigError:
+    """`exc` as the user's code should see it: its message starts with the file and line
+    that declare the schedule, and its traceback ends there, so a traceback and the
+    one-line error of `forklift run` (which names the innermost frame) both point at the
+    user's line, not at the line of forklift's that found the mistake. The frame is the
+    innermost one outside forklift's declaring modules, found while it is on the stack."""
+    frame = _declaring_frame()
+    if frame is None:
+        return exc
+    where = f"{_shown_path(frame.f_code.co_filename)}:{frame.f_lineno}"
+    found = ConfigError(f"{where}: {exc}")
+    return found.with_traceback(TracebackType(None, frame, frame.f_lasti, frame.f_lineno))
+
+
+def _declaring_frame() -> FrameType | None:
+    """The user's frame that declares the schedule: the innermost one that is not
+    forklift's declaring code (None only if forklift's own code is all there is)."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and _is_declaring(frame):
+        frame = frame.f_back
+    return frame
+
+
+def _is_declaring(frame: FrameType) -> bool:
+    """Whether `frame` runs forklift's declaring code (App.periodic and this package)."""
+    module = str(frame.f_globals.get("__name__", ""))
+    return module == "forklift.app" or module.startswith("forklift.scheduler.")
+
+
+def _shown_path(path: str) -> str:
+    """A source file's path relative to the current directory when it lies within it
+    (`app/jobs.py`), else as Python has it."""
+    here = os.path.join(os.getcwd(), "")
+    return path[len(here) :] if path.startswith(here) else path
+
+
+def _schedule(app: Declaring, task: Task[Any, Any] | str, options: ScheduleOptions) -> Schedule:
+    """schedule() before its ConfigError is located (Periodic locates its own)."""
     known = _resolve(app, task)
     task_name = known.name if known is not None else str(task)
     name = options.get("name", task_name)

@@ -20,11 +20,6 @@ says it is (ctx.progress: percent done, or the count when it gave no total, and 
 message); the most recent dead jobs. Keys: q quits
 (Ctrl-C does too). Fits an 80x24 terminal (over SSH too); a bigger one shows more rows.
 
-examples:
-  forklift top
-  forklift top --once     one frame on stdout, then exit (no terminal needed)
-  forklift top --json | jq '.workers[] | select(.jobs != []) | .id'
-
 --json prints one frame (and exits): an object with at (ISO 8601 UTC), error (null),
 supervisors, queues (objects with queue, paused, ready, scheduled, running, dead,
 oldest_ready_age_seconds, succeeded_last_minute, dead_last_minute, concurrency, rate,
@@ -32,6 +27,13 @@ per, max_depth, rejected: see `forklift queues --help`), workers (objects with
 id, host, pid, registered, rss_bytes, jobs: objects with id, task, queue, attempt,
 running_seconds, progress: done, total, message, at, or null), recent_failures (objects
 with id, queue, task, seconds_ago, error).
+"""
+
+EXAMPLES = """\
+examples:
+  forklift top
+  forklift top --once     # one frame on stdout, then exit (no terminal needed)
+  forklift top --json | jq '.workers[] | select(.jobs != []) | .id'
 """
 
 
@@ -47,7 +49,7 @@ def register(
 ) -> None:
     p = operator_command(
         sub, common, "top", "a live terminal view across replicas: queues, workers, failures",
-        DESCRIPTION,
+        DESCRIPTION, EXAMPLES,
     )  # fmt: skip
     p.add_argument("--once", action="store_true", help="print one frame and exit")
     p.set_defaults(func=cmd_top)
