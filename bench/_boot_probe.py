@@ -63,7 +63,10 @@ def wrap(target: str, label: str, *, first_only: bool = True, when: str = "end")
     """
     owner, name = found(target)
     held = vars(owner)[name]
-    binder: Callable[[Any], Any] = classmethod if isinstance(held, classmethod) else lambda f: f
+
+    def binder(f: Callable[..., Any]) -> Any:
+        return classmethod(f) if isinstance(held, classmethod) else f
+
     original: Callable[..., Any] = getattr(held, "__func__", held)
     seen: set[int] = set()
 

@@ -119,15 +119,22 @@ def database_error(
     return kind(message, sqlstate=state, transient=transient(exc), row_dependent=rows, cause=exc)
 
 
+NO_DATABASE = "no database: pass App(dsn=...) or set FORKLIFT_DATABASE_URL (or DATABASE_URL)"
+
+
 def resolve_dsn(dsn: str | None) -> str:
-    """The DSN given, else FORKLIFT_DATABASE_URL, else DATABASE_URL; DsnError if it does
-    not parse (check_dsn)."""
+    """The DSN given, else FORKLIFT_DATABASE_URL, else DATABASE_URL, else the project's
+    development database (forklift.devdb) where it may be used; DsnError if it does not
+    parse (check_dsn), NoDatabase (saying why there is no development database) if none."""
     found = dsn or os.environ.get("FORKLIFT_DATABASE_URL") or os.environ.get("DATABASE_URL")
-    if not found:
-        raise NoDatabase(
-            "no database: pass App(dsn=...) or set FORKLIFT_DATABASE_URL (or DATABASE_URL)"
-        )
-    return check_dsn(found)
+    if found:
+        return check_dsn(found)
+    from forklift import devdb
+
+    try:
+        return devdb.dsn()
+    except NoDatabase as exc:
+        raise NoDatabase(NO_DATABASE, reason=str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -500,6 +507,10 @@ _KV_HINT = (
     "quote a value with spaces in single quotes, as in dbname='my db', with \\' and \\\\ inside"
 )
 _WHERE = "(the database comes from --dsn, FORKLIFT_DATABASE_URL or DATABASE_URL)"
+# A URL's scheme, of any database: letters, digits, + . - (RFC 3986), bounded, so that
+# showing it can never show a password.
+_SCHEME = re.compile(r"^\s*([A-Za-z][A-Za-z0-9+.-]{0,31})://")
+_PORTS = range(1, 65536)
 
 
 def _passwords(dsn: str) -> list[str]:
@@ -550,6 +561,7 @@ def check_dsn(dsn: str) -> str:
     if dsn in _CHECKED:
         return dsn
     remember_secrets(dsn)
+    _check_scheme(dsn)
     url = bool(_URL_FORM.match(dsn))
     form, hint = ("URL", _URL_HINT) if url else ("key=value string", _KV_HINT)
     try:
@@ -560,5 +572,36 @@ def check_dsn(dsn: str) -> str:
         # An unencoded @ in a URL's password ends the password early: the rest of it
         # becomes the host name, which every connection error would then print.
         raise DsnError(f"the database {form}'s host contains '@': {hint} {_WHERE}")
+    _check_ports(str(info.get("port") or ""), form)
     _CHECKED.add(dsn)
     return dsn
+
+
+def _check_scheme(dsn: str) -> None:
+    """DsnError for another database's URL (mysql://, sqlite:///...): libpq reads anything
+    but postgresql:// and postgres:// as a key=value string, and would say that the
+    string does not parse, which sends its writer to fix the wrong thing."""
+    scheme = _SCHEME.match(dsn)
+    if scheme is not None and not _URL_FORM.match(dsn):
+        raise DsnError(
+            f"the database URL's scheme {scheme[1]}:// is not PostgreSQL's: forklift takes a "
+            "postgresql:// or postgres:// URL, or a key=value string such as "
+            f"'host=db.internal dbname=app' {_WHERE}"
+        )
+
+
+def _check_ports(ports: str, form: str) -> None:
+    """DsnError for a port that is not a number from 1 to 65535 (one per host, comma
+    separated; an empty one means the default). libpq takes any text here and refuses it
+    only when connecting, an error that reads as a database that is away. A port that is
+    not a number is not shown: in a mistyped URL it may be a piece of the password."""
+    for port in (p.strip() for p in ports.split(",")):
+        if not port:
+            continue
+        if not (port.isascii() and port.isdigit()):
+            raise DsnError(f"the database {form}'s port is not a number from 1 to 65535 {_WHERE}")
+        if int(port) not in _PORTS:
+            raise DsnError(
+                f"the database {form}'s port {port} is out of range: ports run from 1 to "
+                f"65535 {_WHERE}"
+            )

@@ -10,7 +10,18 @@ from typing import Any, ParamSpec, TypeVar, Unpack, cast, overload
 
 import psycopg
 
-from forklift import _config, _db, _job, _names, _producing, _singleton, _sql, _waiting, batch
+from forklift import (
+    _config,
+    _db,
+    _job,
+    _names,
+    _producing,
+    _singleton,
+    _sql,
+    _waiting,
+    batch,
+    devdb,
+)
 from forklift._job import JobOptions as JobOptions
 from forklift._job import JobSpec as JobSpec
 from forklift.backoff import Backoff
@@ -135,7 +146,7 @@ class App:
 
     @property
     def dsn(self) -> str:
-        return _db.resolve_dsn(self._dsn)
+        return devdb.ready(_db.resolve_dsn(self._dsn), self.migrate, self.schema)
 
     # -- tasks -------------------------------------------------------------------------
 

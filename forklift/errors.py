@@ -17,7 +17,11 @@ class DsnError(ConfigError):
 
 class NoDatabase(ConfigError):
     """No database URL was given: none passed, and neither FORKLIFT_DATABASE_URL nor
-    DATABASE_URL is set."""
+    DATABASE_URL is set; `reason` says why no development database stood in for one."""
+
+    def __init__(self, message: str, *, reason: str = "") -> None:
+        super().__init__(f"{message}; {reason}" if reason else message)
+        self.reason = reason
 
 
 class AppImportError(ForkliftError):
@@ -170,3 +174,15 @@ class Retry(Exception):
 
 class Fail(Exception):
     """Raise from a handler to mark the job dead at once, without further attempts."""
+
+
+def install_hint(extra: str) -> str:
+    """How to add an optional extra (`dashboard`, `embedded`, `otel`), worded the same in
+    every message that needs one. forklift is not on PyPI: `pip install 'forklift[x]'`
+    would fetch nothing, or somebody else's package, so the hint names where it can come
+    from instead."""
+    return (
+        f"install forklift with the {extra} extra: pip install -e '.[{extra}]' in a clone "
+        f"of forklift, or add [{extra}] to what you installed forklift from (a wheel's "
+        "path, a git URL)"
+    )

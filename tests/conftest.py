@@ -15,6 +15,10 @@ from forklift.embedded import EmbeddedPostgres
 
 LOCAL = "postgresql://root@127.0.0.1:5432/test"
 
+# No test starts a development database (forklift.devdb) in the repository by leaving out
+# a database URL: those that mean to use one (tests/acceptance/test_devdb.py) say so.
+os.environ["FORKLIFT_DEVDB"] = "off"
+
 
 def _answers(url: str) -> bool:
     try:

@@ -21,16 +21,25 @@ from forklift.cli.errors import Exit, handled, report
 from forklift.errors import ForkliftError
 
 EPILOG = """\
-The database comes from --dsn, then FORKLIFT_DATABASE_URL, then DATABASE_URL.
+The database comes from --dsn, then FORKLIFT_DATABASE_URL, then DATABASE_URL; with
+none, the project's development database in ./.forklift (forklift devdb --help).
 Every flag also reads a FORKLIFT_* environment variable, named in its help.
 Exit codes: 0 ok, 1 error, 2 usage (or a database URL that does not parse), 3 the app
 does not import, 130 interrupted.
+
+examples:
+  forklift demo                # the whole thing at work, on an embedded PostgreSQL
+  forklift migrate --dsn postgresql://localhost/app
+  forklift run myproject.jobs:app --workers 4
+  forklift enqueue myproject.jobs:app render --args '{"path": "a.png"}'
+  forklift status
+  forklift jobs list --state dead
 """
 
 # The modules of forklift.cli that register the commands, in --help's order.
 COMMAND_GROUPS = (
     "produce", "processes", "observe", "jobs", "batches", "queues", "top", "schedules",
-    "dashboard", "demo",
+    "dashboard", "demo", "devdb",
 )  # fmt: skip
 # The group that registers each command: `forklift run ...` imports and builds its own
 # group only (all of them take ~20 ms on the way to the first claim); --help, --version
@@ -39,7 +48,7 @@ GROUP_OF = {
     "migrate": "produce", "enqueue": "produce", "run": "processes", "worker": "processes",
     "status": "observe", "ps": "observe", "jobs": "jobs", "batches": "batches",
     "queues": "queues", "top": "top", "schedules": "schedules", "dashboard": "dashboard",
-    "demo": "demo",
+    "demo": "demo", "devdb": "devdb",
 }  # fmt: skip
 
 

@@ -46,7 +46,9 @@ def report(exc: BaseException, *, debug: bool) -> int:
     hint = "; --debug shows the traceback" if isinstance(exc, AppImportError) and not debug else ""
     # libpq's messages come in lines ("Connection refused\n\tIs the server running"):
     # one line of them here; anything else that would move the cursor shows escaped.
-    text = NO_DATABASE if isinstance(exc, NoDatabase) else str(exc)
+    text = str(exc)
+    if isinstance(exc, NoDatabase):
+        text = f"{NO_DATABASE}; {exc.reason}" if exc.reason else NO_DATABASE
     message = _display.line(_LINE_BREAK.sub(" ", redact(text).strip()))
     print(f"forklift: error: {message}{hint}", file=sys.stderr)
     if isinstance(exc, UsageError | DsnError):

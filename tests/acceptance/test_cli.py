@@ -114,7 +114,7 @@ def test_no_database_names_the_flag_and_the_variable_a_command_line_has(
         assert result.returncode == 1, (command, result.stderr)
         assert one_error_line(result) == (
             "forklift: error: no database: pass --dsn or set FORKLIFT_DATABASE_URL "
-            "(or DATABASE_URL)"
+            "(or DATABASE_URL); the development database is off: FORKLIFT_DEVDB=off"
         )
     with pytest.raises(forklift.ConfigError, match=r"pass App\(dsn=\.\.\.\)"):
         forklift.App(schema="t_cli").dsn  # noqa: B018
