@@ -1,0 +1,1 @@
+"""`python -m examples.django_app.manage stock ITEM COUNT`."""
