@@ -1,10 +1,10 @@
-"""Helpers for testing code that runs forklift: the real CLI in a process, and waiting.
+"""Helpers for tests that run forklift's processes: the real CLI in a process, and waiting.
 
 `ForkliftProcess` starts `python -m forklift ...` in its own session (so a Ctrl-C of the
 test run stays the test run's), with its output in a file (never a pipe that fills up
 and blocks it), and finds its children through /proc. `wait_for` polls a condition
 until it holds or a deadline passes: tests wait on conditions, never on sleeps.
-forklift's own tests and benchmarks use both.
+forklift's own tests and benchmarks use both (through `forklift.testing`).
 """
 
 from __future__ import annotations
