@@ -232,7 +232,7 @@ def quickstart() -> tuple[str, list[str]]:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme.split("\n## Use it in your own project\n", 1)[1].split("\n## ", 1)[0]
     (module,) = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
-    _install, commands = re.findall(r"```sh\n(.*?)```", section, re.DOTALL)
+    *_before, commands = re.findall(r"```sh\n(.*?)```", section, re.DOTALL)  # own server
     return module, [line.split("  # ")[0] for line in commands.splitlines() if line.strip()]
 
 
