@@ -141,6 +141,25 @@ def test_two_commands_racing_to_start_it_get_one_server(project: Path) -> None:
     wait_for(lambda: server_pid(project) is None, timeout=30, what="the server stopped")
 
 
+def test_two_projects_get_two_servers(project: Path) -> None:
+    other = new_project()
+    (other / "echoapp.py").write_text(APP)
+    users = [user(project), user(other)]
+    try:
+        urls = []
+        for each in users:
+            assert each.stdout is not None
+            urls.append(each.stdout.readline().strip())
+        assert urls[0] != urls[1]
+        assert None not in (server_pid(project), server_pid(other))
+        assert server_pid(project) != server_pid(other)
+    finally:
+        for each in users:
+            each.communicate(timeout=30)
+    wait_for(lambda: server_pid(other) is None, timeout=30, what="the other's server stopped")
+    shutil.rmtree(other, ignore_errors=True)
+
+
 def test_devdb_stop_stops_it_and_the_next_command_starts_it_again(project: Path) -> None:
     assert forklift(project, "status").returncode == 0
     hold = user(project)
