@@ -31,7 +31,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -187,23 +188,22 @@ def _use(place: Place) -> int:
         ignore.write_text("# forklift's development database (forklift devdb --help)\n*\n")
     users = place.lock("users")
     deadline = time.monotonic() + START_TIMEOUT
-    while True:
-        start = place.lock("start")
-        try:
-            fcntl.flock(start, fcntl.LOCK_EX)
-            try:
-                fcntl.flock(users, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                pass  # the reaper holds it: it is stopping the server; let it finish
-            else:
-                _ensure_running(place)
-                return users
-        finally:
-            os.close(start)  # releases the start lock
-        if time.monotonic() > deadline:
-            os.close(users)
-            raise ConfigError(f"the development database in {place.root} did not start")
-        time.sleep(0.05)
+    try:
+        while True:
+            with _starting(place):
+                try:
+                    fcntl.flock(users, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    pass  # the reaper holds it: it is stopping the server; let it finish
+                else:
+                    _ensure_running(place)
+                    return users
+            if time.monotonic() > deadline:
+                raise ConfigError(f"the development database in {place.root} did not start")
+            time.sleep(0.05)
+    except BaseException:
+        os.close(users)  # no user after all
+        raise
 
 
 def _ensure_running(place: Place) -> None:
@@ -250,15 +250,35 @@ def reap(root: Path) -> None:
     place = Place(root)
     users = place.lock("users")
     fcntl.flock(users, fcntl.LOCK_EX)  # every user's shared lock released: all gone
-    start = place.lock("start")
-    fcntl.flock(start, fcntl.LOCK_EX)
     try:
-        if _read_pid(root / "reaper.pid") == os.getpid():
-            (root / "reaper.pid").unlink(missing_ok=True)
-        Server(place).stop()
+        with _starting(place):
+            if _read_pid(root / "reaper.pid") == os.getpid():
+                (root / "reaper.pid").unlink(missing_ok=True)
+            Server(place).stop()
+    finally:
+        os.close(users)
+
+
+def stop(place: Place) -> bool:
+    """`forklift devdb stop`: stop the server now, between starts; whether it ran."""
+    if not place.root.is_dir():
+        return False
+    with _starting(place):
+        server = Server(place)
+        was = server.running()
+        server.stop()
+    return was
+
+
+@contextmanager
+def _starting(place: Place) -> Iterator[None]:
+    """Hold `place`'s start lock: no server starts or stops meanwhile."""
+    start = place.lock("start")
+    try:
+        fcntl.flock(start, fcntl.LOCK_EX)
+        yield
     finally:
         os.close(start)
-        os.close(users)
 
 
 class Server:
@@ -276,17 +296,21 @@ class Server:
         return self.pid() is not None
 
     def pid(self) -> int | None:
-        """The postmaster's pid while it runs and accepts connections, else None: its
-        postmaster.pid says a positive pid (initdb's single-user backend writes a
-        negative one) and "ready", and that pid is a live postgres."""
+        """The postmaster's pid while it runs and accepts connections, else None."""
+        return self.postmaster(ready=True)
+
+    def postmaster(self, *, ready: bool) -> int | None:
+        """The postmaster's pid while it lives (and, if `ready`, accepts connections):
+        its postmaster.pid says a positive pid (initdb's single-user backend writes a
+        negative one), "ready" on its 8th line, and that pid is a live postgres."""
         try:
             lines = (self.place.data / "postmaster.pid").read_text().splitlines()
             pid = int(lines[0])
-            ready = lines[7].strip() == "ready"
+            status = lines[7].strip() if ready else "ready"
             name = Path(f"/proc/{pid}/comm").read_text().strip() if pid > 0 else ""
         except (OSError, ValueError, IndexError):
             return None
-        return pid if ready and name == "postgres" and _alive(pid) else None
+        return pid if status == "ready" and name == "postgres" and _alive(pid) else None
 
     def start(self) -> None:
         """initdb on first use, then start it, listening on its Unix socket only."""
@@ -300,8 +324,9 @@ class Server:
 
     def stop(self) -> None:
         """A fast shutdown (SIGINT: sessions ended, data written), waited for. A signal,
-        not pg_ctl, which would have to reach the data directory as the server's user."""
-        pid = self.pid()
+        not pg_ctl, which would have to reach the data directory as the server's user.
+        A server already stopping is waited for too: its files are still being written."""
+        pid = self.postmaster(ready=False)
         if pid is None:
             return
         os.kill(pid, signal.SIGINT)

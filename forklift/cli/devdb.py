@@ -62,12 +62,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_stop(args: argparse.Namespace) -> int:
     place = devdb.Place(devdb.home())
-    server = devdb.Server(place)
-    if not server.running():
+    if devdb.stop(place):
+        print(f"stopped the development database in {devdb.shown(place.root)}")
+    else:
         print(f"the development database in {devdb.shown(place.root)} is not running")
-        return 0
-    server.stop()
-    print(f"stopped the development database in {devdb.shown(place.root)}")
     return 0
 
 

@@ -72,6 +72,11 @@ def user(project: Path) -> subprocess.Popen[str]:
     return proc
 
 
+def gone(project: Path) -> bool:
+    """Whether the project's server has stopped and exited (its files all written)."""
+    return devdb.Server(devdb.Place(project / ".forklift")).postmaster(ready=False) is None
+
+
 def server_pid(project: Path) -> int | None:
     """The project's server's pid while it runs (from its postmaster.pid), else None."""
     return devdb.Server(devdb.Place(project / ".forklift")).pid()
@@ -88,7 +93,7 @@ def project() -> Iterator[Path]:
     root = new_project()
     (root / "echoapp.py").write_text(APP)
     yield root
-    devdb.Server(devdb.Place(root / ".forklift")).stop()  # if a test failed midway
+    devdb.stop(devdb.Place(root / ".forklift"))  # if a test failed midway
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -113,7 +118,7 @@ def test_commands_share_one_server_that_stops_when_its_last_user_is_killed(
         assert server_pid(project) == first, "the enqueue started a server of its own"
         # The supervisor and its workers die without a word: the server outlives no user.
         supervisor.kill_session()
-        wait_for(lambda: server_pid(project) is None, timeout=30, what="the server stopped")
+        wait_for(lambda: gone(project), timeout=30, what="the server stopped")
     finally:
         supervisor.kill()
     # Data is kept across restarts: the job of the first run is still there.
@@ -138,7 +143,7 @@ def test_two_commands_racing_to_start_it_get_one_server(project: Path) -> None:
         ends = [racer.communicate(timeout=30) for racer in racers]  # EOF: each lets go
     for racer, (_out, err) in zip(racers, ends, strict=True):
         assert racer.returncode == 0, err
-    wait_for(lambda: server_pid(project) is None, timeout=30, what="the server stopped")
+    wait_for(lambda: gone(project), timeout=30, what="the server stopped")
 
 
 def test_two_projects_get_two_servers(project: Path) -> None:
@@ -156,7 +161,7 @@ def test_two_projects_get_two_servers(project: Path) -> None:
     finally:
         for each in users:
             each.communicate(timeout=30)
-    wait_for(lambda: server_pid(other) is None, timeout=30, what="the other's server stopped")
+    wait_for(lambda: gone(other), timeout=30, what="the other's server stopped")
     shutil.rmtree(other, ignore_errors=True)
 
 
@@ -175,7 +180,7 @@ def test_devdb_stop_stops_it_and_the_next_command_starts_it_again(project: Path)
         assert forklift(project, "status").returncode == 0  # starts it again
     finally:
         hold.communicate(timeout=30)
-    wait_for(lambda: server_pid(project) is None, timeout=30, what="the server stopped")
+    wait_for(lambda: gone(project), timeout=30, what="the server stopped")
 
 
 @pytest.mark.parametrize(
@@ -225,7 +230,7 @@ def test_the_readme_quickstart_runs_as_written(tmp_path: Path) -> None:
         assert supervisor.wait(timeout=30) == 0, supervisor.output()[-3000:]
     finally:
         supervisor.kill()
-    wait_for(lambda: server_pid(project) is None, timeout=30, what="the server stopped")
+    wait_for(lambda: gone(project), timeout=30, what="the server stopped")
     shutil.rmtree(project, ignore_errors=True)
 
 
