@@ -212,14 +212,17 @@ def _ensure_running(place: Place) -> None:
     if not server.running():
         server.start()
     if not _alive(_read_pid(place.root / "reaper.pid")):
-        reaper = subprocess.Popen(
-            [sys.executable, "-m", "forklift.devdb", "reap", str(place.root)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,  # not in the terminal's process group: no Ctrl-C
-        )
-        (place.root / "reaper.pid").write_text(str(reaper.pid))
+        # posix_spawn, not Popen: no Popen object to warn "still running" (a
+        # ResourceWarning, an error in test suites run with -W error) when it is dropped.
+        # A session of its own: no Ctrl-C of the terminal reaches it.
+        devnull = [
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+            (os.POSIX_SPAWN_DUP2, 1, 2),
+        ]
+        argv = [sys.executable, "-m", "forklift.devdb", "reap", str(place.root)]
+        pid = os.posix_spawn(sys.executable, argv, os.environ, file_actions=devnull, setsid=True)
+        (place.root / "reaper.pid").write_text(str(pid))
 
 
 def _read_pid(path: Path) -> int | None:

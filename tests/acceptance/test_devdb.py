@@ -146,6 +146,19 @@ def test_two_commands_racing_to_start_it_get_one_server(project: Path) -> None:
     wait_for(lambda: gone(project), timeout=30, what="the server stopped")
 
 
+def test_a_process_that_starts_it_leaves_no_resource_warning(project: Path) -> None:
+    # Users' test suites run with -W error: starting the server (and its reaper) must
+    # leave nothing that warns when it is collected.
+    code = "import gc, echoapp; echoapp.app.dsn; gc.collect()"
+    done = subprocess.run(
+        [sys.executable, "-X", "dev", "-W", "error", "-c", code],
+        cwd=project, env=project_env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "Warning" not in done.stderr, done.stderr
+    wait_for(lambda: gone(project), timeout=30, what="the server stopped")
+
+
 def test_two_projects_get_two_servers(project: Path) -> None:
     other = new_project()
     (other / "echoapp.py").write_text(APP)
