@@ -24,6 +24,9 @@ def test_the_two_commands_come_first_each_alone_in_its_block() -> None:
 def test_ci_runs_the_readme_test_command() -> None:
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert re.search(r"(?m)^scripts/test( \|\| status=\$\?)?$", ci), "README's test command"
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "```sh\nscripts/test\n```\n\nis the test command" in readme
+    assert "`.ci/run` calls exactly `scripts/test`" in readme
     contributing = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
     assert "scripts/test" in contributing and ".ci/run" in contributing
 
