@@ -11,6 +11,7 @@ letters included, is shown as it is.
 from __future__ import annotations
 
 import json
+import os
 import re
 import unicodedata
 from functools import lru_cache
@@ -90,3 +91,10 @@ def json_text(value: Any, *, indent: int | None = 2) -> str:
     text = json.dumps(value, indent=indent, ensure_ascii=False)
     # Outside its strings JSON text is ASCII, and a raw newline there is indentation.
     return _MAYBE_BUT_NEWLINE.sub(_json_escape, text)
+
+
+def from_here(path: str | os.PathLike[str]) -> str:
+    """`path` as the user would type it from the current directory: relative to it when
+    it lies within it (`app/jobs.py`, `.forklift`), else as given."""
+    text, here = os.fspath(path), os.path.join(os.getcwd(), "")
+    return text[len(here) :] if text.startswith(here) else text

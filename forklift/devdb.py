@@ -36,6 +36,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from forklift import _display
 from forklift.errors import ConfigError, NoDatabase, install_hint
 
 DIRECTORY = ".forklift"
@@ -78,11 +79,9 @@ def home() -> Path:
 
 
 def shown(path: Path) -> str:
-    """`path` as the user would type it: relative to the current directory when inside it."""
-    try:
-        return f"./{path.relative_to(Path.cwd().resolve())}"
-    except ValueError:
-        return str(path)
+    """`path` as the user would type it: `./.forklift` when inside the current directory."""
+    text = _display.from_here(path)
+    return text if os.path.isabs(text) else f"./{text}"
 
 
 @dataclass(frozen=True)

@@ -101,28 +101,19 @@ def register(
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    a = actions.add_parser(
-        "status",
-        parents=common,
-        help="where it is, whether it runs",
-        epilog=STATUS_EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    for name, func, summary, examples in (
+        ("status", cmd_status, "where it is, whether it runs", STATUS_EXAMPLES),
+        ("stop", cmd_stop, "stop it now (its data stays)", STOP_EXAMPLES),
+        ("psql", cmd_psql, "a psql session on it", PSQL_EXAMPLES),
+    ):
+        a = actions.add_parser(
+            name,
+            parents=common,
+            help=summary,
+            epilog=examples,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        a.set_defaults(func=func)
+    actions.choices["psql"].add_argument(
+        "psql_args", nargs=argparse.REMAINDER, help="more arguments for psql, after --"
     )
-    a.set_defaults(func=cmd_status)
-    a = actions.add_parser(
-        "stop",
-        parents=common,
-        help="stop it now (its data stays)",
-        epilog=STOP_EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    a.set_defaults(func=cmd_stop)
-    a = actions.add_parser(
-        "psql",
-        parents=common,
-        help="a psql session on it",
-        epilog=PSQL_EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    a.add_argument("psql_args", nargs=argparse.REMAINDER, help="more arguments for psql, after --")
-    a.set_defaults(func=cmd_psql)

@@ -7,7 +7,6 @@ its message starts with the file and line that declare it (`app/jobs.py:12: ...`
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
@@ -15,7 +14,7 @@ from types import FrameType, TracebackType
 from typing import Any, ParamSpec, Protocol, TypedDict, TypeVar, overload
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from forklift import _job, _names
+from forklift import _display, _job, _names
 from forklift._job import JobSpec
 from forklift.backoff import Backoff
 from forklift.errors import ArgumentError, ConfigError
@@ -151,7 +150,7 @@ def _located(exc: ConfigError) -> ConfigError:
     frame = _declaring_frame()
     if frame is None:
         return exc
-    where = f"{_shown_path(frame.f_code.co_filename)}:{frame.f_lineno}"
+    where = f"{_display.from_here(frame.f_code.co_filename)}:{frame.f_lineno}"
     found = ConfigError(f"{where}: {exc}")
     return found.with_traceback(TracebackType(None, frame, frame.f_lasti, frame.f_lineno))
 
@@ -169,13 +168,6 @@ def _is_declaring(frame: FrameType) -> bool:
     """Whether `frame` runs forklift's declaring code (App.periodic and this package)."""
     module = str(frame.f_globals.get("__name__", ""))
     return module == "forklift.app" or module.startswith("forklift.scheduler.")
-
-
-def _shown_path(path: str) -> str:
-    """A source file's path relative to the current directory when it lies within it
-    (`app/jobs.py`), else as Python has it."""
-    here = os.path.join(os.getcwd(), "")
-    return path[len(here) :] if path.startswith(here) else path
 
 
 def _schedule(app: Declaring, task: Task[Any, Any] | str, options: ScheduleOptions) -> Schedule:
