@@ -9,6 +9,9 @@ from typing import Any
 
 from forklift.errors import ArgumentError, ResultError
 
+# What a job may store as its result, its checkpoint or a step's result: 1 MiB of JSON.
+MAX_RESULT_BYTES = 1 << 20
+
 _MAX_DEPTH = 100
 MAX_ARG_BYTES = 1 << 20  # a job's arguments, as JSON: 1 MiB, as for its result
 
@@ -150,19 +153,20 @@ def _size(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8"))
 
 
-def dumps_result(value: Any, max_bytes: int) -> str:
-    """Validate a handler's return value and encode it as JSON text of at most
-    `max_bytes` bytes (UTF-8); ResultError says what is wrong with it."""
+def dumps_result(value: Any, max_bytes: int, what: str = "the result") -> str:
+    """Validate a handler's return value (or `what` else it is: a checkpoint, a step's
+    result) and encode it as JSON text of at most `max_bytes` bytes (UTF-8); ResultError
+    says what is wrong with it."""
     try:
         _check(value, 0)
     except _Refused as refused:
-        raise ResultError(refused.message("the result")) from None
+        raise ResultError(refused.message(what)) from None
     text = _encode(value)
     size = _size(text)
     if size > max_bytes:
         raise ResultError(
-            f"the result is {size:,} bytes of JSON, more than the {max_bytes:,} a job may "
-            "return (App(max_result_bytes=...)); store big outputs elsewhere and return "
+            f"{what} is {size:,} bytes of JSON, more than the {max_bytes:,} a job may "
+            "store (App(max_result_bytes=...)); store big outputs elsewhere and keep "
             "where they are"
         )
     return text

@@ -14,6 +14,7 @@ from forklift import (
     _config,
     _db,
     _job,
+    _json,
     _names,
     _producing,
     _singleton,
@@ -37,7 +38,7 @@ from forklift.task import Task
 P = ParamSpec("P")
 R = TypeVar("R")
 
-MAX_RESULT_BYTES = 1 << 20  # 1 MiB of JSON
+MAX_RESULT_BYTES = _json.MAX_RESULT_BYTES
 MAX_ARG_BYTES = _job.MAX_ARG_BYTES
 
 

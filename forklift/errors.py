@@ -176,6 +176,19 @@ class Fail(Exception):
     """Raise from a handler to mark the job dead at once, without further attempts."""
 
 
+class Interrupted(Exception):
+    """Raised by `ctx.iterate` at an item boundary once the worker is stopping (or the job
+    was cancelled, or its lease lost), after its checkpoint: the job is given back to run
+    again from that checkpoint, its attempt not counted. Let it propagate. Raised while
+    the worker is not stopping, it is an attempt that failed like any other."""
+
+
+class LeaseLost(ForkliftError):
+    """A checkpoint (and the effect committing with it) was refused: the job is not this
+    worker's any more (cancelled, or its lease expired and another claimed it). The
+    handler should stop; its outcome will not be recorded."""
+
+
 def install_hint(extra: str) -> str:
     """How to add an optional extra (`dashboard`, `embedded`, `otel`), worded the same in
     every message that needs one. forklift is not on PyPI: `pip install 'forklift[x]'`

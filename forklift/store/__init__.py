@@ -433,6 +433,46 @@ def job_succeeded_among(store: JobStore, held: Sequence[tuple[int, int]]) -> set
         return set(_db.scalars(conn.execute(store.q["job_succeeded_among"], params)))
 
 
+# -- checkpoints (workers/checkpoints.py) -----------------------------------------------
+
+
+def job_checkpoint_many(
+    store: JobStore, held: Sequence[tuple[int, int, str]], owner: str, conn: Conn | None = None
+) -> set[int]:
+    """Record (id, attempt, checkpoint JSON) of running jobs `owner` holds, each only over
+    an older version; the ids still ours. On `conn` (an effect transaction, which commits
+    it) if given, else on a connection of the store's own."""
+    params = {**_leases(held, checkpoints=2), "owner": owner}
+    with translated("checkpoint write failed", store.where):
+        if conn is not None:
+            return set(_db.scalars(conn.execute(store.q["job_checkpoint_many"], params)))
+        with store.pool.connection() as own:
+            return set(_db.scalars(own.execute(store.q["job_checkpoint_many"], params)))
+
+
+async def job_checkpoint_many_async(
+    store: JobStore, held: Sequence[tuple[int, int, str]], owner: str, conn: AsyncConn
+) -> set[int]:
+    """job_checkpoint_many in an async handler's effect transaction."""
+    params = {**_leases(held, checkpoints=2), "owner": owner}
+    with translated("checkpoint write failed", store.where):
+        cursor = await conn.execute(store.q["job_checkpoint_many"], params)
+        return {row[0] for row in await cursor.fetchall()}
+
+
+def job_checkpoint(store: JobStore, job_id: int, conn: Conn | None = None) -> tuple[Any, float]:
+    """The job's checkpoint document (None: none) and its age in seconds."""
+    with translated("checkpoint read failed", store.where):
+        if conn is not None:
+            row = conn.execute(store.q["job_checkpoint"], {"id": job_id}).fetchone()
+        else:
+            with store.pool.connection() as own:
+                row = own.execute(store.q["job_checkpoint"], {"id": job_id}).fetchone()
+    if row is None or row[0] is None:
+        return None, 0.0
+    return row[0], float(row[1] or 0.0)
+
+
 def job_release_unknown(store: JobStore, owner: str, known: Sequence[int]) -> set[int]:
     """Give back, attempt not counted, the jobs `owner` holds that are not among `known`
     (claimed by a statement whose answer was lost); the ids released."""

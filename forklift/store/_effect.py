@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager
 from typing import Any
@@ -140,6 +140,28 @@ class Effect:
             self._return_conn()
         return True
 
+    def commit_with(self, write: Callable[[Conn], bool]) -> bool:
+        """Run `write` in this transaction (a checkpoint: a fenced statement that says
+        whether the job is still ours) and commit both; not ours, both roll back. Either
+        way the transaction ends and its connection is returned: the handler's next
+        block opens another. A DatabaseError when either fails (the commit's outcome
+        then unknown: the next attempt reads what the checkpoint says)."""
+        try:
+            with translated("checkpoint failed"):
+                owned = write(self.conn)
+        except BaseException:
+            self.rollback()
+            raise
+        if not owned:
+            self.rollback()
+            return False
+        try:
+            with translated("effect commit failed"):
+                self._tx.__exit__(None, None, None)
+        finally:
+            self._return_conn()
+        return True
+
     def rollback(self) -> None:
         """Roll the effect back and return the connection."""
         with translated("effect rollback failed"):
@@ -226,6 +248,24 @@ class AsyncEffect:
         try:
             with translated("effect commit failed"):
                 await self._tx.__aexit__(None, None, None)  # COMMIT; a failed one ends it too
+        finally:
+            await self._return_conn()
+        return True
+
+    async def commit_with(self, write: Callable[[AsyncConn], Awaitable[bool]]) -> bool:
+        """Effect.commit_with, awaited."""
+        try:
+            with translated("checkpoint failed"):
+                owned = await write(self.conn)
+        except BaseException:
+            await self.rollback()
+            raise
+        if not owned:
+            await self.rollback()
+            return False
+        try:
+            with translated("effect commit failed"):
+                await self._tx.__aexit__(None, None, None)
         finally:
             await self._return_conn()
         return True

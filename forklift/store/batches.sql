@@ -266,6 +266,7 @@ WITH old AS (
 ), cancelled AS (
     UPDATE {schema}.jobs AS j SET
         state = 'cancelled', completed_at = now(), lease_owner = NULL, lease_until = NULL,
+        checkpoint = NULL, checkpoint_at = NULL,  -- a cancelled job does not resume
         stopping_owner = CASE WHEN old.state = 'running' THEN old.lease_owner END,
         stopping_until = CASE WHEN old.state = 'running' THEN j.lease_until END,
         last_error = 'Cancelled by ' || %(by)s::text,

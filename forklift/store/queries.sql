@@ -279,6 +279,7 @@ RETURNING j.id;
 -- Mark jobs succeeded, fenced by owner and attempt; returns the ids completed. A job
 -- someone waits for (app.result()) notifies the waiters' channel. For jobs with no
 -- result and no progress to write: the group commit of plain jobs, the common case.
+-- A success clears the job's checkpoint: there is nothing left to resume.
 WITH mine AS (
     SELECT j.id
     FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS h(id, attempt),
@@ -286,7 +287,7 @@ WITH mine AS (
 )
 UPDATE {schema}.jobs AS j SET
     state = 'succeeded', completed_at = now(), ran_by = j.lease_owner, lease_owner = NULL,
-    lease_until = NULL
+    lease_until = NULL, checkpoint = NULL, checkpoint_at = NULL
 WHERE j.id = ANY(ARRAY(SELECT id FROM mine))
 RETURNING j.id, CASE WHEN j.waited THEN pg_notify('{done_channel}', 'j' || j.id) END;
 
@@ -302,7 +303,7 @@ WITH mine AS (
 )
 UPDATE {schema}.jobs AS j SET
     state = 'succeeded', completed_at = now(), ran_by = j.lease_owner, lease_owner = NULL,
-    lease_until = NULL,
+    lease_until = NULL, checkpoint = NULL, checkpoint_at = NULL,
     result = mine.result,
     progress = coalesce(mine.progress || jsonb_build_object('at', now()), j.progress)
 FROM mine
@@ -406,6 +407,34 @@ UPDATE {schema}.jobs AS j
 SET progress = mine.progress || jsonb_build_object('at', now())
 FROM mine
 WHERE j.id = mine.id;
+
+-- name: job_checkpoint_many
+-- Record the checkpoints of running jobs (workers/checkpoints.py), fenced by owner and
+-- attempt like a completion: a worker that lost its lease never writes over its next
+-- owner's. Each lands only over an older version (or none), so a write sent before a
+-- newer one (the periodic writer racing the handler's own) never undoes it; the ids of
+-- the jobs still ours. Rows in id order, as every write over many jobs.
+WITH mine AS (
+    SELECT j.id, h.checkpoint
+    FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(checkpoints)s::jsonb[])
+      AS h(id, attempt, checkpoint),
+    {_held_lease}
+)
+UPDATE {schema}.jobs AS j SET
+    checkpoint = CASE WHEN j.checkpoint IS NULL
+        OR (mine.checkpoint->>'v')::bigint > (j.checkpoint->>'v')::bigint
+        THEN mine.checkpoint ELSE j.checkpoint END,
+    checkpoint_at = CASE WHEN j.checkpoint IS NULL
+        OR (mine.checkpoint->>'v')::bigint > (j.checkpoint->>'v')::bigint
+        THEN now() ELSE j.checkpoint_at END
+FROM mine
+WHERE j.id = mine.id
+RETURNING j.id;
+
+-- name: job_checkpoint
+-- A job's checkpoint and its age in seconds (database clock); no row: no such job.
+SELECT checkpoint, extract(epoch FROM now() - checkpoint_at)::float8 AS age
+FROM {schema}.jobs WHERE id = %(id)s::bigint;
 
 -- name: limit_windows_prune
 -- Forget rate windows whose every start has slid out (keys not started for `per`).

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import inspect
 import os
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import (
     AbstractAsyncContextManager,
     AbstractContextManager,
@@ -19,8 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from forklift._json import MAX_RESULT_BYTES
 from forklift.errors import DatabaseError
 from forklift.store import AsyncEffect, ClaimedJob, Effect, JobStore
+from forklift.workers import checkpoints
 
 if TYPE_CHECKING:
     from forklift.batch import Batch
@@ -99,8 +103,17 @@ class JobContext:
         effect_statement: float = 300.0,
         batch_of: Callable[[int, Reads], Batch] | None = None,
         timeout: float | None = None,
+        owner: str = "",
+        max_bytes: int = MAX_RESULT_BYTES,
+        checkpoint_every: float = checkpoints.EVERY,
     ) -> None:
         self.job = job
+        self.owner = owner  # the worker that holds its lease
+        self.max_bytes = max_bytes  # the cap of its result, checkpoint and steps' results
+        self.checkpoint_every = checkpoint_every  # seconds between written checkpoints
+        self._resumable: checkpoints.Resumable | None = None  # made on first use
+        self._depth = 0  # effect blocks open around the handler's code now
+        self._stopping = False  # the worker is stopping: ctx.iterate ends at its next item
         self.timeout = timeout  # seconds its handler may run (the task's, else the row's)
         self._batch_of = batch_of
         self.effect_idle = effect_idle  # seconds its effect transaction may sit idle
@@ -150,6 +163,16 @@ class JobContext:
             woken = self._woken
         woken.wait(max(0.0, timeout))
         return self._cancelled
+
+    @property
+    def stopping(self) -> bool:
+        """True once the worker is stopping (SIGTERM, a deploy): a resumable loop ends at
+        its next item (ctx.iterate does), checkpointed, and the job is given back."""
+        return self._stopping
+
+    def stop(self) -> None:
+        """Tell the handler its worker is stopping (the worker calls this)."""
+        self._stopping = True
 
     def cancel(self) -> None:
         """Tell the handler to stop (the worker calls this; the handler only reads)."""
@@ -231,6 +254,64 @@ class JobContext:
     def queue(self) -> str:
         return self.job.queue
 
+    # -- resuming (workers/checkpoints.py) ------------------------------------------------
+
+    def resumable(self) -> checkpoints.Resumable:
+        """This attempt's checkpoint, read on first use."""
+        if self._resumable is None:
+            self._resumable = checkpoints.Resumable(
+                self, self._store, self.owner, self.checkpoint_every
+            )
+        return self._resumable
+
+    @property
+    def checkpointed(self) -> Any:
+        """The state of the last `checkpoint()` of this job (an earlier attempt's, or this
+        one's), or None: the job starts from the beginning."""
+        return self.resumable().state()
+
+    def checkpoint(self, state: Any, *, flush: bool = False) -> None:
+        """Save `state` (JSON, capped like a result) for the next attempt, fenced by this
+        attempt's lease. Inside `ctx.transaction()` it commits with the block's effect
+        when the outermost block ends; outside, it is written within `checkpoint_every`
+        seconds, or at once with `flush=True` (LeaseLost: the job is not ours any more)."""
+        value = checkpoints.checked(state, self.max_bytes, "a checkpoint")
+        self.resumable().change(checkpoints.STATE, "", value, urgent=True)
+        checkpoints.reached(self, flush=flush)
+
+    def iterate(
+        self,
+        source: Sequence[Any] | Callable[[Any], Sequence[Any]],
+        *,
+        cursor: Callable[[Any], Any] | None = None,
+        name: str = "iterate",
+    ) -> Iterator[Any]:
+        """Loop over `source`, resuming after the last item a previous attempt finished:
+        a range or a sequence (the cursor is the index), or a callable `fetch(cursor) ->
+        page` (keyset pagination: `cursor(item)` is an item's cursor, the item itself by
+        default; None asks for the first page; an empty page ends). The cursor is
+        checkpointed as each item's loop body finishes (written every
+        `checkpoint_every` seconds, or with the effect transaction the body opened). Once
+        the worker is stopping, it ends at the next item with `forklift.Interrupted`:
+        the job is given back, its attempt not counted. A second loop in one job needs
+        a `name` of its own."""
+        return checkpoints.iterate(self, source, cursor, name)
+
+    def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Run `fn(*args, **kwargs)` once per job across attempts: done before, its
+        recorded result is returned and `fn` is not called. The result (JSON, capped like
+        a job's) is recorded as `fn` returns, with the effect transaction `fn` opened if
+        any (so its effect commits once), else on a connection of its own."""
+        done, value = self.resumable().step(name)
+        if not done:
+            value = checkpoints.done(self, name, fn(*args, **kwargs))
+            checkpoints.reached(self, flush=True)
+        return value
+
+    def ran_for(self) -> float:
+        """Seconds its handler has run in this attempt (0 before it starts)."""
+        return time.monotonic() - self.started_at if self.started_at else 0.0
+
     def transaction(self) -> EffectBlock:
         """A connection inside the job's effect transaction, like psycopg's
         `conn.transaction()`: an exception leaving the block undoes the block's writes,
@@ -308,23 +389,63 @@ class EffectBlock:
 
     def __enter__(self) -> psycopg.Connection[Any]:
         self._block = self._ctx._sync_transaction()
-        return self._block.__enter__()
+        conn = self._block.__enter__()
+        self._ctx._depth += 1
+        return conn
 
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool | None:
         assert self._block is not None
-        return self._block.__exit__(kind, exc, tb)
+        ctx = self._ctx
+        ctx._depth -= 1
+        try:
+            handled = self._block.__exit__(kind, exc, tb)
+        except BaseException:
+            self._ended(False)
+            raise
+        resumable = self._ended(kind is None)
+        if resumable is not None and isinstance(ctx._effect, Effect):
+            resumable.commit(ctx._effect)  # a checkpoint made inside commits with it
+        return handled
 
     async def __aenter__(self) -> psycopg.AsyncConnection[Any]:
         self._async_block = self._ctx._async_transaction()
-        return await self._async_block.__aenter__()
+        conn = await self._async_block.__aenter__()
+        self._ctx._depth += 1
+        return conn
 
     async def __aexit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool | None:
         assert self._async_block is not None
-        return await self._async_block.__aexit__(kind, exc, tb)
+        ctx = self._ctx
+        ctx._depth -= 1
+        try:
+            handled = await self._async_block.__aexit__(kind, exc, tb)
+        except BaseException:
+            self._ended(False)
+            raise
+        resumable = self._ended(kind is None)
+        if resumable is not None and isinstance(ctx._effect, AsyncEffect):
+            await resumable.commit_async(ctx._effect)
+        return handled
+
+    def _ended(self, ok: bool) -> checkpoints.Resumable | None:
+        """The block ended: what was checkpointed in a block that rolled back is
+        forgotten; the checkpoint to commit now, if the outermost block ended well with
+        one due (an explicit one or a step, or a loop's cursor past its interval)."""
+        ctx = self._ctx
+        resumable = ctx._resumable
+        if resumable is None:
+            return None
+        if not ok:
+            if ctx._effect is None:
+                resumable.rolled_back()
+            else:
+                resumable.dropped(ctx._depth + 1)
+            return None
+        return resumable if ctx._depth == 0 and resumable.commit_due() else None
 
 
 class AsyncJobContext(JobContext):
@@ -357,6 +478,23 @@ class AsyncJobContext(JobContext):
             async with asyncio.timeout(max(0.0, timeout)):
                 await woken.wait()
         return self._cancelled
+
+    async def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """`await ctx.step(name, fn, *args)`: JobContext.step, `fn` a plain or an async
+        def; its result commits with the effect transaction it opened, if any."""
+        done, value = self.resumable().step(name)
+        if done:
+            return value
+        value = fn(*args, **kwargs)
+        if inspect.isawaitable(value):
+            value = await value
+        value = checkpoints.done(self, name, value)
+        if not self._depth:
+            if isinstance(self._effect, AsyncEffect):
+                await self.resumable().commit_async(self._effect)
+            else:
+                await asyncio.to_thread(self.resumable().flush)
+        return value
 
     def cancel(self) -> None:
         super().cancel()

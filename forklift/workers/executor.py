@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forklift import _json
-from forklift.errors import Fail, ResultError, Retry
+from forklift.errors import Fail, Interrupted, ResultError, Retry
 from forklift.task import Task
 from forklift.workers.context import JobContext
 
@@ -28,6 +28,7 @@ class Result:
     traceback: str | None = None
     retry_delay: float | None = None  # asked for by forklift.Retry
     give_up: bool = False  # forklift.Fail, unknown task, bad arguments: no more attempts
+    interrupted: bool = False  # forklift.Interrupted: to be given back if the worker stops
     value: str | None = None  # the handler's return value as JSON text (None: none)
     # What the handler raised, for its trace span only (never stored, never compared).
     exception: BaseException | None = field(default=None, compare=False, repr=False)
@@ -50,6 +51,8 @@ def format_traceback(exc: BaseException) -> str:
 def failure(exc: BaseException) -> Result:
     if isinstance(exc, Retry):
         return Result(False, describe(exc), None, retry_delay=exc.delay, exception=exc)
+    if isinstance(exc, Interrupted):
+        return Result(False, describe(exc), None, interrupted=True, exception=exc)
     if isinstance(exc, Fail):
         return Result(False, describe(exc), format_traceback(exc), give_up=True, exception=exc)
     return Result(False, describe(exc), format_traceback(exc), exception=exc)

@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 
 from forklift._events import emit
 from forklift._service import run_every
 from forklift.errors import DatabaseError
-from forklift.store import JobStore
+from forklift.store import JobStore, job_checkpoint_many
 from forklift.workers.context import JobContext
 from forklift.workers.holdings import Holdings
 
@@ -34,11 +35,16 @@ class ProgressWriter:
 
     def run_once(self) -> int:
         """Write what changed since the last round; how many jobs' progress it wrote."""
-        changed = []
+        changed, saved = [], []
+        now = time.monotonic()
         for ctx in self.holdings.running():  # a returned one's goes with its completion
             text = unwritten(ctx)
             if text is not None:
                 changed.append((ctx.job_id, ctx.attempt, text))
+            if ctx._resumable is not None and (doc := ctx._resumable.due(now)) is not None:
+                saved.append((ctx, doc))
+        if saved:
+            self._checkpoints(saved)
         if changed:
             try:
                 self.store.job_progress_many(changed, self.owner)
@@ -47,6 +53,18 @@ class ProgressWriter:
                     raise
                 self._one_by_one(changed)
         return len(changed)
+
+    def _checkpoints(self, saved: list[tuple[JobContext, str]]) -> None:
+        """Write the checkpoints due (ctx.checkpoint, ctx.iterate's cursors) in one
+        statement; failing, each is written again at the next round."""
+        try:
+            held = [(c.job_id, c.attempt, doc) for c, doc in saved]
+            job_checkpoint_many(self.store, held, self.owner)
+        except DatabaseError:
+            for ctx, _ in saved:
+                assert ctx._resumable is not None
+                ctx._resumable.unsent()
+            raise
 
     def _one_by_one(self, changed: list[tuple[int, int, str]]) -> None:
         """Write each report alone: one the database refuses (bad data) must not cost

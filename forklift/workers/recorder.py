@@ -22,7 +22,7 @@ from forklift.backoff import Backoff, Streak
 from forklift.errors import DatabaseError
 from forklift.store import AsyncEffect, Effect, JobState, JobStore, job_succeeded_among
 from forklift.task import Task
-from forklift.workers import executor
+from forklift.workers import checkpoints, executor
 from forklift.workers.batch_ends import BatchEnds
 from forklift.workers.context import JobContext, Writing
 from forklift.workers.events import JobEvents
@@ -130,6 +130,12 @@ class Recorder:
         return False
 
     def fail(self, ctx: JobContext, task: Task[Any, Any] | None, result: Result) -> None:
+        if result.interrupted and (ctx.stopping or ctx.cancelled):
+            # ctx.iterate ended at an item boundary, checkpointed: given back to resume,
+            # the attempt not counted (a stop is no fault of the job's).
+            self.release_at_stop([ctx], "interrupted at a checkpoint by the stop")
+            return
+        checkpoints.write_unwritten(self.store, self.owner, [ctx])  # a retry resumes it
         job = ctx.job
         dead = result.give_up or job.attempt >= job.max_attempts
         if result.retry_delay is not None:
@@ -176,6 +182,7 @@ class Recorder:
         if not contexts:
             return True
         recorded = True
+        checkpoints.write_unwritten(self.store, self.owner, contexts)  # the next resumes it
         try:
             released = self.store.job_release_many(
                 [(c.job_id, c.attempt) for c in contexts], self.owner

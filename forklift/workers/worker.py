@@ -399,6 +399,8 @@ class Worker:
             effect_statement=effect_statement(self.app, job, self.config),
             batch_of=functools.partial(batch_view, self.app),
             timeout=task_timeout(self.app, job),
+            owner=self.owner,
+            max_bytes=self.app.max_result_bytes,
         )
         if self.on_handler is not None:
             ctx.on_handler = functools.partial(self.on_handler, job.id)
@@ -418,6 +420,8 @@ class Worker:
         self.services.completer.let_go()
         # A graceful stop starts nothing new: what waits for a slot is released now.
         self.recorder.release_or_keep(self.holdings.take_waiting(), "not started before the stop")
+        for ctx in self.holdings.running():
+            ctx.stop()  # a resumable loop ends at its next item, checkpointed, given back
         deadline = time.monotonic() + (0.0 if self._fast_stop else self.config.grace)
         while len(self.holdings) and time.monotonic() < deadline and not self._fast_stop:
             self._wakeup.wait(min(0.5, deadline - time.monotonic()))
