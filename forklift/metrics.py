@@ -78,6 +78,14 @@ def _count(value: Any) -> int:
     return n
 
 
+def _seconds(value: Any) -> float:
+    """Seconds from a child's report: a finite number >= 0 (ValueError otherwise)."""
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"{value!r} is not a number of seconds")
+    return seconds
+
+
 @dataclass
 class Histo:
     """Bucket counts (non-cumulative, one slot per bound plus +Inf), sum and count."""
@@ -122,6 +130,8 @@ class Tally:
     renewals: int = 0
     batches: dict[str, int] = field(default_factory=dict)
     callback_delays: Histo = field(default_factory=lambda: Histo.empty(CALLBACK_BUCKETS))
+    # Attempts that resumed from a checkpoint, and the seconds of work it stood for.
+    resumes: dict[tuple[str, str], tuple[int, float]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     # A supervisor's child counts outcomes here, in memory its supervisor reads (and
     # reads once more after a kill); what does not fit goes by `jobs` and the pipe.
@@ -180,6 +190,12 @@ class Tally:
             self.batches[outcome] = self.batches.get(outcome, 0) + 1
             self.callback_delays.observe(CALLBACK_BUCKETS, callback_delay)
 
+    def resumed(self, queue: str, task: str, saved: float) -> None:
+        """An attempt resumed from a checkpoint standing for `saved` seconds of work."""
+        with self.lock:
+            n, seconds = self.resumes.get((queue, task), (0, 0.0))
+            self.resumes[queue, task] = (n + 1, seconds + max(0.0, saved))
+
     def take(self) -> dict[str, Any] | None:
         """The deltas since the last take() (None if nothing happened), and reset.
 
@@ -189,7 +205,14 @@ class Tally:
         a histogram being [bucket counts, sum].
         """
         with self.lock:
-            if not (self.jobs or self.durations or self.waits or self.renewals or self.batches):
+            if not (
+                self.jobs
+                or self.durations
+                or self.waits
+                or self.renewals
+                or self.batches
+                or self.resumes
+            ):
                 return None
             delta: dict[str, Any] = {
                 "jobs": [[q, t, o, n] for (q, t, o), n in self.jobs.items()],
@@ -200,7 +223,10 @@ class Tally:
             if self.batches:
                 delta["batches"] = [[o, n] for o, n in self.batches.items()]
                 delta["callback_delays"] = self.callback_delays.dump()
+            if self.resumes:
+                delta["resumes"] = [[q, t, n, s] for (q, t), (n, s) in self.resumes.items()]
             self.jobs, self.durations, self.waits, self.renewals = {}, {}, {}, 0
+            self.resumes = {}
             self.batches, self.callback_delays = {}, Histo.empty(CALLBACK_BUCKETS)
             return delta
 
@@ -247,6 +273,7 @@ class Totals:
         self.malformed_reports = 0
         self.batches: dict[str, int] = {}
         self.callback_delays = Histo.empty(CALLBACK_BUCKETS)
+        self.resumes: dict[tuple[str, str], tuple[int, float]] = {}
 
     def add(self, delta: dict[str, Any]) -> None:
         """Add one child's `Tally.take()` deltas; a malformed one adds nothing and raises
@@ -264,6 +291,10 @@ class Totals:
                 raise ValueError("unknown batch outcome")
             delays = delta.get("callback_delays")
             callback_delays = None if delays is None else Histo.load(delays, CALLBACK_BUCKETS)
+            resumes = [
+                ((str(q), str(t)), _count(n), _seconds(sec))
+                for q, t, n, sec in delta.get("resumes", ())
+            ]
         except (TypeError, ValueError, ArithmeticError, AttributeError) as exc:
             raise ValueError(f"malformed metric deltas: {type(exc).__name__}: {exc}") from None
         with self.lock:
@@ -280,6 +311,10 @@ class Totals:
                 self.batches[outcome] = self.batches.get(outcome, 0) + n
             if callback_delays is not None:
                 self.callback_delays.add(callback_delays)
+            for (queue, task), n, seconds in resumes:
+                pair = (queue, self.task_label(task))
+                had, saved = self.resumes.get(pair, (0, 0.0))
+                self.resumes[pair] = (had + n, saved + seconds)
 
     def malformed(self, n: int) -> None:
         """Count reports from children that could not be read."""

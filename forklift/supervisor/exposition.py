@@ -55,6 +55,7 @@ class TotalsCollector(Collector):
             malformed = t.malformed_reports
             batches = dict(t.batches)
             delays = Histo(list(t.callback_delays.counts), t.callback_delays.total)
+            resumes = dict(t.resumes)
         family = CounterMetricFamily(
             "forklift_jobs", "Job attempts by outcome.", labels=["queue", "task", "outcome"]
         )
@@ -97,8 +98,28 @@ class TotalsCollector(Collector):
             CALLBACK_BUCKETS,
             {(): delays},
         )
+        yield from _resumes(resumes)
         yield CounterMetricFamily(
             "forklift_malformed_reports",
             "Reports from worker processes that could not be read (dropped).",
             value=malformed,
         )
+
+
+def _resumes(resumes: dict[tuple[str, str], tuple[int, float]]) -> Iterator[Metric]:
+    """forklift_job_resumes_total and the seconds of work those resumes did not redo."""
+    count = CounterMetricFamily(
+        "forklift_job_resumes",
+        "Attempts that resumed from a checkpoint (ctx.checkpoint, ctx.iterate, ctx.step).",
+        labels=["queue", "task"],
+    )
+    saved = CounterMetricFamily(
+        "forklift_job_resumed_work_seconds",
+        "Seconds of work the checkpoints resumed from stood for: work not done again.",
+        labels=["queue", "task"],
+    )
+    for (q, task), (n, seconds) in sorted(resumes.items()):
+        count.add_metric([q, task], n)
+        saved.add_metric([q, task], seconds)
+    yield count
+    yield saved

@@ -24,13 +24,13 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from forklift import _json
 from forklift._events import emit
-from forklift.errors import DatabaseError, Interrupted, LeaseLost, ResultError
+from forklift.errors import DatabaseError, LeaseLost, ResultError
 from forklift.store import (
     AsyncEffect,
     Conn,
@@ -158,9 +158,9 @@ class Resumable:
             self.in_tx.clear()
             self.urgent = False
 
-    def commit_due(self) -> bool:
-        """Whether the open transaction should commit with its checkpoint now: an explicit
-        one or a step waits, or a loop's cursor has waited its interval."""
+    def cursor_due(self) -> bool:
+        """Whether the open transaction should commit with a loop's cursor now, at an
+        item boundary: the cursor has waited its interval (or something more urgent)."""
         return bool(self.in_tx) and (
             self.urgent or time.monotonic() - self.written_at >= self.every
         )
@@ -252,12 +252,16 @@ class Resumable:
             self._lost()
 
     def _committed(self, doc: dict[str, Any], owned: bool) -> None:
-        self.in_tx.clear()
-        self.urgent = False
+        """The commit of `doc` ended: committed (`owned`), its changes are the document's
+        (in place: a loop holds on to its cursors), else they are gone with it."""
         if owned:
-            self.doc = doc
+            for (kind, key), (_, value) in self.in_tx.items():
+                _put(self.doc, kind, key, value)
+            self.doc["v"], self.doc["ran"] = doc["v"], doc["ran"]
             self.dirty = False
             self.written_at = time.monotonic()
+        self.in_tx.clear()
+        self.urgent = False
 
     def _lost(self) -> None:
         self.ctx.cancel()
@@ -325,103 +329,6 @@ def done(ctx: Handled, name: str, value: Any) -> Any:
     stored = checked(value, ctx.max_bytes, f"step {name!r}'s result")
     ctx.resumable().change(STEP, name, stored, urgent=True)
     return stored
-
-
-# -- ctx.iterate ---------------------------------------------------------------------------
-
-
-def iterate(
-    ctx: Handled,
-    source: Sequence[Any] | Callable[[Any], Sequence[Any]],
-    cursor: Callable[[Any], Any] | None,
-    name: str,
-) -> Iterator[Any]:
-    """ctx.iterate: over a range or a sequence by index, or over a fetcher's pages."""
-    if callable(source) and not isinstance(source, Sequence):
-        return iterate_pages(ctx, source, cursor or _itself, name)
-    if cursor is not None:
-        raise TypeError("ctx.iterate(cursor=...) is for a callable source (a page fetcher)")
-    return iterate_indexed(ctx, source, name)
-
-
-def _itself(item: Any) -> Any:
-    return item
-
-
-def iterate_indexed(ctx: Handled, source: Sequence[Any], name: str) -> Iterator[Any]:
-    """The items of a range or a sequence from the one after the last checkpointed, the
-    cursor being the index of the last item whose loop body finished."""
-    resumable = ctx.resumable()
-    done = resumable.cursor(name)
-    first = done + 1 if isinstance(done, int) else 0
-    cursors = _cursors(resumable, name, done)
-    for index in range(first, len(source)):
-        if ctx._cancelled or ctx._stopping:
-            interrupt(ctx, name)
-        yield source[index]
-        if ctx._effect is None:  # the tight loop's path: two stores
-            cursors[name] = index
-            resumable.dirty = True
-        else:
-            advance_in_tx(ctx, name, index)
-
-
-def iterate_pages(
-    ctx: Handled,
-    fetch: Callable[[Any], Sequence[Any]],
-    cursor_of: Callable[[Any], Any],
-    name: str,
-) -> Iterator[Any]:
-    """The items of the pages `fetch(cursor)` returns, from the page after the last
-    checkpointed cursor (None: from the start) until a page is empty; the cursor of
-    an item is `cursor_of(item)` (keyset pagination: its key)."""
-    resumable = ctx.resumable()
-    after = resumable.cursor(name)
-    cursors = _cursors(resumable, name, after)
-    while True:
-        page = fetch(after)
-        if not page:
-            return
-        for item in page:
-            if ctx._cancelled or ctx._stopping:
-                interrupt(ctx, name)
-            yield item
-            after = cursor_of(item)
-            if ctx._effect is None:
-                cursors[name] = after
-                resumable.dirty = True
-            else:
-                advance_in_tx(ctx, name, after)
-
-
-def _cursors(resumable: Resumable, name: str, start: Any) -> dict[str, Any]:
-    """The document's cursors, with `name` in it (added under the lock: the writer's
-    thread may be serialising the document)."""
-    with resumable.lock:
-        cursors = resumable.doc.setdefault(CURSOR, {})
-        cursors.setdefault(name, start)
-        return cursors  # type: ignore[no-any-return]
-
-
-def advance_in_tx(ctx: Handled, name: str, cursor: Any) -> None:
-    """A loop's cursor moved while an effect transaction is open: it goes with that
-    transaction, which a plain def handler's loop commits once its interval passed
-    (an async one's commits at its next block's end)."""
-    resumable = ctx.resumable()
-    resumable.change(CURSOR, name, cursor, urgent=False)
-    if isinstance(ctx._effect, Effect) and ctx._depth == 0 and resumable.commit_due():
-        resumable.commit(ctx._effect)
-
-
-def interrupt(ctx: Handled, name: str) -> None:
-    """End a loop at an item boundary: the job is stopping (or cancelled, or its lease
-    lost). The open effect transaction, if the loop can commit it here, commits with the
-    cursor; the rest of the checkpoint goes with the release."""
-    effect, resumable = ctx._effect, ctx._resumable
-    if isinstance(effect, Effect) and not ctx._depth and resumable and resumable.in_tx:
-        resumable.commit(effect)
-    why = "the worker is stopping" if ctx._stopping else "the job was cancelled"
-    raise Interrupted(f"ctx.iterate({name!r}) stopped at an item boundary: {why}")
 
 
 def _get(doc: dict[str, Any], kind: str, key: str) -> Any:

@@ -24,7 +24,7 @@ import psycopg
 from forklift._json import MAX_RESULT_BYTES
 from forklift.errors import DatabaseError
 from forklift.store import AsyncEffect, ClaimedJob, Effect, JobStore
-from forklift.workers import checkpoints
+from forklift.workers import checkpoints, loops
 
 if TYPE_CHECKING:
     from forklift.batch import Batch
@@ -285,17 +285,17 @@ class JobContext:
         *,
         cursor: Callable[[Any], Any] | None = None,
         name: str = "iterate",
-    ) -> Iterator[Any]:
-        """Loop over `source`, resuming after the last item a previous attempt finished:
-        a range or a sequence (the cursor is the index), or a callable `fetch(cursor) ->
-        page` (keyset pagination: `cursor(item)` is an item's cursor, the item itself by
-        default; None asks for the first page; an empty page ends). The cursor is
-        checkpointed as each item's loop body finishes (written every
-        `checkpoint_every` seconds, or with the effect transaction the body opened). Once
-        the worker is stopping, it ends at the next item with `forklift.Interrupted`:
-        the job is given back, its attempt not counted. A second loop in one job needs
-        a `name` of its own."""
-        return checkpoints.iterate(self, source, cursor, name)
+    ) -> loops.Loop:
+        """Loop over `source` (`for`; `async for` in an async handler), resuming after
+        the last item a previous attempt finished: a range or a sequence (the cursor is
+        the index), or a callable `fetch(cursor) -> page` (keyset pagination:
+        `cursor(item)` is an item's cursor, the item itself by default; None asks for
+        the first page; an empty page ends). An item is done when its loop body
+        finishes: its cursor is written every `checkpoint_every` seconds, or commits
+        with the effect transaction the body opened. Once the worker is stopping, the
+        loop ends at the next item with `forklift.Interrupted`: the job is given back,
+        its attempt not counted. A second loop in one job needs a `name` of its own."""
+        return loops.Loop(self, source, cursor, name)
 
     def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """Run `fn(*args, **kwargs)` once per job across attempts: done before, its
@@ -434,7 +434,7 @@ class EffectBlock:
     def _ended(self, ok: bool) -> checkpoints.Resumable | None:
         """The block ended: what was checkpointed in a block that rolled back is
         forgotten; the checkpoint to commit now, if the outermost block ended well with
-        one due (an explicit one or a step, or a loop's cursor past its interval)."""
+        one due."""
         ctx = self._ctx
         resumable = ctx._resumable
         if resumable is None:
@@ -445,7 +445,9 @@ class EffectBlock:
             else:
                 resumable.dropped(ctx._depth + 1)
             return None
-        return resumable if ctx._depth == 0 and resumable.commit_due() else None
+        # Only an explicit checkpoint or a step: a loop's cursor waits for its item's end
+        # (the boundary), or the body's rows would commit with the cursor before them.
+        return resumable if ctx._depth == 0 and resumable.urgent else None
 
 
 class AsyncJobContext(JobContext):

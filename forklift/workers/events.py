@@ -118,11 +118,18 @@ class JobEvents:
         self.holdings.end(ctx)
         if self.tally is not None and not counted:
             self.tally.job(ctx.queue, ctx.task, outcome, ctx.duration)
+        self._resumed(ctx)
         if self.on_job_end is not None:
             self.on_job_end(ctx.job, outcome)
         # A success only frees its slot; any other end may have put a retry in line,
         # whose due time the claim loop must look up again.
         self.wakeup.set(SLOT if outcome is Outcome.SUCCEEDED else NEWS)
+
+    def _resumed(self, ctx: JobContext) -> None:
+        """Count an attempt that resumed from a checkpoint (it read one), once it ends."""
+        resumable = ctx._resumable
+        if self.tally is not None and resumable is not None and resumable.resumed is not None:
+            self.tally.resumed(ctx.queue, ctx.task, resumable.resumed[1])
 
     def returned(self, ctx: JobContext) -> None:
         """The job's handler returned (its outcome is on its way): free its slot, and
@@ -142,6 +149,7 @@ class JobEvents:
             self.wakeup.set(SLOT)
         if ctx.started and self.on_job_end is not None:
             self.on_job_end(ctx.job, Outcome.RELEASED)
+        self._resumed(ctx)
         if recorded:
             self.emit("job.released", ctx, reason=why)
             if self.tally is not None:

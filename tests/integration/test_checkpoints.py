@@ -13,8 +13,11 @@ import psycopg
 import pytest
 
 import forklift
+from forklift.metrics import Tally
 from forklift.store import JobStore, job_checkpoint, job_checkpoint_many
 from forklift.testing import wait_for
+from forklift.workers.config import WorkerConfig
+from forklift.workers.worker import Worker
 from tests.integration.conftest import RunWorker
 
 OWNER = "test-host:1:checkpoints"
@@ -272,3 +275,59 @@ def test_a_checkpoint_that_is_not_json_or_too_big_is_refused_in_the_handler(
     finished(db, schema, job_id, "succeeded")
     assert len(errors) == 2
     assert all("a checkpoint" in e for e in errors)
+
+
+def test_a_resumed_attempt_is_counted_with_the_work_its_checkpoint_stood_for(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str, task: Callable[..., str]
+) -> None:
+    def resumes(ctx: forklift.JobContext) -> None:
+        if ctx.checkpointed is None:
+            ctx.checkpoint("halfway", flush=True)
+            raise RuntimeError("first attempt")
+
+    job_id = app.enqueue(task(resumes))
+    tally = Tally()
+    worker = Worker(app, WorkerConfig(maintenance=False), tally=tally)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        finished(db, schema, job_id, "succeeded")
+    finally:
+        worker.request_stop(fast=True)
+        thread.join(15)
+    assert not thread.is_alive()
+    deltas = tally.take()
+    assert deltas is not None
+    assert [r[:3] for r in deltas["resumes"]] == [["default", "resumes", 1]]
+    assert deltas["resumes"][0][3] >= 0
+
+
+def test_an_async_handler_resumes_its_steps_and_its_loop_with_effects_once(
+    app: forklift.App,
+    db: psycopg.Connection[Any],
+    schema: str,
+    run_worker: RunWorker,
+    task: Callable[..., str],
+) -> None:
+    calls: list[str] = []
+
+    async def fetched() -> str:
+        calls.append("fetch")
+        return "data"
+
+    async def pipeline(ctx: forklift.AsyncJobContext) -> None:
+        assert await ctx.step("fetch", fetched) == "data"
+        ctx.checkpoint_every = 0.0  # commit at every item boundary
+        async for n in ctx.iterate(range(6)):
+            async with ctx.transaction() as conn:
+                await conn.execute(
+                    f"INSERT INTO {schema}.effects (key, n) VALUES (%s, %s)", (f"row-{n}", n)
+                )
+            if ctx.attempt == 1 and n == 3:
+                raise RuntimeError("crash after row 3's block, before its boundary")
+
+    job_id = app.enqueue(task(pipeline))
+    run_worker()
+    finished(db, schema, job_id, "succeeded")
+    assert calls == ["fetch"]
+    assert effects(db, schema) == [f"row-{n}" for n in range(6)]

@@ -119,3 +119,27 @@ def test_every_batch_outcome_a_child_reports_is_counted() -> None:
     assert deltas is not None
     totals.add(json.loads(json.dumps(deltas)))
     assert totals.batches == {"succeeded": 1, "failed": 1, "cancelled": 1, "abandoned": 1}
+
+
+def test_resumes_and_the_work_they_saved_add_up_across_children_and_are_exposed() -> None:
+    totals = Totals()
+    for saved in (12.5, 30.0):
+        tally = Tally()
+        tally.resumed("default", "render", saved)
+        deltas = tally.take()
+        assert deltas is not None and tally.take() is None
+        totals.add(json.loads(json.dumps(deltas)))
+    assert totals.resumes == {("default", "render"): (2, 42.5)}
+    families = {f.name: f for f in TotalsCollector(totals).collect()}
+    assert families["forklift_job_resumes"].samples[0].value == 2
+    assert families["forklift_job_resumed_work_seconds"].samples[0].value == 42.5
+
+
+@pytest.mark.parametrize(
+    "bad", [[["q", "t", 1, -1.0]], [["q", "t", 1, "nan"]], [["q", "t", -1, 1]]]
+)
+def test_a_malformed_resume_adds_nothing(bad: list[list[object]]) -> None:
+    totals = Totals()
+    with pytest.raises(ValueError):
+        totals.add({"resumes": bad})
+    assert totals.resumes == {}
