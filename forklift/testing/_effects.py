@@ -12,6 +12,7 @@ as the worker's does. JobContext runs the blocks themselves, unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -66,6 +67,10 @@ class InlineEffect(Effect):
             self._close()
         return True
 
+    def commit_with(self, write: Callable[[Conn], bool]) -> bool:
+        """A checkpoint's commit: the block ends as committed (no row to fence)."""
+        return self.commit_completing(0, 0, "")
+
     def rollback(self) -> None:
         try:
             with translated("effect rollback failed"):
@@ -119,6 +124,10 @@ class InlineAsyncEffect(AsyncEffect):
         finally:
             await self._close()
         return True
+
+    async def commit_with(self, write: Callable[[AsyncConn], Awaitable[bool]]) -> bool:
+        """InlineEffect.commit_with, awaited."""
+        return await self.commit_completing(0, 0, "")
 
     async def rollback(self) -> None:
         try:

@@ -86,3 +86,17 @@ async def a_charge(ctx: forklift.AsyncJobContext, *, account: str, cents: int) -
             (ctx.job_id, account, cents),
         )
     return cents
+
+
+@app.task
+def resumable(ctx: forklift.JobContext, *, rows: int) -> dict[str, object]:
+    """A resumable handler: a step, a loop writing a row per item, a checkpoint."""
+    where = ctx.step("locate", lambda: "s3://bucket/key")
+    for n in ctx.iterate(range(rows)):
+        with ctx.transaction() as conn:
+            conn.execute(
+                f"INSERT INTO {app.schema}.effects (job_id, key, n) VALUES (%s, %s, %s)",
+                (ctx.job_id, where, n),
+            )
+    ctx.checkpoint({"phase": "done"}, flush=True)
+    return {"where": where, "checkpointed": ctx.checkpointed}

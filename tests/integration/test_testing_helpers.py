@@ -36,6 +36,7 @@ from tests.apps.testing_helpers import (
     flaky,
     linger,
     pair,
+    resumable,
 )
 
 Conn = psycopg.Connection[Any]
@@ -210,6 +211,18 @@ def test_run_job_calls_one_handler_once_with_a_real_context(app: forklift.App) -
         run_job(flaky, {"key": "k"}, attempt=3)
     with pytest.raises(forklift.ArgumentError, match="unknown argument 'kye'"):
         run_job(flaky, {"kye": "k"})
+
+
+def test_inline_runs_a_resumable_handler_with_its_checkpoint_in_memory(
+    app: forklift.App, dsn: str, db: Conn, schema: str
+) -> None:
+    with psycopg.connect(dsn) as conn:
+        with conn.transaction(force_rollback=True), inline(app, conn=conn) as jobs:
+            job_id = resumable.enqueue(rows=3)
+            assert [n for _, n in effects(conn, schema)] == [0, 1, 2]
+        assert effects(conn, schema) == []  # the test's rollback undid every block
+    assert jobs.result(job_id) == {"where": "s3://bucket/key", "checkpointed": {"phase": "done"}}
+    assert run_job(resumable, {"rows": 0})["checkpointed"] == {"phase": "done"}
 
 
 # -- drain -----------------------------------------------------------------------------
