@@ -186,6 +186,10 @@ class JobHooks:
             task = self._calling.pop(job_id, None) if running else None
         if task is not None:
             self.title.started(job_id, task)
+        elif not running:
+            # Off the title at once (a system call of under a microsecond): a kill from
+            # now on is no longer charged to it, and `ps` must not say it is.
+            self.title.ended(job_id)
 
     def flush(self) -> int:
         """Tell the parent of the jobs still running since before this beat, and show

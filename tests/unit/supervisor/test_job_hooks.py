@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+import setproctitle
 
 import forklift
 from forklift.store import ClaimedJob
@@ -128,3 +129,19 @@ def test_the_title_names_a_job_from_its_handlers_call_on_as_a_death_is_charged(
     hooks.ended(job(4, "nosuchtask"), "failed")  # refused: its handler never called
     hooks.flush()
     assert title.text().endswith(": idle")
+
+
+@pytest.mark.parametrize("task", ["timed", "untimed"])
+def test_the_title_stops_naming_a_job_as_its_handler_returns(
+    hooks_and_sent: tuple[JobHooks, Sent, ChildTitle], task: str
+) -> None:
+    """`ps` names the jobs a death would be charged to: once the handler returned, a kill
+    is no longer charged to the job, so the title (what `ps` shows) must not name it
+    while its outcome waits for its write."""
+    hooks, _, title = hooks_and_sent
+    hooks.started(job(7, task))
+    hooks.handler(7, True)
+    assert f"{task}#7" in setproctitle.getproctitle()
+    hooks.handler(7, False)
+    assert f"{task}#7" not in setproctitle.getproctitle()
+    assert f"{task}#7" not in title.text()
