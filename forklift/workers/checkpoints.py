@@ -233,8 +233,9 @@ class Resumable:
             held = [(self.ctx.job_id, self.ctx.attempt, text)]
             self.ctx._effect = None
             owned = effect.commit_with(
-                lambda conn: not self.stored
-                or bool(job_checkpoint_many(self.store, held, self.owner, conn))
+                lambda conn: (
+                    not self.stored or bool(job_checkpoint_many(self.store, held, self.owner, conn))
+                )
             )
             self._committed(doc, owned)
         if not owned:
