@@ -146,8 +146,8 @@ class BatchAdmin:
     def batch_cancel(self, batch_id: int, why: str = "", by: str | None = None) -> BatchCancelled:
         """Mark the batch cancelled (by `by`, default this user@host, for `why`) and
         cancel its ready and running jobs (a running one as `forklift jobs cancel` does:
-        its worker is told to stop); BatchNotFound if there is none. A finished batch is
-        left as it is (nothing is cancelled): see `after`."""
+        its worker is told to stop; their checkpoints cleared); BatchNotFound if there is
+        none. A finished batch is left as it is (nothing is cancelled): see `after`."""
         with self.connector.session("cancelling the batch failed"):
             before = self._find(batch_id)
             if before.state == "finished":

@@ -14,6 +14,7 @@ from forklift._ids import operator
 from forklift.admin._connect import Connector
 from forklift.admin.rows import (
     Acted,
+    Checkpoint,
     DeadJob,
     FinishedMinute,
     JobDetail,
@@ -84,11 +85,16 @@ class JobAdmin:
             raise JobNotFound(f"no job {job_id} in schema {self.schema}")
         # Its columns: JobRow's, then JobDetail's own.
         job = JobRow(**{name: found.pop(name) for name in _JOB_ROW})
-        return JobDetail(job, progress=Progress.of(found.pop("progress")), **found)
+        progress = Progress.of(found.pop("progress"))
+        checkpoint = Checkpoint.of(found.pop("checkpoint"), found.pop("checkpoint_at"))
+        return JobDetail(job, progress=progress, checkpoint=checkpoint, **found)
 
-    def job_retry_many(self, ids: Sequence[int], by: str | None = None) -> list[Acted]:
+    def job_retry_many(
+        self, ids: Sequence[int], by: str | None = None, *, from_scratch: bool = False
+    ) -> list[Acted]:
         """Dead or cancelled jobs back to ready now, attempts and crashes reset to 0, the
-        retry noted in their error history as by `by` (default: this user@host).
+        retry noted in their error history as by `by` (default: this user@host). A job's
+        checkpoint is kept (it resumes from it), or with `from_scratch` cleared.
 
         One Acted per id asked for, in id order: done, or why not (its state; None if
         there is no such job).
@@ -96,7 +102,7 @@ class JobAdmin:
         found: dict[int, Acted] = {}
         with self.connector.conn("retrying jobs failed") as conn:
             for batch in _batches(sorted(set(ids))):
-                params = {"ids": batch, "by": by or operator()}
+                params = {"ids": batch, "by": by or operator(), "scratch": from_scratch}
                 for acted in _db.rows(conn.execute(self.q["job_retry_many"], params), Acted):
                     found[acted.id] = acted
         return [found.get(i, Acted(i, False, None)) for i in sorted(set(ids))]
@@ -114,8 +120,9 @@ class JobAdmin:
             after = batch[-1]
 
     def job_cancel_many(self, ids: Sequence[int], by: str | None = None) -> list[Acted]:
-        """Cancel ready and running jobs now; a running job's worker is told to stop. The
-        error history says by whom: `by` (default: this user@host).
+        """Cancel ready and running jobs now, their checkpoints cleared (a cancelled job
+        does not resume); a running job's worker is told to stop. The error history says
+        by whom: `by` (default: this user@host).
 
         One Acted per id asked for, in id order (`owner`: who was running it).
         """

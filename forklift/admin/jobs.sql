@@ -50,7 +50,7 @@ SELECT count(*) AS scanned, min(w.id) AS oldest FROM (
 -- name: job_get
 -- One job, everything about it (its result as JSON text, its last progress, its batch,
 -- its limit key, the worker that ran its last successful attempt, the attempts added
--- for lost leases it was forgiven),
+-- for lost leases it was forgiven, its checkpoint and when it was written),
 -- with the database's clock for the ages.
 SELECT j.id, j.queue, j.task, j.state::text AS state, j.priority, j.attempts,
        j.max_attempts, j.crashes, j.max_crashes, j.created_at, j.available_at, j.started_at,
@@ -58,17 +58,21 @@ SELECT j.id, j.queue, j.task, j.state::text AS state, j.priority, j.attempts,
        extract(epoch FROM now() - j.created_at)::float8 AS age,
        j.args::text AS args, j.idempotency_key, j.timeout, j.lease_until, j.errors,
        now() AS now, j.result::text AS result, j.progress, j.batch_id, j.limit_key, j.ran_by,
-       j.leases_forgiven
+       j.leases_forgiven, j.checkpoint, j.checkpoint_at
 FROM {schema}.jobs AS j
 WHERE j.id = %(id)s::bigint;
 
 -- name: job_retry_many
 -- Dead or cancelled jobs back to ready now, attempts and crashes reset to 0 and the
 -- attempts added for lost leases taken back (a fresh budget, as enqueued), the retry
--- noted in the error history; wakes their queues' workers. Returns
--- every job found with its state, attempts and crashes before, and whether it was retried.
+-- noted in the error history; wakes their queues' workers. A checkpoint is kept (the
+-- job resumes from it) unless `scratch` (`--from-scratch`): then it is cleared. Returns
+-- every job found with its state, attempts and crashes before, whether it was retried,
+-- and what became of its checkpoint (kept, cleared; NULL: it had none).
 WITH old AS (
-    SELECT j.id, j.state, j.attempts, j.crashes, j.batch_id FROM {schema}.jobs AS j
+    SELECT j.id, j.state, j.attempts, j.crashes, j.batch_id,
+           j.checkpoint IS NOT NULL AS checkpointed
+    FROM {schema}.jobs AS j
     WHERE j.id = ANY(%(ids)s::bigint[])
     ORDER BY j.id
     FOR UPDATE
@@ -83,10 +87,15 @@ WITH old AS (
     UPDATE {schema}.jobs AS j SET
         state = 'ready', available_at = now(), completed_at = NULL, attempts = 0, crashes = 0,
         max_attempts = j.max_attempts - j.leases_forgiven, leases_forgiven = 0,
+        checkpoint = CASE WHEN %(scratch)s::boolean THEN NULL ELSE j.checkpoint END,
+        checkpoint_at = CASE WHEN %(scratch)s::boolean THEN NULL ELSE j.checkpoint_at END,
         errors = j.errors || jsonb_build_object(
             'attempt', j.attempts, 'at', now(), 'worker', NULL,
-            'error', format('Retried by %%s: attempts %%s and crashes %%s reset to 0',
-                            %(by)s::text, j.attempts, j.crashes))
+            'error', format('Retried by %%s: attempts %%s and crashes %%s reset to 0%%s',
+                            %(by)s::text, j.attempts, j.crashes,
+                            CASE WHEN NOT old.checkpointed THEN ''
+                                 WHEN %(scratch)s::boolean THEN ', checkpoint cleared'
+                                 ELSE ', resumes from its checkpoint' END))
     FROM old
     WHERE j.id = old.id AND old.state IN ('dead', 'cancelled')
       AND (SELECT count(*) FROM batch) >= 0
@@ -96,7 +105,9 @@ WITH old AS (
     FROM (SELECT DISTINCT queue FROM retried) AS q
 )
 SELECT old.id, old.state::text AS was, old.attempts, old.crashes,
-       old.id IN (SELECT id FROM retried) AS done
+       old.id IN (SELECT id FROM retried) AS done,
+       CASE WHEN old.id NOT IN (SELECT id FROM retried) OR NOT old.checkpointed THEN NULL
+            WHEN %(scratch)s::boolean THEN 'cleared' ELSE 'kept' END AS checkpoint
 FROM old, woken
 ORDER BY old.id;
 
@@ -141,10 +152,13 @@ WHERE id IN (
 );
 
 -- name: job_running_list
--- Every running job: who runs it, for how long, how far it said it is (through the
--- running-jobs index).
+-- Every running job: who runs it, for how long, how far it said it is, how long ago its
+-- checkpoint was written (NULL: it has none) (through the running-jobs index).
 SELECT j.id, j.queue, j.task, j.lease_owner AS owner, j.attempts AS attempt,
-       extract(epoch FROM now() - j.started_at)::float8 AS running_for, j.progress
+       extract(epoch FROM now() - j.started_at)::float8 AS running_for, j.progress,
+       CASE WHEN j.checkpoint IS NOT NULL
+            THEN extract(epoch FROM now() - coalesce(j.checkpoint_at, now()))::float8
+       END AS checkpoint_age
 FROM {schema}.jobs AS j
 WHERE j.state = 'running'
 ORDER BY j.started_at, j.id;

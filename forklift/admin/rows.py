@@ -50,6 +50,53 @@ def _number(value: Any) -> bool:
 
 
 @dataclass(frozen=True)
+class Checkpoint:
+    """Where a resumable job's next attempt starts (migration 0018): the document its
+    worker last wrote, whole (`document`), and when (`at`); what an operator reads of it
+    (the cursors, the names of the steps done, the handler's state) taken from it as far
+    as it holds them (anyone may have written the column)."""
+
+    document: Any
+    at: datetime | None
+
+    @classmethod
+    def of(cls, value: Any, at: datetime | None) -> Checkpoint | None:
+        """The checkpoint a job's `checkpoint` column holds; None when it holds none."""
+        return None if value is None else cls(value, at)
+
+    def _part(self, key: str) -> Any:
+        return self.document.get(key) if isinstance(self.document, dict) else None
+
+    @property
+    def version(self) -> int | None:
+        v = self._part("v")
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    @property
+    def state(self) -> Any:
+        """The handler's own state (None: it kept none)."""
+        return self._part("state")
+
+    @property
+    def cursors(self) -> dict[str, Any]:
+        """Each loop's cursor, by the loop's name (ctx.iterate)."""
+        cursors = self._part("cursors")
+        return cursors if isinstance(cursors, dict) else {}
+
+    @property
+    def steps(self) -> list[str]:
+        """The names of the steps done (ctx.step), by name (jsonb keeps no order)."""
+        steps = self._part("steps")
+        return sorted(str(name) for name in steps) if isinstance(steps, dict) else []
+
+    @property
+    def ran(self) -> float | None:
+        """Seconds of work it stands for (None: not said)."""
+        ran = self._part("ran")
+        return float(ran) if _number(ran) else None
+
+
+@dataclass(frozen=True)
 class JobFilter:
     """Which jobs `forklift jobs list` looks for; None matches any."""
 
@@ -116,6 +163,7 @@ class JobDetail:
     ran_by: str | None = None  # the worker whose attempt succeeded (None: none did)
     # Attempts added to max_attempts for leases lost before its handler was seen running.
     leases_forgiven: int = 0
+    checkpoint: Checkpoint | None = None  # where its next attempt resumes; None: none
 
 
 @dataclass(frozen=True)
@@ -128,6 +176,19 @@ class Acted:
     attempts: int = 0  # before a retry reset them
     crashes: int = 0
     owner: str | None = None  # the worker that ran it, when a running job was cancelled
+    # A retried job's checkpoint: "kept" (it resumes), "cleared" (--from-scratch); None:
+    # it had none (or was not retried).
+    checkpoint: str | None = None
+
+    @property
+    def checkpoint_note(self) -> str:
+        """What a retry did to the job's checkpoint, worded to follow the line that says
+        it was retried (empty: it had none)."""
+        if self.checkpoint == "kept":
+            return ", resumes from its checkpoint"
+        if self.checkpoint == "cleared":
+            return ", checkpoint cleared: starts from scratch"
+        return ""
 
 
 @dataclass(frozen=True)
@@ -153,6 +214,7 @@ class RunningJobRow:
     attempt: int
     running_for: float
     progress: Progress | None = None  # the last it reported
+    checkpoint_age: float | None = None  # seconds since its checkpoint was written; None: none
 
 
 @dataclass(frozen=True)

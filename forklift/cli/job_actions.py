@@ -22,13 +22,20 @@ to 0: a retried job gets its whole max_attempts and max_crashes budget again (it
 history keeps every earlier attempt, and notes the retry). One line per job; exit 1 if
 any job named was not retried (not found, or not dead or cancelled).
 
+A resumable job that died keeps its checkpoint: retried, it resumes where its last
+attempt left off (its cursors, the steps it did, its state). --from-scratch clears the
+checkpoint too, and the job starts over from the beginning, as when it was enqueued. (A
+cancelled job has none left to resume: cancelling clears it.)
+
 --json prints a list with one object per job: id, result (retried, not_found,
-not_retryable), was (its state before, or null), attempts_before, crashes_before.
+not_retryable), was (its state before, or null), attempts_before, crashes_before,
+checkpoint (kept: it resumes; cleared: by --from-scratch; null: it had none).
 """
 
 RETRY_EXAMPLES = """\
 examples:
   forklift jobs retry 1042 1043
+  forklift jobs retry 1042 --from-scratch
   forklift jobs retry --all-dead --queue emails --task send_receipt
   forklift jobs retry --all-dead --json | jq '[.[] | select(.result == "retried")] | length'
 """
@@ -39,8 +46,9 @@ cancelled at once too, wherever it runs: its lease is taken from its worker, so 
 that worker records for it commits (its effect transaction rolls back); the worker hears
 it (NOTIFY, or its next lease renewal) and sets ctx.cancelled; a handler that has not
 returned within `forklift run`'s --cancel-grace has its worker process killed and
-replaced. A cancelled job is never retried unless you `jobs retry` it. One line per job;
-exit 1 if any job named was not cancelled (not found, or finished already).
+replaced. A cancelled job is never retried unless you `jobs retry` it, and its checkpoint
+is cleared: retried, it starts from the beginning. One line per job; exit 1 if any job
+named was not cancelled (not found, or finished already).
 
 --json prints a list with one object per job: id, result (cancelled, not_found,
 not_cancellable), was (its state before, or null), worker (who was running it, or null).
@@ -78,21 +86,22 @@ def cmd_retry(args: argparse.Namespace) -> int:
         raise UsageError("--queue and --task select jobs for --all-dead only")
     app = app_for(args)
     admin = job_admin(app)
+    scratch = args.from_scratch
     if args.all_dead:
         acted = [
             a
             for ids in admin.job_dead_ids(args.queue, args.task)
-            for a in admin.job_retry_many(ids)
+            for a in admin.job_retry_many(ids, from_scratch=scratch)
         ]
     else:
-        acted = admin.job_retry_many(args.ids)
+        acted = admin.job_retry_many(args.ids, from_scratch=scratch)
     if args.json:
         output.print_json([_retried(a) for a in acted])
     elif args.all_dead and not acted:
         print("no dead jobs")
     else:
         for a in acted:
-            output.say(retry_line(a))
+            output.say(retry_line(a) + a.checkpoint_note)
     return Exit.OK if all(a.done for a in acted) else Exit.ERROR
 
 
@@ -100,7 +109,7 @@ def _retried(a: Acted) -> dict[str, Any]:
     result = "retried" if a.done else "not_found" if a.was is None else "not_retryable"
     return {
         "id": a.id, "result": result, "was": a.was,
-        "attempts_before": a.attempts, "crashes_before": a.crashes,
+        "attempts_before": a.attempts, "crashes_before": a.crashes, "checkpoint": a.checkpoint,
     }  # fmt: skip
 
 
@@ -159,6 +168,10 @@ def register(
     p.add_argument("--all-dead", action="store_true", help="every dead job (of --queue, --task)")
     p.add_argument("--queue", help="with --all-dead: only dead jobs of this queue")
     p.add_argument("--task", help="with --all-dead: only dead jobs of this task")
+    p.add_argument(
+        "--from-scratch", action="store_true",
+        help="clear each job's checkpoint too: it starts over instead of resuming",
+    )  # fmt: skip
     p.set_defaults(func=cmd_retry)
 
     p = operator_command(

@@ -6,16 +6,24 @@ Operator commands: they need only the database (--dsn, --schema), not the app.
 from __future__ import annotations
 
 import argparse
+import json
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from forklift._bounds import LIST_WINDOW
 from forklift._config import positive_int
+from forklift._display import line as shown
 from forklift.cli import job_actions
 from forklift.cli.apps import app_for, job_admin
 from forklift.cli.flags import operator_command
 from forklift.shown import jobview, output
 
+if TYPE_CHECKING:
+    from forklift.admin.rows import Checkpoint
+
 LIMIT = 50
 ERROR_CHARS = 60  # of the last error in the list table
+CHECKPOINT_CHARS = 120  # of a checkpoint's cursors, step names and state that `show` prints
 
 GROUP_DESCRIPTION = """\
 Operator commands on jobs: they need only the database (--dsn, --schema), not the app.
@@ -68,7 +76,14 @@ null: none), progress (an object with done, total (null: not known), message, at
 8601 UTC); or null: it reported none), batch_id (or null), limit_key (its
 task limit's key value, or null), worker (the worker that runs it or ran its last
 attempt, or null: it never ran), leases_forgiven (attempts added to max_attempts for
-leases lost with their worker before the handler ran: not charged, at most 3).
+leases lost with their worker before the handler ran: not charged, at most 3),
+checkpoint (a resumable job's checkpoint, whole, secrets hidden as above: an object with
+v, state, cursors, steps, ran; null: none) and checkpoint_at (when it was written: ISO
+8601 UTC, or null).
+
+A job with a checkpoint (where its next attempt resumes) ends with it: when it was
+written, its cursors, the names of the steps done and the handler's state (cut to
+{CHECKPOINT_CHARS} characters each, secrets hidden as above).
 """
 
 SHOW_EXAMPLES = """\
@@ -76,6 +91,7 @@ examples:
   forklift jobs show 1042
   forklift jobs show 1042 --json | jq '.errors[-1].traceback'
   forklift jobs show 1042 --json | jq '.result'
+  forklift jobs show 1042 --json | jq '.checkpoint.cursors'
 """
 
 
@@ -109,10 +125,48 @@ def cmd_show(args: argparse.Namespace) -> int:
     app = app_for(args)
     detail = job_admin(app).job_get(args.id)
     if args.json:
-        output.print_json(jobview.detail_json(detail))
-    else:
-        jobview.print_detail(detail)
+        output.print_json({**jobview.detail_json(detail), **checkpoint_json(detail.checkpoint)})
+        return 0
+    jobview.print_detail(detail)
+    if detail.checkpoint is not None:
+        print("\n".join(checkpoint_lines(detail.checkpoint, detail.now)))
     return 0
+
+
+def checkpoint_json(checkpoint: Checkpoint | None) -> dict[str, Any]:
+    """`jobs show --json`'s checkpoint keys: the document whole (secrets hidden as in the
+    arguments) and when it was written."""
+    if checkpoint is None:
+        return {"checkpoint": None, "checkpoint_at": None}
+    return {
+        "checkpoint": jobview.safe_result(json.dumps(checkpoint.document)),
+        "checkpoint_at": output.utc(checkpoint.at),
+    }
+
+
+def checkpoint_lines(checkpoint: Checkpoint, now: datetime) -> list[str]:
+    """`jobs show`'s checkpoint block: when it was written, then its cursors, the steps
+    done and the state, each on one escaped line of at most CHECKPOINT_CHARS."""
+    head = f"checkpoint: written {output.when(checkpoint.at, now)}"
+    if checkpoint.version is not None:
+        head += f", version {checkpoint.version}"
+    if checkpoint.ran is not None:
+        head += f", {output.age(checkpoint.ran)} of work"
+    steps = checkpoint.steps
+    return [
+        head,
+        f"  cursors      {compact(checkpoint.cursors) if checkpoint.cursors else '-'}",
+        f"  steps done   {output.clip(', '.join(steps), CHECKPOINT_CHARS) if steps else '-'}",
+        f"  state        {compact(checkpoint.state)}",
+    ]
+
+
+def compact(value: Any, width: int = CHECKPOINT_CHARS) -> str:
+    """A JSON value on one escaped line of at most `width` characters, secrets hidden
+    (`-` for none)."""
+    if value is None:
+        return "-"
+    return shown(jobview.safe_args(json.dumps(value), width)[0])
 
 
 def register(

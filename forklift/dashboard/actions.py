@@ -1,8 +1,9 @@
-"""The dashboard's actions, registered only with --allow-actions: retry, cancel, pause,
-resume, purge, cancel a batch. Each is a POST behind the login and the CSRF token (see
-security.py), done through forklift.admin's stores as the CLI does them, recorded as by
-`dashboard:NAME@ADDRESS` (in the job's error history, as `jobs retry` records its
-operator), and logged as one `dashboard.action` event with who, what and the outcome."""
+"""The dashboard's actions, registered only with --allow-actions: retry (or retry from
+scratch), cancel, pause, resume, purge, cancel a batch. Each is a POST behind the login
+and the CSRF token (see security.py), done through forklift.admin's stores as the CLI
+does them, recorded as by `dashboard:NAME@ADDRESS` (in the job's error history, as
+`jobs retry` records its operator), and logged as one `dashboard.action` event with who,
+what and the outcome."""
 
 from __future__ import annotations
 
@@ -34,8 +35,10 @@ def register(app: Flask, reader: Reader) -> None:
     @app.post("/actions/retry", endpoint="retry")
     def retry() -> Response:
         job_id = _job_id()
-        [acted] = reader.jobs.job_retry_many([job_id], by=security.who())
-        return done("retry", jobview.retry_line(acted), job=job_id)
+        scratch = request.form.get("from_scratch") == "1"  # the job page's second button
+        [acted] = reader.jobs.job_retry_many([job_id], by=security.who(), from_scratch=scratch)
+        message = jobview.retry_line(acted) + acted.checkpoint_note
+        return done("retry", message, job=job_id, from_scratch=scratch)
 
     @app.post("/actions/cancel", endpoint="cancel")
     def cancel() -> Response:

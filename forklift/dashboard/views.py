@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from forklift.admin.batches import BatchDetail, BatchSummary
-from forklift.admin.rows import JobDetail, JobRow, Progress
+from forklift.admin.rows import Checkpoint, JobDetail, JobRow, Progress
 from forklift.shown import batchview, jobview, output
 from forklift.shown.processes import Listed
 
@@ -19,6 +19,7 @@ ERROR_CHARS = 4_000  # of one error message
 TRACEBACK_CHARS = 40_000  # of one traceback
 HISTORY_SHOWN = 50  # the latest entries of a job's error history
 CELL_CHARS = 120  # of an error in a table
+CHECKPOINT_CHARS = 400  # of a checkpoint's cursors, step names and state
 
 
 def clip(text: str | None, width: int = CELL_CHARS) -> str:
@@ -79,6 +80,7 @@ class JobView:
             ("worker", jobview.worker(d) or "-"),
             ("lease until", output.when(d.lease_until, now)),
             ("last error", cut(jobview.error_text(j), ERROR_CHARS)),
+            *checkpoint_fields(d.checkpoint, now),
         ]
 
     @property
@@ -86,8 +88,39 @@ class JobView:
         return self.job.state in ("dead", "cancelled")
 
     @property
+    def resumable(self) -> bool:
+        """It has a checkpoint: a retry resumes from it (or, from scratch, clears it)."""
+        return self.detail.checkpoint is not None
+
+    @property
     def cancellable(self) -> bool:
         return self.job.state in ("ready", "running")
+
+
+def checkpoint_fields(checkpoint: Checkpoint | None, now: datetime) -> list[tuple[str, str]]:
+    """A job's checkpoint as `jobs show` tells it: when it was written, its cursors, the
+    steps done and the state (compact JSON, secrets hidden, cut); none: no fields."""
+    if checkpoint is None:
+        return []
+    written = output.when(checkpoint.at, now)
+    if checkpoint.version is not None:
+        written += f", version {checkpoint.version}"
+    if checkpoint.ran is not None:
+        written += f", {output.age(checkpoint.ran)} of work"
+    steps = ", ".join(checkpoint.steps)
+    return [
+        ("checkpoint", written),
+        ("cursors", _compact(checkpoint.cursors or None)),
+        ("steps done", clip(steps, CHECKPOINT_CHARS)),
+        ("checkpoint state", _compact(checkpoint.state)),  # the job's own is "state"
+    ]
+
+
+def _compact(value: Any) -> str:
+    """A JSON value as one line of at most CHECKPOINT_CHARS, secrets hidden (`-`: none)."""
+    if value is None:
+        return "-"
+    return jobview.safe_args(json.dumps(value), CHECKPOINT_CHARS)[0]
 
 
 def _pretty(text: str) -> str:

@@ -4,6 +4,7 @@ conventions (--help with an example and the --json shape, one-line errors, exit 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,8 @@ JOB_KEYS = {
 }  # fmt: skip
 SHOW_KEYS = JOB_KEYS | {
     "args", "args_truncated", "idempotency_key", "timeout_seconds", "lease_until", "errors",
-    "result", "progress", "batch_id", "limit_key", "worker", "leases_forgiven",
+    "result", "progress", "batch_id", "limit_key", "worker", "leases_forgiven", "checkpoint",
+    "checkpoint_at",
 }  # fmt: skip
 ERROR_KEYS = {"attempt", "at", "worker", "error", "traceback"}
 
@@ -75,6 +77,7 @@ def test_a_job_failing_to_dead_is_found_read_and_retried_to_success(
             "was": "dead",
             "attempts_before": 2,
             "crashes_before": 0,
+            "checkpoint": None,
         }
     ]
     documented(set(retried[0]), "jobs", "retry")
@@ -131,6 +134,68 @@ def test_cancel_a_ready_job_retry_all_dead_and_purge(
     assert purged.stdout.startswith("purged 4 cancelled jobs completed before ")
     assert purged.stdout.rstrip().endswith(", in 1 batch of at most 500")
     assert db.execute(f"SELECT count(*) FROM {schema}.jobs").fetchone() == (0,)
+
+
+CHECKPOINT = '{"v":1,"cursors":{"iterate":41},"steps":{"download":"x"},"state":{"password":"pw9"}}'
+
+
+def checkpointed(db: psycopg.Connection[Any], schema: str, job_id: int, state: str) -> None:
+    """The job in `state` with a checkpoint its worker wrote 12 s ago."""
+    db.execute(
+        f"UPDATE {schema}.jobs SET state = %s::{schema}.job_state, checkpoint = %s::jsonb,"
+        " checkpoint_at = now() - interval '12 seconds',"
+        " completed_at = CASE WHEN %s = 'dead' THEN now() END WHERE id = %s",
+        (state, CHECKPOINT, state, job_id),
+    )
+
+
+def has_checkpoint(db: psycopg.Connection[Any], schema: str, job_id: int) -> tuple[bool, bool]:
+    row = db.execute(
+        f"SELECT checkpoint IS NOT NULL, checkpoint_at IS NOT NULL FROM {schema}.jobs"
+        " WHERE id = %s",
+        (job_id,),
+    ).fetchone()
+    assert row is not None
+    return bool(row[0]), bool(row[1])
+
+
+def test_a_checkpoint_is_shown_kept_by_a_retry_cleared_from_scratch_and_by_cancel(
+    env: dict[str, str], db: psycopg.Connection[Any], schema: str
+) -> None:
+    resumed, restarted, cancelled = (enqueue(env, "polite", f'{{"key": "{k}"}}') for k in "abc")
+    checkpointed(db, schema, resumed, "dead")
+    text = cli(env, "jobs", "show", str(resumed)).stdout.splitlines()
+    head = text.index("errors: none") + 1  # the checkpoint's block ends what `show` says
+    assert re.fullmatch(r"checkpoint: written \S+ \S+Z \(1\ds ago\), version 1", text[head])
+    assert not any("pw9" in line for line in text)
+    assert text[head + 1 :] == [
+        '  cursors      {"iterate": 41}',
+        "  steps done   download",
+        '  state        {"password": "***"}',
+    ]
+    shown = cli_json(env, "jobs", "show", str(resumed))
+    assert shown["checkpoint"] == {
+        "v": 1, "cursors": {"iterate": 41}, "steps": {"download": "x"},
+        "state": {"password": "***"},
+    }  # fmt: skip
+    assert shown["checkpoint_at"].endswith("Z")
+    assert cli_json(env, "jobs", "show", str(cancelled))["checkpoint"] is None
+    assert "checkpoint" not in cli(env, "jobs", "show", str(cancelled)).stdout
+
+    plain = cli(env, "jobs", "retry", str(resumed))
+    assert plain.stdout.rstrip().endswith(", resumes from its checkpoint"), plain.stdout
+    assert has_checkpoint(db, schema, resumed) == (True, True)
+    checkpointed(db, schema, restarted, "dead")
+    [answer] = cli_json(env, "jobs", "retry", str(restarted), "--from-scratch")
+    assert (answer["result"], answer["checkpoint"]) == ("retried", "cleared")
+    assert has_checkpoint(db, schema, restarted) == (False, False)
+    after = cli(env, "jobs", "show", str(restarted)).stdout
+    assert "reset to 0, checkpoint cleared" in after and "checkpoint: written" not in after
+
+    checkpointed(db, schema, cancelled, "ready")
+    answer = cli_json(env, "jobs", "cancel", str(cancelled))
+    assert answer[0]["result"] == "cancelled"
+    assert has_checkpoint(db, schema, cancelled) == (False, False)
 
 
 def test_jobs_list_finds_the_scheduled_jobs_status_counts(env: dict[str, str]) -> None:

@@ -1,8 +1,9 @@
-"""`forklift top` in a real 80x24 terminal (tmux): it shows a running job and its
-progress, q quits it, Ctrl-C too, and the terminal is restored either way."""
+"""`forklift top` in a real 80x24 terminal (tmux): it shows a running job, its progress
+and its checkpoint, q quits it, Ctrl-C too, and the terminal is restored either way."""
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 import sys
@@ -57,6 +58,37 @@ def _terminal_settings(terminal: Terminal, out: Path) -> str:
     return str(wait_for(lambda: out.exists() and out.read_text(), what="stty output"))
 
 
+def _row_shows(terminal: Terminal, job_id: int, pattern: str, what: str) -> None:
+    """Until the running job's row on the screen matches `pattern`."""
+    wait_for(
+        lambda: any(
+            f"sleep#{job_id}" in line and re.search(pattern, line.rstrip())
+            for line in terminal.screen().splitlines()
+        ),
+        timeout=15,
+        what=what,
+    )
+
+
+def _progress_and_checkpoint_shown(
+    db: psycopg.Connection[Any], schema: str, job_id: int, terminal: Terminal
+) -> None:
+    """The progress a job reports shows on its row, and then its checkpoint's age (the
+    handler reports and writes neither: both set here)."""
+    db.execute(
+        f"UPDATE {schema}.jobs SET progress = jsonb_build_object('done', 37, 'total', 100,"
+        " 'message', %s::text, 'at', now()) WHERE id = %s",
+        ("tiles\x1b[2J", job_id),
+    )
+    _row_shows(terminal, job_id, r"37% tiles$", "top showing the job's progress")
+    db.execute(
+        f"UPDATE {schema}.jobs SET checkpoint = %s::jsonb,"
+        " checkpoint_at = now() - interval '12 seconds' WHERE id = %s",
+        ('{"v": 1, "cursors": {"iterate": 41}}', job_id),
+    )
+    _row_shows(terminal, job_id, r" 37% ↻1\ds\b", "top marking the job's checkpoint")
+
+
 def test_top_shows_a_running_job_in_80x24_and_q_or_ctrl_c_quit_it(
     dsn: str,
     schema: str,
@@ -84,20 +116,7 @@ def test_top_shows_a_running_job_in_80x24_and_q_or_ctrl_c_quit_it(
     assert "Workers: 1 (1 busy) of 1 supervisor" in screen and "supervisors" not in screen
     [row] = [line for line in lines if f"sleep#{job_id}" in line]
     assert row.split()[1] == str(sup.children()[0])  # the worker's pid, on the job's row
-    # The progress a job reports shows on its row (the handler reports none: set here).
-    db.execute(
-        f"UPDATE {schema}.jobs SET progress = jsonb_build_object('done', 37, 'total', 100,"
-        " 'message', %s::text, 'at', now()) WHERE id = %s",
-        ("tiles\x1b[2J", job_id),
-    )
-    wait_for(
-        lambda: any(
-            f"sleep#{job_id}" in line and line.rstrip().endswith("37% tiles")
-            for line in terminal.screen().splitlines()
-        ),
-        timeout=15,
-        what="top showing the job's progress",
-    )
+    _progress_and_checkpoint_shown(db, schema, job_id, terminal)
     terminal.type("q")
     wait_for(lambda: status.exists() and status.read_text().strip() == "0", what="q quits, 0")
     assert _terminal_settings(terminal, tmp_path / "after_q") == before

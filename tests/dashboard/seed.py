@@ -58,6 +58,7 @@ def seed(dsn: str, schema: str) -> Seeded:
     )
     with psycopg.connect(dsn, autocommit=True) as db:
         dead = _kill(db, schema, "emails", 3)
+        _checkpoint(db, schema, dead[-1])
         running = _run(db, schema, images[:3])
         _batch_progress(db, schema, batch.id)
         _processes(db, schema)
@@ -87,6 +88,21 @@ def _kill(db: psycopg.Connection[Any], schema: str, queue: str, n: int) -> list[
         (json.dumps(errors), queue, n),
     ).fetchall()
     return sorted(r[0] for r in rows)
+
+
+# What a resumable job's worker wrote before it died (migration 0018).
+CHECKPOINT = {
+    "v": 3, "cursors": {"recipients": 41}, "steps": {"render": "ok", "attach": "ok"},
+    "state": {"sent": 41, "smtp_password": SECRET}, "ran": 95.0,
+}  # fmt: skip
+
+
+def _checkpoint(db: psycopg.Connection[Any], schema: str, job_id: int) -> None:
+    db.execute(
+        f"""UPDATE {schema}.jobs SET checkpoint = %s::jsonb,
+               checkpoint_at = now() - interval '2 minutes 5 seconds' WHERE id = %s""",
+        (json.dumps(CHECKPOINT), job_id),
+    )
 
 
 def _run(db: psycopg.Connection[Any], schema: str, ids: list[int]) -> list[int]:
@@ -183,8 +199,9 @@ def _history(db: psycopg.Connection[Any], schema: str) -> None:
 
 def hostile(dsn: str, schema: str) -> tuple[int, int]:
     """Rows that every hostile string reaches: a job (task, queue, key, args, error,
-    traceback, worker, progress), a process (host, queues), a schedule, a batch (callback
-    task and args), a paused queue. Returns the job's and the batch's ids."""
+    traceback, worker, progress, checkpoint), a process (host, queues), a schedule, a
+    batch (callback task and args), a paused queue. Returns the job's and the batch's
+    ids."""
     args = {SCRIPT: IMG, "note": ANSI, "file": BIDI, "api_key": SECRET, IMG: [SCRIPT, BIDI]}
     traceback = f"Traceback\n  {IMG}\n{ANSI}\n{BIDI}"
     errors = [{"attempt": 1, "at": "2026-12-01T10:00:00Z", "worker": IMG,
@@ -209,6 +226,12 @@ def hostile(dsn: str, schema: str) -> tuple[int, int]:
              json.dumps({SCRIPT: BIDI, "password": SECRET})),
         ).fetchone()  # fmt: skip
         assert job is not None
+        checkpoint = {"v": 1, "cursors": {IMG: ANSI}, "steps": {SCRIPT: BIDI},
+                      "state": {SCRIPT: BIDI, "token": SECRET}}  # fmt: skip
+        db.execute(
+            f"UPDATE {schema}.jobs SET checkpoint = %s::jsonb, checkpoint_at = now() WHERE id = %s",
+            (json.dumps(checkpoint), job[0]),
+        )
         db.execute(
             f"""INSERT INTO {schema}.jobs (queue, task, state, attempts, lease_owner,
                    lease_until, started_at, progress)

@@ -129,3 +129,50 @@ def test_actions_are_refused_without_a_login_or_without_the_csrf_token(
     wait_for(lambda: _state(db, dash_schema, job) == "ready", what="the job retried")
     stranger.quiet()
     w.quiet()
+
+
+def _checkpointed(db: psycopg.Connection[Any], schema: str, job_id: int) -> bool:
+    row = db.execute(
+        f"SELECT checkpoint IS NOT NULL OR checkpoint_at IS NOT NULL FROM {schema}.jobs"
+        " WHERE id = %s",
+        (job_id,),
+    ).fetchone()
+    assert row is not None
+    return bool(row[0])
+
+
+def test_retry_from_scratch_clears_the_checkpoint_and_so_does_a_cancel(
+    acting: Dashboard, seeded: Seeded, watched: Any, db: psycopg.Connection[Any], dash_schema: str
+) -> None:
+    """A job with a checkpoint offers a retry from scratch beside the retry (that one
+    resumes it); a cancel clears the checkpoint too, and a job without one is offered
+    the plain retry alone."""
+    w: Watched = watched()
+    page = login(w, acting)
+    page.wait_for_url(acting("/"))
+    job = seeded.dead[-1]  # seeded with a checkpoint
+    assert _checkpointed(db, dash_schema, job)
+    page.goto(acting(f"/jobs/{job}"))
+    assert "version 3" in page.inner_text("table.fields")
+    page.click("button.retry-scratch")
+    page.wait_for_url(acting(f"/jobs/{job}"))
+    assert "checkpoint cleared: starts from scratch" in page.inner_text(".flash")
+    assert _state(db, dash_schema, job) == "ready" and not _checkpointed(db, dash_schema, job)
+    assert "version 3" not in page.inner_text("table.fields")
+
+    db.execute(
+        f"UPDATE {dash_schema}.jobs SET checkpoint = '{{\"v\": 4}}', checkpoint_at = now()"
+        " WHERE id = %s",
+        (job,),
+    )
+    page.goto(acting(f"/jobs/{job}"))
+    assert "version 4" in page.inner_text("table.fields")
+    page.click("button.cancel")
+    page.wait_for_url(acting(f"/jobs/{job}"))
+    assert "cancelled (was ready)" in page.inner_text(".flash")
+    assert _state(db, dash_schema, job) == "cancelled" and not _checkpointed(db, dash_schema, job)
+    assert page.locator("button.retry").count() == 1
+    assert page.locator("button.retry-scratch").count() == 0  # nothing to start over from
+    log = acting.proc.output()
+    assert re.search(rf"action=retry job={job} from_scratch=True ", log), log[-2000:]
+    w.quiet()

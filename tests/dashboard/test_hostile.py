@@ -48,4 +48,8 @@ def test_hostile_values_render_as_inert_text_on_every_page(
         assert shown in job_text, f"the job page does not show {shown!r} as text"
     traceback = tabs[f"/jobs/{job}"].locator("pre.traceback").inner_text()
     assert traceback.splitlines()[1] == f"  {IMG}"  # its lines stay lines, escaped
+    fields = tabs[f"/jobs/{job}"].locator("table.fields")
+    assert fields.locator("tr", has_text="steps done").locator("td").inner_text() == SCRIPT
+    state = fields.locator("tr", has_text="checkpoint state").locator("td").inner_text()
+    assert state == f'{{"token": "***", "{SCRIPT}": "evil\\u202etxt.exe"}}'  # as jsonb orders
     w.quiet()

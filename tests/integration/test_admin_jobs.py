@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -12,7 +13,9 @@ import pytest
 import forklift
 from forklift import _db, _sql
 from forklift.admin import AdminStore, JobAdmin
+from forklift.admin.batches import BatchAdmin
 from forklift.admin.rows import JobFilter
+from forklift.cli import jobs as jobs_cli
 from forklift.dashboard import views
 from forklift.shown import jobview
 from forklift.store import JobStore
@@ -20,6 +23,12 @@ from forklift.testing import wait_for
 from tests.integration.conftest import RunWorker
 
 Conn = psycopg.Connection[Any]
+
+# A resumable job's checkpoint, as its worker would have written it (migration 0018).
+CHECKPOINT = (
+    '{"v": 1, "cursors": {"iterate": 41}, "steps": {"download": "x", "unpack": [1]},'
+    ' "state": {"page": 3, "api_token": "hunter2"}, "ran": 95.5}'
+)
 
 
 @pytest.fixture
@@ -265,3 +274,121 @@ def test_a_finished_job_says_which_worker_ran_it(
         shown = capsys.readouterr().out
         assert f"  worker       {worker.owner}\n" in shown, shown
         assert dict(views.job_view(detail).fields)["worker"] == worker.owner
+
+
+def _checkpointed(db: Conn, schema: str, ids: list[int], state: str = "dead") -> None:
+    """Jobs gone to `state` with a checkpoint written 12 s ago."""
+    db.execute(
+        f"UPDATE {schema}.jobs SET state = %s::{schema}.job_state, checkpoint = %s::jsonb,"
+        " checkpoint_at = now() - interval '12 seconds',"
+        " completed_at = CASE WHEN %s IN ('dead', 'cancelled') THEN now() END,"
+        " lease_owner = CASE WHEN %s = 'running' THEN 'w:1:x' END,"
+        " started_at = CASE WHEN %s = 'running' THEN now() END"
+        " WHERE id = ANY(%s)",
+        (state, CHECKPOINT, state, state, state, ids),
+    )
+
+
+def _checkpoints(db: Conn, schema: str, ids: list[int]) -> list[tuple[bool, bool]]:
+    """Whether each job (in id order) has a checkpoint, and a time it was written."""
+    rows = db.execute(
+        f"SELECT checkpoint IS NOT NULL, checkpoint_at IS NOT NULL FROM {schema}.jobs"
+        " WHERE id = ANY(%s) ORDER BY id",
+        (ids,),
+    )
+    return [(bool(a), bool(b)) for a, b in rows]
+
+
+def test_a_checkpoint_is_shown_with_its_age_cursors_steps_and_state_secrets_hidden(
+    db: Conn, schema: str, producer: forklift.App, admin: JobAdmin
+) -> None:
+    job, plain = _jobs(producer, 2)
+    _checkpointed(db, schema, [job])
+    detail = admin.job_get(job)
+    checkpoint = detail.checkpoint
+    assert checkpoint is not None and checkpoint.at is not None
+    assert 11 <= (detail.now - checkpoint.at).total_seconds() < 60
+    assert (checkpoint.version, checkpoint.cursors, checkpoint.steps, checkpoint.ran) == (
+        1, {"iterate": 41}, ["download", "unpack"], 95.5,
+    )  # fmt: skip
+    assert admin.job_get(plain).checkpoint is None
+
+    shown = jobs_cli.checkpoint_json(checkpoint)
+    assert shown["checkpoint"]["state"] == {"page": 3, "api_token": "***"}
+    assert shown["checkpoint"]["steps"] == {"download": "x", "unpack": [1]}  # whole
+    assert shown["checkpoint_at"].endswith("Z")
+    assert datetime.fromisoformat(shown["checkpoint_at"]) == checkpoint.at
+    assert jobs_cli.checkpoint_json(None) == {"checkpoint": None, "checkpoint_at": None}
+    head, cursors, steps, state = jobs_cli.checkpoint_lines(checkpoint, detail.now)
+    assert head.startswith("checkpoint: written ") and "(12s ago), version 1, 96s of work" in head
+    assert cursors == '  cursors      {"iterate": 41}'
+    assert steps == "  steps done   download, unpack"
+    assert state == '  state        {"page": 3, "api_token": "***"}'
+    long_state = {"text": "x" * 500}
+    assert len(jobs_cli.compact(long_state)) == jobs_cli.CHECKPOINT_CHARS
+    assert jobs_cli.compact(long_state).endswith("…")
+
+    fields = dict(views.job_view(detail).fields)
+    assert fields["checkpoint"].endswith("(12s ago), version 1, 96s of work")
+    assert (fields["cursors"], fields["steps done"]) == ('{"iterate": 41}', "download, unpack")
+    assert fields["checkpoint state"] == '{"page": 3, "api_token": "***"}'
+    assert views.job_view(detail).resumable and not views.job_view(admin.job_get(plain)).resumable
+    assert "checkpoint" not in dict(views.job_view(admin.job_get(plain)).fields)
+
+
+def test_retry_keeps_the_checkpoint_and_from_scratch_clears_it(
+    db: Conn, schema: str, producer: forklift.App, admin: JobAdmin
+) -> None:
+    kept, cleared, bare = _jobs(producer, 3)
+    _checkpointed(db, schema, [kept, cleared])
+    db.execute(
+        f"UPDATE {schema}.jobs SET state = 'dead', completed_at = now() WHERE id = %s", (bare,)
+    )
+    [acted] = admin.job_retry_many([kept])
+    assert (acted.done, acted.checkpoint) == (True, "kept")
+    assert acted.checkpoint_note == ", resumes from its checkpoint"
+    acted_many = admin.job_retry_many([cleared, bare], from_scratch=True)
+    assert [(a.id, a.done, a.checkpoint) for a in acted_many] == [
+        (cleared, True, "cleared"), (bare, True, None),
+    ]  # fmt: skip
+    assert acted_many[0].checkpoint_note == ", checkpoint cleared: starts from scratch"
+    assert acted_many[1].checkpoint_note == ""
+    assert _checkpoints(db, schema, [kept, cleared, bare]) == [
+        (True, True), (False, False), (False, False),
+    ]  # fmt: skip
+    assert admin.job_get(kept).job.state == "ready"
+    assert (
+        admin.job_get(kept).errors[-1]["error"].endswith("reset to 0, resumes from its checkpoint")
+    )
+    assert admin.job_get(cleared).errors[-1]["error"].endswith("reset to 0, checkpoint cleared")
+    assert admin.job_get(bare).errors[-1]["error"].endswith("crashes 0 reset to 0")
+    # A job not retried (it is ready now) keeps its checkpoint, even from scratch.
+    [again] = admin.job_retry_many([kept], from_scratch=True)
+    assert (again.done, again.checkpoint) == (False, None)
+    assert _checkpoints(db, schema, [kept]) == [(True, True)]
+
+
+def test_an_operators_cancel_clears_the_checkpoints_of_the_jobs_it_cancels(
+    dsn: str, db: Conn, schema: str, producer: forklift.App, admin: JobAdmin
+) -> None:
+    ready, running, dead = _jobs(producer, 3)
+    _checkpointed(db, schema, [ready], "ready")
+    _checkpointed(db, schema, [running], "running")
+    _checkpointed(db, schema, [dead])
+    [row] = [r for r in admin.job_running_list() if r.id == running]
+    assert row.checkpoint_age is not None and 11 <= row.checkpoint_age < 60
+    acted = admin.job_cancel_many([ready, running, dead])
+    assert [(a.id, a.done) for a in acted] == [(ready, True), (running, True), (dead, False)]
+    # Cancelled: nothing to resume. Dead, not cancelled: a retry still resumes it.
+    assert _checkpoints(db, schema, [ready, running, dead]) == [
+        (False, False), (False, False), (True, True),
+    ]  # fmt: skip
+    # A batch's cancel cancels its jobs as `jobs cancel` does: their checkpoints go too.
+    batch = producer.enqueue_batch([("noop", {}), ("noop", {})])
+    in_batch = [
+        r[0] for r in db.execute(f"SELECT id FROM {schema}.jobs WHERE batch_id = %s", (batch.id,))
+    ]
+    _checkpointed(db, schema, in_batch, "ready")
+    gone = BatchAdmin(dsn, schema).batch_cancel(batch.id)
+    assert sorted(j.id for j in gone.jobs if j.done) == sorted(in_batch)
+    assert _checkpoints(db, schema, in_batch) == [(False, False), (False, False)]

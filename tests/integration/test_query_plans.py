@@ -53,7 +53,10 @@ PARAMS: dict[str, list[dict[str, Any]]] = {
         ]
     ],
     "job_get": [{"id": 1234}],
-    "job_retry_many": [{"ids": list(range(50, 550)), "by": "op@host"}],
+    "job_retry_many": [
+        {"ids": list(range(50, 550)), "by": "op@host", "scratch": scratch}
+        for scratch in (False, True)  # --from-scratch clears the checkpoints too
+    ],
     "job_dead_ids": [
         {"after": 0, "queue": None, "task": None},
         {"after": 0, "queue": "q1", "task": "t3"},

@@ -108,6 +108,27 @@ def test_a_running_jobs_progress_shows_on_its_row_escaped() -> None:
     assert any(line.endswith("37% tiles") for line in narrow) and max(map(len, narrow)) <= 80
 
 
+def test_a_running_jobs_checkpoint_shows_as_its_age_after_its_progress() -> None:
+    """`↻12s`: the job has a checkpoint, written 12 s ago; after the percent, before the
+    message, so that an 80-column terminal keeps both the percent and the mark."""
+    jobs = [
+        RunningJobRow(7, "q", "render", "h:2:b", 1, 2.0, Progress(37, 100, "tiles", None), 12.0),
+        RunningJobRow(8, "q", "count", "h:3:c", 1, 2.0, None, 150.0),
+        RunningJobRow(9, "q", "plain", "h:4:d", 1, 2.0, Progress(37, 100, "tiles", None)),
+    ]
+    workers = [Worker(f"h:{i}:x", "h", i, [job]) for i, job in enumerate(jobs, 2)]
+    wide = shown(Frame(NOW, "db", [], workers), 120, 24)
+    [first] = [line for line in wide if "render#7" in line]
+    assert first.endswith("  37% ↻12s tiles")
+    [second] = [line for line in wide if "count#8" in line]
+    assert second.endswith("  ↻2m")  # no progress: the mark alone
+    [third] = [line for line in wide if "plain#9" in line]
+    assert third.endswith("  37% tiles")  # no checkpoint: no mark
+    narrow = shown(Frame(NOW, "db", [], workers), 80, 24)
+    [first] = [line for line in narrow if "render#7" in line]
+    assert first.rstrip().endswith("  37% ↻12s") and max(map(len, narrow)) <= 80
+
+
 def test_a_wide_terminal_shows_each_queues_limits_an_80_column_one_does_not() -> None:
     queues = [
         QueueStats("emails", 3, 0, 1, 0, 2.0, 5, concurrency=4, rate=10, per=1.0, rejected=2),

@@ -17,15 +17,17 @@ sparklines of its depth (ready jobs) and rate (jobs done in the last minute) ove
 last refreshes, whether it is paused, and its limits (on a terminal 90 columns wide or
 more); every worker process on every host and what it runs, for how long, and how far it
 says it is (ctx.progress: percent done, or the count when it gave no total, and its
-message); the most recent dead jobs. Keys: q quits
-(Ctrl-C does too). Fits an 80x24 terminal (over SSH too); a bigger one shows more rows.
+message; and, after a circling arrow, how long ago its checkpoint was written, when it
+has one); the most recent dead jobs. Keys: q quits (Ctrl-C does too). Fits an 80x24
+terminal (over SSH too); a bigger one shows more rows.
 
 --json prints one frame (and exits): an object with at (ISO 8601 UTC), error (null),
 supervisors, queues (objects with queue, paused, ready, scheduled, running, dead,
 oldest_ready_age_seconds, succeeded_last_minute, dead_last_minute, concurrency, rate,
 per, max_depth, rejected: see `forklift queues --help`), workers (objects with
 id, host, pid, registered, rss_bytes, jobs: objects with id, task, queue, attempt,
-running_seconds, progress: done, total, message, at, or null), recent_failures (objects
+running_seconds, progress: done, total, message, at, or null, checkpoint_seconds_ago:
+how long ago its checkpoint was written, or null: it has none), recent_failures (objects
 with id, queue, task, seconds_ago, error).
 """
 

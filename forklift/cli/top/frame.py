@@ -133,7 +133,8 @@ def frame_json(frame: Frame) -> dict[str, Any]:
                 "rss_bytes": w.rss_bytes,
                 "jobs": [
                     {"id": j.id, "task": j.task, "queue": j.queue, "attempt": j.attempt,
-                     "running_seconds": j.running_for, "progress": progress_json(j.progress)}
+                     "running_seconds": j.running_for, "progress": progress_json(j.progress),
+                     "checkpoint_seconds_ago": j.checkpoint_age}
                     for j in w.jobs
                 ],
             }

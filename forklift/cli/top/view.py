@@ -17,6 +17,7 @@ from forklift.cli.top.frame import Frame, Trends, Worker
 from forklift.shown import output
 
 SPARKS = "▁▂▃▄▅▆▇█"
+CHECKPOINT = "↻"  # before the age of a running job's checkpoint, in its PROGRESS
 QUEUE_HEAD = (
     f"{'QUEUE':<16} {'READY':>6} {'SCHED':>5} {'RUN':>4} {'DEAD':>5} {'OLDEST':>6} "
     f"{'DONE/M':>6} {'DEPTH':<11} {'DONE/M':<11}"
@@ -68,16 +69,21 @@ def _running(worker: Worker) -> tuple[str, str, str]:
     first = worker.jobs[0]
     tail = f"#{first.id}" + (f" +{len(worker.jobs) - 1}" if len(worker.jobs) > 1 else "")
     job = f"{shown(first.task)[: max(1, RUNNING - len(tail))]}{tail}"
-    return job, output.age(first.running_for), progress(first.progress)
+    return job, output.age(first.running_for), progress(first.progress, first.checkpoint_age)
 
 
-def progress(p: Progress | None) -> str:
+def progress(p: Progress | None, checkpoint_age: float | None = None) -> str:
     """A running job's progress in a few characters: `37%` (or `12` when its total is
-    not known), then its message, escaped."""
-    if p is None:
-        return ""
-    done = output.number(p.done) if p.percent is None else output.percent(p.percent)
-    return f"{done} {shown(p.message)}" if p.message else done
+    not known), then `↻12s` when it has a checkpoint (written 12 s ago), then its
+    message, escaped: what is shortest first, so that a narrow terminal keeps it."""
+    parts = []
+    if p is not None:
+        parts.append(output.number(p.done) if p.percent is None else output.percent(p.percent))
+    if checkpoint_age is not None:
+        parts.append(f"{CHECKPOINT}{output.age(checkpoint_age)}")
+    if p is not None and p.message:
+        parts.append(shown(p.message))
+    return " ".join(parts)
 
 
 def _worker_lines(frame: Frame, width: int, rows: int) -> list[Text]:
