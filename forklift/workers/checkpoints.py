@@ -51,6 +51,7 @@ class Handled(Protocol):
     _cancelled: bool
     _stopping: bool
     _resumable: Resumable | None
+    checkpoint_every: float  # seconds between checkpoints written (the handler may set it)
 
     @property
     def job_id(self) -> int: ...
@@ -82,11 +83,10 @@ class Resumable:
     """One attempt's view of its job's checkpoint: loaded on first use, changed by the
     handler, written by whoever reaches a commit point first (see the module's doc)."""
 
-    def __init__(self, ctx: Handled, store: JobStore, owner: str, every: float) -> None:
+    def __init__(self, ctx: Handled, store: JobStore, owner: str) -> None:
         self.ctx = ctx
         self.store = store
         self.owner = owner
-        self.every = every
         self.lock = threading.Lock()  # the document's version and what is unwritten
         self.doc: dict[str, Any] = {}
         self.dirty = False  # changed outside a transaction since last written
@@ -166,7 +166,7 @@ class Resumable:
         """Whether the open transaction should commit with a loop's cursor now, at an
         item boundary: the cursor has waited its interval (or something more urgent)."""
         return bool(self.in_tx) and (
-            self.urgent or time.monotonic() - self.written_at >= self.every
+            self.urgent or time.monotonic() - self.written_at >= self.ctx.checkpoint_every
         )
 
     # -- writing -------------------------------------------------------------------------
@@ -187,7 +187,7 @@ class Resumable:
         """For the writer's thread: the document to write now, if it changed outside a
         transaction and its interval has passed (it counts as written from now: a change
         meanwhile is written next time)."""
-        if not self.dirty or now - self.written_at < self.every:
+        if not self.dirty or now - self.written_at < self.ctx.checkpoint_every:
             return None
         return self.unwritten()
 

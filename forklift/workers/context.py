@@ -259,9 +259,7 @@ class JobContext:
     def resumable(self) -> checkpoints.Resumable:
         """This attempt's checkpoint, read on first use."""
         if self._resumable is None:
-            self._resumable = checkpoints.Resumable(
-                self, self._store, self.owner, self.checkpoint_every
-            )
+            self._resumable = checkpoints.Resumable(self, self._store, self.owner)
         return self._resumable
 
     @property

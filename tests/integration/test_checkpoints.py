@@ -310,6 +310,7 @@ def test_an_async_handler_resumes_its_steps_and_its_loop_with_effects_once(
     task: Callable[..., str],
 ) -> None:
     calls: list[str] = []
+    bodies: list[tuple[int, int]] = []
 
     async def fetched() -> str:
         calls.append("fetch")
@@ -319,6 +320,7 @@ def test_an_async_handler_resumes_its_steps_and_its_loop_with_effects_once(
         assert await ctx.step("fetch", fetched) == "data"
         ctx.checkpoint_every = 0.0  # commit at every item boundary
         async for n in ctx.iterate(range(6)):
+            bodies.append((ctx.attempt, n))
             async with ctx.transaction() as conn:
                 await conn.execute(
                     f"INSERT INTO {schema}.effects (key, n) VALUES (%s, %s)", (f"row-{n}", n)
@@ -331,3 +333,5 @@ def test_an_async_handler_resumes_its_steps_and_its_loop_with_effects_once(
     finished(db, schema, job_id, "succeeded")
     assert calls == ["fetch"]
     assert effects(db, schema) == [f"row-{n}" for n in range(6)]
+    # Rows 0-2 committed with their cursors at their items' ends; row 3's did not.
+    assert bodies == [(1, n) for n in range(4)] + [(2, n) for n in range(3, 6)]
