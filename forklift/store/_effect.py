@@ -121,33 +121,24 @@ class Effect:
         """
         params = {"ids": [job_id], "attempts": [attempt], "owner": owner}
         params |= {"results": [result], "progress": [progress]}
-        try:
-            with translated("completion failed"), self.conn.pipeline():
+
+        def complete(conn: Conn) -> bool:
+            with conn.pipeline():
                 # The handler's statement bound ends here: the completion is the worker's
                 # statement. Pipelined, the reset costs no round trip of its own.
-                self.conn.execute(self._end_limits_sql)
-                owned = self.conn.execute(self._complete_sql, params).fetchone() is not None
-        except BaseException:
-            self.rollback()
-            raise
-        if not owned:
-            self.rollback()
-            return False
-        try:
-            with translated("effect commit failed"):
-                self._tx.__exit__(None, None, None)  # COMMIT; a failed one ends it too
-        finally:
-            self._return_conn()
-        return True
+                conn.execute(self._end_limits_sql)
+                return conn.execute(self._complete_sql, params).fetchone() is not None
 
-    def commit_with(self, write: Callable[[Conn], bool]) -> bool:
-        """Run `write` in this transaction (a checkpoint: a fenced statement that says
-        whether the job is still ours) and commit both; not ours, both roll back. Either
-        way the transaction ends and its connection is returned: the handler's next
-        block opens another. A DatabaseError when either fails (the commit's outcome
-        then unknown: the next attempt reads what the checkpoint says)."""
+        return self.commit_with(complete, "completion failed")
+
+    def commit_with(self, write: Callable[[Conn], bool], doing: str = "checkpoint failed") -> bool:
+        """Run `write` in this transaction (a fenced statement that says whether the job
+        is still ours: its completion, or a checkpoint) and commit both; not ours, both
+        roll back. Either way the transaction ends and its connection is returned (after
+        a checkpoint, the handler's next block opens another). A DatabaseError, saying
+        `doing`, when either fails (a commit's outcome then unknown)."""
         try:
-            with translated("checkpoint failed"):
+            with translated(doing):
                 owned = write(self.conn)
         except BaseException:
             self.rollback()
@@ -157,7 +148,7 @@ class Effect:
             return False
         try:
             with translated("effect commit failed"):
-                self._tx.__exit__(None, None, None)
+                self._tx.__exit__(None, None, None)  # COMMIT; a failed one ends it too
         finally:
             self._return_conn()
         return True
@@ -233,29 +224,21 @@ class AsyncEffect:
         """Effect.commit_completing, awaited."""
         params: dict[str, Any] = {"ids": [job_id], "attempts": [attempt], "owner": owner}
         params |= {"results": [result], "progress": [progress]}
-        try:
-            with translated("completion failed"):
-                async with self.conn.pipeline():
-                    await self.conn.execute(self._end_limits_sql)
-                    cur = await self.conn.execute(self._complete_sql, params)
-                owned = await cur.fetchone() is not None
-        except BaseException:
-            await self.rollback()
-            raise
-        if not owned:
-            await self.rollback()
-            return False
-        try:
-            with translated("effect commit failed"):
-                await self._tx.__aexit__(None, None, None)  # COMMIT; a failed one ends it too
-        finally:
-            await self._return_conn()
-        return True
 
-    async def commit_with(self, write: Callable[[AsyncConn], Awaitable[bool]]) -> bool:
+        async def complete(conn: AsyncConn) -> bool:
+            async with conn.pipeline():
+                await conn.execute(self._end_limits_sql)
+                cur = await conn.execute(self._complete_sql, params)
+            return await cur.fetchone() is not None
+
+        return await self.commit_with(complete, "completion failed")
+
+    async def commit_with(
+        self, write: Callable[[AsyncConn], Awaitable[bool]], doing: str = "checkpoint failed"
+    ) -> bool:
         """Effect.commit_with, awaited."""
         try:
-            with translated("checkpoint failed"):
+            with translated(doing):
                 owned = await write(self.conn)
         except BaseException:
             await self.rollback()
@@ -265,7 +248,7 @@ class AsyncEffect:
             return False
         try:
             with translated("effect commit failed"):
-                await self._tx.__aexit__(None, None, None)
+                await self._tx.__aexit__(None, None, None)  # COMMIT; a failed one ends it too
         finally:
             await self._return_conn()
         return True

@@ -67,7 +67,7 @@ class InlineEffect(Effect):
             self._close()
         return True
 
-    def commit_with(self, write: Callable[[Conn], bool]) -> bool:
+    def commit_with(self, write: Callable[[Conn], bool], doing: str = "") -> bool:
         """A checkpoint's commit: the block ends as committed (no row to fence)."""
         return self.commit_completing(0, 0, "")
 
@@ -125,7 +125,9 @@ class InlineAsyncEffect(AsyncEffect):
             await self._close()
         return True
 
-    async def commit_with(self, write: Callable[[AsyncConn], Awaitable[bool]]) -> bool:
+    async def commit_with(
+        self, write: Callable[[AsyncConn], Awaitable[bool]], doing: str = ""
+    ) -> bool:
         """InlineEffect.commit_with, awaited."""
         return await self.commit_completing(0, 0, "")
 
