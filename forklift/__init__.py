@@ -26,6 +26,7 @@ from forklift.errors import (
     SchemaMissing,
     SingletonLost,
     UnknownTaskError,
+    UpstreamFailed,
 )
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from forklift.task import Task
     from forklift.workers.config import WorkerConfig
     from forklift.workers.context import AsyncJobContext, JobContext
+    from forklift.workflow import Step, Workflow
 
 # Imported on first use (PEP 562): `forklift --help`, and every command that needs no
 # database driver, start without psycopg and the rest behind App.
@@ -51,6 +53,8 @@ _LAZY = {
     "WorkerConfig": "forklift.workers.config",
     "JobContext": "forklift.workers.context",
     "AsyncJobContext": "forklift.workers.context",
+    "Step": "forklift.workflow",
+    "Workflow": "forklift.workflow",
 }
 
 
@@ -95,7 +99,10 @@ __all__ = [
     "Retry",
     "SchemaMissing",
     "SingletonLost",
+    "Step",
     "Task",
     "UnknownTaskError",
+    "UpstreamFailed",
     "WorkerConfig",
+    "Workflow",
 ]

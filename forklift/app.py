@@ -22,6 +22,7 @@ from forklift import (
     _waiting,
     batch,
     devdb,
+    workflow,
 )
 from forklift._job import JobOptions as JobOptions
 from forklift._job import JobSpec as JobSpec
@@ -34,6 +35,7 @@ from forklift.scheduler.schedule import Schedule
 from forklift.store import JobStore, NewJob, short_connection
 from forklift.store.batches import BatchStore
 from forklift.task import Task
+from forklift.workflow import Link, Workflow
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -112,6 +114,21 @@ def _max_arg_bytes(given: int | None) -> int:
     if value < 1:
         raise ConfigError(f"max_arg_bytes must be >= 1, got {value}")
     return value
+
+
+def _checked_name(kind: str, name: str) -> None:
+    try:
+        _names.check(kind, name)
+    except ValueError as exc:
+        raise ArgumentError(str(exc)) from None
+
+
+def _migrate(dsn: str, schema: str) -> list[int]:
+    from forklift.schema import migrate
+
+    timeouts = _db.Timeouts(statement=60.0, lock=30.0)
+    with short_connection(dsn, timeouts, "forklift-migrate", "migrate") as conn:
+        return migrate(conn, schema)
 
 
 class App:
@@ -231,19 +248,15 @@ class App:
         A non-blocking advisory lock on a dedicated connection, always released. True
         while held: false, and `check()` raising SingletonLost, once its session ends.
         """
-        try:
-            _names.check("singleton", name)
-        except ValueError as exc:
-            raise ArgumentError(str(exc)) from None
+        _checked_name("singleton", name)
         return _singleton.singleton(
             _db.session_dsn(self.dsn), _db.Timeouts(), f"singleton:{self.schema}:{name}"
         )
 
     def get_task(self, name: str) -> Task[Any, Any]:
-        try:
-            return self.tasks[name]
-        except KeyError:
-            raise UnknownTaskError(f"no task named {name!r} is registered") from None
+        if (found := self.tasks.get(name)) is None:
+            raise UnknownTaskError(f"no task named {name!r} is registered")
+        return found
 
     # -- producing ---------------------------------------------------------------------
 
@@ -310,14 +323,11 @@ class App:
         """Enqueue many jobs in one transaction (COPY where possible); ids in input order.
 
         All or nothing: any error inserts none of them. `timeout`: as enqueue()'s, for
-        each statement (the work of a big batch is not cut short), and one that times out
-        has added none of the jobs unless its commit was under way. The rows go in
-        by statements of at most 5,000, so no statement runs into the statement timeout
-        (10 s on forklift's own connection, yours with `conn`) however many jobs there
-        are; a batch is bounded by memory and by your transaction's time, not by that
-        timeout: 500,000 keyed jobs take about 20 s. Jobs are validated as the COPY takes
-        them (PostgreSQL inserts meanwhile); with `conn`, all before anything is sent, so
-        a refused one leaves your transaction as it was.
+        each statement; one that times out has added none of the jobs unless its commit
+        was under way. The rows go in by statements of at most 5,000, so no statement
+        runs into the statement timeout however many jobs there are (500,000 keyed jobs
+        take about 20 s). Jobs are validated as the COPY takes them; with `conn`, all
+        before anything is sent, so a refused one leaves your transaction as it was.
         """
         specs = jobs if isinstance(jobs, Sequence) else list(jobs)
         if not specs:
@@ -386,6 +396,17 @@ class App:
         JobCancelled, JobNotFound (never enqueued, or pruned) or TimeoutError."""
         return batch.result(self, job_id, timeout)
 
+    # -- workflows ---------------------------------------------------------------------
+
+    def workflow(self, name: str = "", *, context: Mapping[str, Any] | None = None) -> Workflow:
+        """A graph of jobs inserted at once (forklift.workflow): `a = wf.add(task, args)`,
+        `wf.add(task, args, after=[a])`, `wf.enqueue()`; steps read ctx.workflow.context."""
+        return Workflow(self, self._new_job, name, context)
+
+    def chain(self, *links: Link) -> Workflow:
+        """A workflow of `links` (tasks, or (task, args) pairs) run one after another."""
+        return workflow.chain(self, self._new_job, links)
+
     # -- database ----------------------------------------------------------------------
 
     @property
@@ -405,11 +426,7 @@ class App:
 
     def migrate(self) -> list[int]:
         """Apply pending schema migrations; return the versions applied."""
-        from forklift.schema import migrate
-
-        timeouts = _db.Timeouts(statement=60.0, lock=30.0)
-        with short_connection(self.dsn, timeouts, "forklift-migrate", "migrate") as conn:
-            return migrate(conn, self.schema)
+        return _migrate(self.dsn, self.schema)
 
     def close(self) -> None:
         """Close this process's producer pool (if any)."""

@@ -189,6 +189,18 @@ class LeaseLost(ForkliftError):
     handler should stop; its outcome will not be recorded."""
 
 
+class UpstreamFailed(ForkliftError):
+    """A workflow step read the result of an upstream step that did not succeed (it ran
+    after it with ignore_failure=True): `step`, its `state` ('dead' or 'cancelled') and
+    its last `error`."""
+
+    def __init__(self, step: str, state: str, error: str | None) -> None:
+        super().__init__(f"upstream step {step!r} is {state}: {error or 'no error recorded'}")
+        self.step = step
+        self.state = state
+        self.error = error
+
+
 def install_hint(extra: str) -> str:
     """How to add an optional extra (`dashboard`, `embedded`, `otel`), worded the same in
     every message that needs one. forklift is not on PyPI: `pip install 'forklift[x]'`

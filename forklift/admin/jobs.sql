@@ -132,6 +132,7 @@ SELECT count(*) FROM (
     SELECT 1 FROM {schema}.jobs AS j
     WHERE j.state = %(state)s::{schema}.job_state AND j.completed_at < %(cutoff)s
       AND (j.batch_id IS NULL OR NOT {schema}.batch_holds(j.batch_id))
+      AND (j.workflow_id IS NULL OR NOT {schema}.workflow_holds(j.workflow_id))
     LIMIT %(cap)s
 ) AS old;
 
@@ -146,6 +147,7 @@ WHERE id IN (
     SELECT j.id FROM {schema}.jobs AS j
     WHERE j.state = %(state)s::{schema}.job_state AND j.completed_at < %(cutoff)s
       AND (j.batch_id IS NULL OR NOT {schema}.batch_holds(j.batch_id))
+      AND (j.workflow_id IS NULL OR NOT {schema}.workflow_holds(j.workflow_id))
     ORDER BY j.completed_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED

@@ -23,7 +23,7 @@ COLUMNS = (
 # An insert's parameters (the `_job_arrays` and `_job_values` fragments): the columns,
 # then the key and when the job is due (run_at, else now, plus delay: the database's clock).
 FIELDS = (*COLUMNS, "idempotency_key", "run_at", "delay")
-_columns = attrgetter(*COLUMNS)
+column_values = attrgetter(*COLUMNS)  # a job's values of COLUMNS, as a tuple
 
 
 def params(jobs: Sequence[NewJob]) -> dict[str, list[Any]]:
@@ -39,7 +39,7 @@ def values(job: NewJob) -> dict[str, Any]:
 def stored(job: NewJob) -> dict[str, Any]:
     """`job`'s columns as a JSON object, kept until it is inserted from it (a batch's
     callback, by batch_finish); its key and due time are the inserting statement's."""
-    row = dict(zip(COLUMNS, _columns(job), strict=True))
+    row = dict(zip(COLUMNS, column_values(job), strict=True))
     row["args"] = json.loads(job.args)
     if job.trace_context is not None:
         row["trace_context"] = json.loads(job.trace_context)
@@ -160,7 +160,7 @@ class Inserts:
             i, j = taken
             taken = None
             ids[i] = new_id = int(new_id)
-            yield (new_id, *_columns(j))
+            yield (new_id, *column_values(j))
 
     def _insert_rows(
         self, jobs: Sequence[NewJob], ids: Sequence[int | None]

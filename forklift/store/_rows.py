@@ -70,6 +70,7 @@ class ClaimedJob:
     timeout: float | None
     wait: float = 0.0  # seconds from available to claimed (database clock)
     batch_id: int | None = None  # the batch it belongs to
+    workflow_id: int | None = None  # the workflow it is a step of
 
 
 # The `_claimed` fragment's columns (store/fragments.sql), which every claim returns.
@@ -108,6 +109,7 @@ def claim(rows: Sequence[Mapping[str, Any]], limit: int, completed: set[int]) ->
 class JobState(enum.StrEnum):
     """The state of a job row (the schema's job_state type)."""
 
+    BLOCKED = "blocked"  # a workflow job waiting for its upstream jobs
     READY = "ready"
     RUNNING = "running"
     SUCCEEDED = "succeeded"

@@ -249,7 +249,7 @@ ORDER BY id
 LIMIT %(limit)s;
 
 -- name: job_cancel_many
--- Cancel ready and running jobs at once, noted in the error history. A running job's
+-- Cancel blocked, ready and running jobs at once, noted in the error history. A running job's
 -- lease is taken from its worker, so the owner fence refuses whatever that worker would
 -- record next (completion, failure, release: its effect rolls back); the worker is told
 -- on the control channel, and the job's waiters (app.result()) on theirs. Its handler
@@ -275,7 +275,7 @@ WITH old AS (
             'error', 'Cancelled by ' || %(by)s::text
                 || CASE WHEN old.state = 'running' THEN ' while it ran' ELSE '' END)
     FROM old
-    WHERE j.id = old.id AND old.state IN ('ready', 'running')
+    WHERE j.id = old.id AND old.state IN ('blocked', 'ready', 'running')
     RETURNING j.id, j.waited
 ), told AS (
     SELECT count(pg_notify('{control_channel}', 'cancel ' || old.id || ' ' || old.attempts)) AS n

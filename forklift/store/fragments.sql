@@ -39,7 +39,8 @@
 -- (_rows.claimed): a claimed column is added here and there only.
 j.id, j.queue, j.task, j.args, j.idempotency_key, j.priority, j.attempts AS attempt,
     j.max_attempts, j.timeout,
-    greatest(0, extract(epoch FROM now() - j.available_at))::float8 AS wait, j.batch_id
+    greatest(0, extract(epoch FROM now() - j.available_at))::float8 AS wait, j.batch_id,
+    j.workflow_id
 
 -- name: _forgivable
 -- Whether running job `j`'s attempt, lost with its worker, is forgiven rather than

@@ -455,6 +455,7 @@ WHERE id IN (
         OR (j.state = 'dead'
             AND j.completed_at < now() - make_interval(secs => %(keep_dead)s::float8)))
       AND (j.batch_id IS NULL OR NOT {schema}.batch_holds(j.batch_id))
+      AND (j.workflow_id IS NULL OR NOT {schema}.workflow_holds(j.workflow_id))
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 );

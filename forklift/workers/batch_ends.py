@@ -18,6 +18,7 @@ from forklift.errors import DatabaseError
 from forklift.metrics import Tally, Totals
 from forklift.store import JobStore
 from forklift.store.batches import BatchStore, Finished
+from forklift.store.workflows import WorkflowStore
 from forklift.workers.config import WorkerConfig
 from forklift.workers.holdings import Holdings
 
@@ -87,7 +88,7 @@ class BatchSweep:
     `abandon_after` seconds after their last enqueue (their producer died inside its
     batch block: nothing else would ever seal them), looks at up to `limit` open sealed
     batches (from where the last round stopped, so all are looked at in turn) and
-    finishes the done ones."""
+    finishes the done ones; and as many open workflows (workflow_sweep)."""
 
     def __init__(
         self,
@@ -103,7 +104,9 @@ class BatchSweep:
         self.every = every
         self.limit = limit
         self.abandon_after = abandon_after
+        self.workflows = WorkflowStore(batches.connect, batches.schema)
         self._after = 0
+        self._workflows_after = 0
         self._next = time.monotonic()
 
     @classmethod
@@ -129,4 +132,9 @@ class BatchSweep:
         self._after = ids[-1] if len(ids) == self.limit else 0
         finished = self.batches.finish_if_done(set(ids) | set(abandoned))
         _report(finished, self.totals)
+        # Workflows whose last two jobs ended at once, each seeing the other open.
+        looked, done = self.workflows.sweep(self._workflows_after, self.limit)
+        self._workflows_after = looked[-1] if len(looked) == self.limit else 0
+        if done:
+            emit(log, "workflow.swept", finished=done)
         return len(finished)

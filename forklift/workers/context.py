@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import inspect
 import os
 import threading
@@ -23,8 +24,9 @@ import psycopg
 
 from forklift._json import MAX_RESULT_BYTES
 from forklift.errors import DatabaseError
-from forklift.store import AsyncEffect, ClaimedJob, Effect, JobStore
+from forklift.store import AsyncEffect, ClaimedJob, Effect, JobStore, NewJob
 from forklift.workers import checkpoints, loops
+from forklift.workers import upstream as upstreams
 
 if TYPE_CHECKING:
     from forklift.batch import Batch
@@ -77,6 +79,16 @@ def _fresh_lock_after_fork() -> None:
 os.register_at_fork(after_in_child=_fresh_lock_after_fork)
 
 
+def _checked_progress(
+    done: float, total: float | None, message: str | None
+) -> tuple[float, float | None, str | None]:
+    numbers = (done, 0 if total is None else total)
+    if not all(isinstance(n, int | float) and not isinstance(n, bool) for n in numbers):
+        raise TypeError("ctx.progress(done, total=None, message=None): numbers, please")
+    text = None if message is None else storable(str(message)[:PROGRESS_MESSAGE_CHARS])
+    return done, total, text
+
+
 class JobContext:
     """Passed to every handler as its first argument.
 
@@ -102,6 +114,7 @@ class JobContext:
         effect_idle: float = 3600.0,
         effect_statement: float = 300.0,
         batch_of: Callable[[int, Reads], Batch] | None = None,
+        build_job: Callable[..., NewJob] | None = None,
         timeout: float | None = None,
         owner: str = "",
         max_bytes: int = MAX_RESULT_BYTES,
@@ -116,6 +129,8 @@ class JobContext:
         self._stopping = False  # the worker is stopping: ctx.iterate ends at its next item
         self.timeout = timeout  # seconds its handler may run (the task's, else the row's)
         self._batch_of = batch_of
+        self._build_job = build_job  # builds a step ctx.workflow.add() adds (App._new_job)
+        self._upstream: upstreams.Upstream | None = None  # read on first use
         self.effect_idle = effect_idle  # seconds its effect transaction may sit idle
         self.effect_statement = effect_statement  # seconds one statement in it may take
         self._cancelled = False
@@ -196,12 +211,7 @@ class JobContext:
             text = None if message is None else storable(str(message)[:PROGRESS_MESSAGE_CHARS])
             self.progress_now = (done, total, text)
         else:
-            numbers = (done, 0 if total is None else total)
-            if not all(isinstance(n, int | float) and not isinstance(n, bool) for n in numbers):
-                raise TypeError("ctx.progress(done, total=None, message=None): numbers, please")
-            if message is not None:
-                message = storable(str(message)[:PROGRESS_MESSAGE_CHARS])
-            self.progress_now = (done, total, message)
+            self.progress_now = _checked_progress(done, total, message)
         self.progress_dirty = True
 
     @property
@@ -214,6 +224,23 @@ class JobContext:
         if batch_id is None or self._batch_of is None:
             return None
         return self._batch_of(batch_id, self._reads)
+
+    @property
+    def upstream(self) -> upstreams.Upstream:
+        """A workflow step's upstream jobs: `ctx.upstream["extract"]` is the result of
+        the step named so (workers/upstream.py). Empty for a job of no workflow."""
+        if self._upstream is None:
+            found = self.job.workflow_id and upstreams.load(self.job.id, self._store, self._reads)
+            self._upstream = found or upstreams.Upstream([])
+        return self._upstream
+
+    @functools.cached_property
+    def workflow(self) -> upstreams.StepWorkflow | None:
+        """The workflow this job is a step of (its id, name, `context`, and `add()`, which
+        grows it), or None."""
+        parent = upstreams.Parent(self.job.id, self.owner, self.job.attempt, self._reads)
+        found = self.job.workflow_id and upstreams.workflow(parent, self._store, self._build_job)
+        return found or None
 
     @contextmanager
     def _reads(self) -> Iterator[psycopg.Connection[Any]]:
@@ -323,57 +350,59 @@ class JobContext:
         """
         return EffectBlock(self)
 
-    @contextmanager
-    def _sync_transaction(self) -> Iterator[psycopg.Connection[Any]]:
-        if self.runs_async:
-            raise TypeError(
-                "an async handler's effect transaction is `async with ctx.transaction() "
-                "as conn:` (a plain `with` would block the event loop)"
-            )
-        if isinstance(self._effect, Effect):
-            with self._effect.conn.transaction():  # a savepoint: undoes only this block
-                yield self._effect.conn
-            return
-        # The first block opens the transaction, and nothing is in it before the block:
-        # rolling all of it back undoes just the block, without a savepoint's round trips
-        # on every job. A later block opens a fresh one.
-        effect = self._effect = self._store.effect_begin(
-            idle_limit=self.effect_idle, statement_limit=self.effect_statement
-        )
-        try:
-            yield effect.conn
-        except BaseException:
-            self._effect = None
-            with suppress(DatabaseError):  # the block's own error is the one to raise
-                effect.rollback()
-            raise
-
-    @asynccontextmanager
-    async def _async_transaction(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        if not self.runs_async:
-            raise TypeError(
-                "`async with ctx.transaction()` is for async def handlers; a plain def "
-                "handler's is `with ctx.transaction() as conn:`"
-            )
-        if isinstance(self._effect, AsyncEffect):
-            async with self._effect.conn.transaction():  # a savepoint, as above
-                yield self._effect.conn
-            return
-        effect = self._effect = await self._store.effect_begin_async(
-            idle_limit=self.effect_idle, statement_limit=self.effect_statement
-        )
-        try:
-            yield effect.conn
-        except BaseException:
-            self._effect = None
-            with suppress(DatabaseError):
-                await effect.rollback()
-            raise
-
     def take_effect(self) -> Effect | AsyncEffect | None:
         """The effect transaction the handler opened, if any, for the worker to end."""
         effect, self._effect = self._effect, None
         return effect
+
+
+@contextmanager
+def _sync_block(ctx: JobContext) -> Iterator[psycopg.Connection[Any]]:
+    if ctx.runs_async:
+        raise TypeError(
+            "an async handler's effect transaction is `async with ctx.transaction() "
+            "as conn:` (a plain `with` would block the event loop)"
+        )
+    if isinstance(ctx._effect, Effect):
+        with ctx._effect.conn.transaction():  # a savepoint: undoes only this block
+            yield ctx._effect.conn
+        return
+    # The first block opens the transaction, and nothing is in it before the block:
+    # rolling all of it back undoes just the block, without a savepoint's round trips
+    # on every job. A later block opens a fresh one.
+    effect = ctx._effect = ctx._store.effect_begin(
+        idle_limit=ctx.effect_idle, statement_limit=ctx.effect_statement
+    )
+    try:
+        yield effect.conn
+    except BaseException:
+        ctx._effect = None
+        with suppress(DatabaseError):  # the block's own error is the one to raise
+            effect.rollback()
+        raise
+
+
+@asynccontextmanager
+async def _async_block(ctx: JobContext) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    if not ctx.runs_async:
+        raise TypeError(
+            "`async with ctx.transaction()` is for async def handlers; a plain def "
+            "handler's is `with ctx.transaction() as conn:`"
+        )
+    if isinstance(ctx._effect, AsyncEffect):
+        async with ctx._effect.conn.transaction():  # a savepoint, as above
+            yield ctx._effect.conn
+        return
+    effect = ctx._effect = await ctx._store.effect_begin_async(
+        idle_limit=ctx.effect_idle, statement_limit=ctx.effect_statement
+    )
+    try:
+        yield effect.conn
+    except BaseException:
+        ctx._effect = None
+        with suppress(DatabaseError):
+            await effect.rollback()
+        raise
 
 
 class EffectBlock:
@@ -386,7 +415,7 @@ class EffectBlock:
         self._async_block: AbstractAsyncContextManager[psycopg.AsyncConnection[Any]] | None = None
 
     def __enter__(self) -> psycopg.Connection[Any]:
-        self._block = self._ctx._sync_transaction()
+        self._block = _sync_block(self._ctx)
         conn = self._block.__enter__()
         self._ctx._depth += 1
         return conn
@@ -408,7 +437,7 @@ class EffectBlock:
         return handled
 
     async def __aenter__(self) -> psycopg.AsyncConnection[Any]:
-        self._async_block = self._ctx._async_transaction()
+        self._async_block = _async_block(self._ctx)
         conn = await self._async_block.__aenter__()
         self._ctx._depth += 1
         return conn

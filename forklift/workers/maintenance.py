@@ -140,6 +140,7 @@ class Maintenance:
             if self.sweep is not None:
                 self.sweep.run_once()
                 self.sweep.batches.prune(cfg.keep_finished, cfg.prune_batch)
+                self.sweep.workflows.prune(cfg.keep_finished, cfg.prune_batch)
             vacuumed = self._vacuum_if_due()
         if pruned >= cfg.prune_batch:
             self._next = time.monotonic() + cfg.catch_up

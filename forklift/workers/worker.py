@@ -398,6 +398,7 @@ class Worker:
             effect_idle=effect_idle(self.app, job, self.config.lease),
             effect_statement=effect_statement(self.app, job, self.config),
             batch_of=functools.partial(batch_view, self.app),
+            build_job=self.app._new_job,
             timeout=task_timeout(self.app, job),
             owner=self.owner,
             max_bytes=self.app.max_result_bytes,

@@ -32,6 +32,7 @@ def test_every_insert_of_a_job_takes_the_columns_from_the_fragments() -> None:
     inserts = {
         ("forklift.store", "queries.sql"): {"job_insert", "job_insert_quiet", "job_insert_many"},
         ("forklift.store", "batches.sql"): {"batch_finish"},
+        ("forklift.store", "workflows.sql"): {"workflow_grow"},
         ("forklift.scheduler", "queries.sql"): {"schedule_fire"},
     }
     for (package, filename), names in inserts.items():

@@ -1,0 +1,238 @@
+-- forklift 0020: workflows, graphs of jobs that run once their upstream jobs succeeded
+-- (app.workflow, forklift/workflow.py; docs/workflows.md).
+-- {schema} is replaced by the quoted schema name when the migration is applied.
+--
+-- A workflow is a row here, its jobs (jobs.workflow_id, each with a step name unique in
+-- it), and the edges between them. A job with upstream jobs not yet succeeded is
+-- `blocked`: outside every claim's index, so a claim neither sees nor scans it. Its
+-- `waiting_on` counts the edges into it not yet resolved (an upstream job succeeded, or,
+-- over an edge with ignore_failure, ended whatever way). The triggers below keep the
+-- count in every transaction that moves a workflow job's state, whichever statement does
+-- it (a completion, a failure, a death, a cancel, a retry): the dependent's row lock
+-- orders concurrent decrements, and only the one that takes it to 0 makes it ready, so
+-- two upstream jobs ending at once release their dependent once.
+CREATE TABLE {schema}.workflows (
+    id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    name         text NOT NULL DEFAULT '',
+    context      jsonb NOT NULL DEFAULT '{}'::jsonb,  -- readable by every step
+    total        integer NOT NULL DEFAULT 0,          -- steps inserted, those grown included
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    cancelled_at timestamptz,
+    cancelled_by text,
+    finished_at  timestamptz,                         -- none of its jobs open any more
+    outcome      text,
+    CONSTRAINT workflows_outcome
+        CHECK (outcome IS NULL OR outcome IN ('succeeded', 'failed', 'cancelled'))
+);
+
+-- Workflows not finished: the sweep's, `workflows list`'s.
+CREATE INDEX workflows_open_idx ON {schema}.workflows (id) WHERE finished_at IS NULL;
+-- Finished workflows by time: retention.
+CREATE INDEX workflows_finished_idx ON {schema}.workflows (finished_at)
+    WHERE finished_at IS NOT NULL;
+
+ALTER TABLE {schema}.jobs
+    ADD COLUMN workflow_id bigint,          -- no foreign key, as batch_id
+    ADD COLUMN step text,                   -- its name in its workflow
+    ADD COLUMN waiting_on integer NOT NULL DEFAULT 0,
+    -- The upstream job whose death or cancel cancelled this one: a retry of that job
+    -- brings this one back (blocked), and the jobs it cancelled in turn.
+    ADD COLUMN upstream_failed bigint;
+
+-- A workflow's jobs by step name (each name once), the way to all of them.
+CREATE UNIQUE INDEX jobs_workflow_step_idx ON {schema}.jobs (workflow_id, step)
+    WHERE workflow_id IS NOT NULL;
+-- A workflow's open jobs: whether any is left, read backwards from its newest (a
+-- graph's last steps wait longest). Plain jobs are never in it.
+CREATE INDEX jobs_workflow_open_idx ON {schema}.jobs (workflow_id, id)
+    WHERE workflow_id IS NOT NULL AND state IN ('blocked', 'ready', 'running');
+
+CREATE TABLE {schema}.workflow_edges (
+    upstream       bigint NOT NULL,
+    dependent      bigint NOT NULL,
+    ignore_failure boolean NOT NULL DEFAULT false,
+    workflow_id    bigint NOT NULL,
+    -- From a running step to a step it added (ctx.workflow.add): the steps it added next
+    -- are grafted in before its other dependents, not before these.
+    grown          boolean NOT NULL DEFAULT false,
+    PRIMARY KEY (upstream, dependent)
+);
+CREATE INDEX workflow_edges_dependent_idx ON {schema}.workflow_edges (dependent);
+CREATE INDEX workflow_edges_workflow_idx ON {schema}.workflow_edges (workflow_id);
+
+-- Whether retention and purges keep the jobs of workflow `id`: until it has finished
+-- (a dependent reads its upstream jobs' results).
+CREATE FUNCTION {schema}.workflow_holds(id bigint) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (SELECT 1 FROM {schema}.workflows AS w
+                   WHERE w.id = workflow_holds.id AND w.finished_at IS NULL)
+$$;
+
+-- A workflow job set ready while it still waits (a retry of a step cancelled with its
+-- upstream) stays blocked; cancelled again if an upstream job it needs is still dead or
+-- cancelled.
+CREATE FUNCTION {schema}.workflow_hold() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    failed bigint;
+BEGIN
+    SELECT e.upstream INTO failed
+    FROM {schema}.workflow_edges AS e JOIN {schema}.jobs AS u ON u.id = e.upstream
+    WHERE e.dependent = NEW.id AND NOT e.ignore_failure AND u.state IN ('dead', 'cancelled')
+    LIMIT 1;
+    IF failed IS NULL THEN
+        NEW.state := 'blocked';
+    ELSE
+        NEW.state := 'cancelled';
+        NEW.completed_at := now();
+        NEW.upstream_failed := failed;
+        NEW.last_error := format('Cancelled: its upstream job %s did not succeed', failed);
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+CREATE TRIGGER jobs_workflow_hold BEFORE UPDATE OF state ON {schema}.jobs
+    FOR EACH ROW
+    WHEN (NEW.workflow_id IS NOT NULL AND NEW.state = 'ready' AND NEW.waiting_on > 0)
+    EXECUTE FUNCTION {schema}.workflow_hold();
+
+-- A workflow job's state moved: resolve the edges out of it. Fired only for workflow
+-- jobs (its WHEN costs a plain job's update one test). pg_trigger_depth() > 1: a move
+-- this function made itself (a release, a cascaded cancel or restore), whose own
+-- cascade the outer call already walked; only its ignore_failure edges are left to it.
+CREATE FUNCTION {schema}.workflow_moved() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    ended boolean := NEW.state IN ('succeeded', 'dead', 'cancelled');
+    was_ended boolean := OLD.state IN ('succeeded', 'dead', 'cancelled');
+    outer_call boolean := pg_trigger_depth() = 1;
+    frontier bigint[];
+    n bigint;
+BEGIN
+    IF ended AND NOT was_ended THEN
+        -- Resolved edges: a success resolves all, a failure those that ignore it. The
+        -- decrement that reaches 0 releases (a blocked job only), in dependent order.
+        WITH resolved AS (
+            SELECT e.dependent FROM {schema}.workflow_edges AS e
+            WHERE e.upstream = NEW.id AND (NEW.state = 'succeeded' OR e.ignore_failure)
+            ORDER BY e.dependent
+        ), released AS (
+            UPDATE {schema}.jobs AS j SET
+                waiting_on = j.waiting_on - 1,
+                state = CASE WHEN j.state = 'blocked' AND j.waiting_on <= 1
+                             THEN 'ready'::{schema}.job_state ELSE j.state END,
+                available_at = CASE WHEN j.state = 'blocked' AND j.waiting_on <= 1
+                                    THEN greatest(j.available_at, now()) ELSE j.available_at END
+            FROM resolved AS r
+            WHERE j.id = r.dependent
+            RETURNING j.queue, j.state
+        )
+        SELECT count(pg_notify(TG_TABLE_SCHEMA || '_jobs', q.queue)) INTO n
+        FROM (SELECT DISTINCT queue FROM released WHERE state = 'ready') AS q;
+        IF NEW.state <> 'succeeded' AND outer_call THEN
+            -- Everything that needs this job, directly or through others, and has not
+            -- started: cancelled, each naming the upstream job it waited on.
+            WITH RECURSIVE doomed AS (
+                SELECT e.dependent AS id, e.upstream AS cause
+                FROM {schema}.workflow_edges AS e JOIN {schema}.jobs AS j ON j.id = e.dependent
+                WHERE e.upstream = NEW.id AND NOT e.ignore_failure AND j.state = 'blocked'
+              UNION
+                SELECT e.dependent, e.upstream
+                FROM doomed AS d
+                JOIN {schema}.workflow_edges AS e ON e.upstream = d.id AND NOT e.ignore_failure
+                JOIN {schema}.jobs AS j ON j.id = e.dependent AND j.state = 'blocked'
+            ), one AS (
+                SELECT DISTINCT ON (id) id, cause FROM doomed ORDER BY id, cause
+            ), cancelled AS (
+                UPDATE {schema}.jobs AS j SET
+                    state = 'cancelled', completed_at = now(), upstream_failed = one.cause,
+                    last_error = format('Cancelled: upstream job %s (%s) %s', NEW.id,
+                                        coalesce(NEW.step, NEW.task), NEW.state),
+                    errors = j.errors || jsonb_build_object(
+                        'attempt', j.attempts, 'at', now(), 'worker', NULL,
+                        'error', format('Cancelled: upstream job %s (%s) %s', NEW.id,
+                                        coalesce(NEW.step, NEW.task), NEW.state))
+                FROM one
+                WHERE j.id = one.id AND j.state = 'blocked'
+                RETURNING j.id, j.waited
+            )
+            SELECT count(pg_notify(TG_TABLE_SCHEMA || '_done', 'j' || c.id)) INTO n
+            FROM cancelled AS c WHERE c.waited;
+        END IF;
+        IF outer_call THEN
+            PERFORM {schema}.workflow_finish(NEW.workflow_id, TG_TABLE_SCHEMA || '_done');
+        END IF;
+    ELSIF was_ended AND NOT ended AND OLD.state <> 'succeeded' THEN
+        -- A retry of a dead or cancelled job: edges that ignored its failure wait for it
+        -- again (a dependent that has not started goes back to blocked) ...
+        UPDATE {schema}.jobs AS j SET
+            waiting_on = j.waiting_on + 1,
+            state = CASE WHEN j.state = 'ready' THEN 'blocked'::{schema}.job_state
+                         ELSE j.state END
+        FROM {schema}.workflow_edges AS e
+        WHERE e.upstream = NEW.id AND e.ignore_failure AND j.id = e.dependent;
+        IF outer_call THEN
+            -- ... and the jobs its failure cancelled come back, level by level, each
+            -- once none of the upstream jobs it needs is still dead or cancelled.
+            frontier := ARRAY[NEW.id];
+            WHILE cardinality(frontier) > 0 LOOP
+                WITH restored AS (
+                    UPDATE {schema}.jobs AS j SET
+                        state = 'blocked', completed_at = NULL, upstream_failed = NULL,
+                        last_error = NULL,
+                        errors = j.errors || jsonb_build_object(
+                            'attempt', j.attempts, 'at', now(), 'worker', NULL,
+                            'error', format('Blocked again: upstream job %s was retried',
+                                            e.upstream))
+                    FROM {schema}.workflow_edges AS e
+                    WHERE e.upstream = ANY(frontier) AND NOT e.ignore_failure
+                      AND j.id = e.dependent AND j.state = 'cancelled'
+                      AND j.upstream_failed = e.upstream
+                      AND NOT EXISTS (
+                          SELECT 1 FROM {schema}.workflow_edges AS f
+                          JOIN {schema}.jobs AS u ON u.id = f.upstream
+                          WHERE f.dependent = j.id AND NOT f.ignore_failure
+                            AND u.state IN ('dead', 'cancelled'))
+                    RETURNING j.id
+                )
+                SELECT coalesce(array_agg(id), '{}') INTO frontier FROM restored;
+            END LOOP;
+            UPDATE {schema}.workflows SET finished_at = NULL, outcome = NULL
+            WHERE id = NEW.workflow_id AND finished_at IS NOT NULL;
+        END IF;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER jobs_workflow_moved AFTER UPDATE OF state ON {schema}.jobs
+    FOR EACH ROW
+    WHEN (NEW.workflow_id IS NOT NULL AND OLD.state IS DISTINCT FROM NEW.state)
+    EXECUTE FUNCTION {schema}.workflow_moved();
+
+-- Mark workflow `id` finished if none of its jobs is
+-- open: 'cancelled' if it was cancelled, 'failed' if a job of it is dead or was
+-- cancelled, else 'succeeded'. Two last jobs ending at once in two transactions may
+-- each see the other open: the workers' sweep (workflow_sweep) finishes those. True if
+-- it finished it now (its waiters, wf.wait(), are told: `w<id>` on `done_channel`).
+CREATE FUNCTION {schema}.workflow_finish(id bigint, done_channel text) RETURNS boolean
+LANGUAGE sql AS $$
+    WITH finished AS (
+        UPDATE {schema}.workflows AS w SET
+            finished_at = now(),
+            outcome = CASE
+                WHEN w.cancelled_at IS NOT NULL THEN 'cancelled'
+                WHEN EXISTS (SELECT 1 FROM {schema}.jobs AS j
+                             WHERE j.workflow_id = w.id AND j.state IN ('dead', 'cancelled'))
+                    THEN 'failed'
+                ELSE 'succeeded' END
+        WHERE w.id = workflow_finish.id AND w.finished_at IS NULL
+          AND (SELECT j.id FROM {schema}.jobs AS j
+               WHERE j.workflow_id = workflow_finish.id
+                 AND j.state IN ('blocked', 'ready', 'running')
+               ORDER BY j.id DESC LIMIT 1) IS NULL
+        RETURNING w.id
+    )
+    SELECT pg_notify(done_channel, 'w' || finished.id) IS NULL FROM finished
+$$;
