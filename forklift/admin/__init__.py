@@ -58,6 +58,7 @@ class QueueStats:
     per: float | None = None
     max_depth: int | None = None
     rejected: int = 0  # enqueues refused by max_depth
+    blocked: int = 0  # workflow jobs waiting for their upstream jobs
 
     def limits(self) -> str:
         """Its limits as people read them, `concurrency 4, 10/1s, max depth 10000`; empty:
@@ -96,6 +97,7 @@ class QueueDepth(NamedTuple):
     running: int = 0
     dead: int = 0
     oldest_ready_age: float | None = None
+    blocked: int = 0
 
 
 class QueueFinished(NamedTuple):
@@ -188,6 +190,7 @@ class AdminStore:
                     succeeded_last_hour=h.succeeded,
                     dead_last_hour=h.dead,
                     paused=q in paused,
+                    blocked=d.blocked,
                     **_limits_of(limits.get(q)),
                 )
             )

@@ -58,7 +58,8 @@ SELECT j.id, j.queue, j.task, j.state::text AS state, j.priority, j.attempts,
        extract(epoch FROM now() - j.created_at)::float8 AS age,
        j.args::text AS args, j.idempotency_key, j.timeout, j.lease_until, j.errors,
        now() AS now, j.result::text AS result, j.progress, j.batch_id, j.limit_key, j.ran_by,
-       j.leases_forgiven, j.checkpoint, j.checkpoint_at
+       j.leases_forgiven, j.checkpoint, j.checkpoint_at, j.workflow_id, j.step,
+       j.waiting_on, j.upstream_failed
 FROM {schema}.jobs AS j
 WHERE j.id = %(id)s::bigint;
 

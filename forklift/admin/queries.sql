@@ -2,7 +2,8 @@
 -- a one-line description; {schema} is replaced by the quoted schema name when loaded.
 
 -- name: _queues_held
--- A fragment, not a query: three recursive CTEs, `ready`, `limited` and `dead`, each the
+-- A fragment, not a query: four recursive CTEs, `ready`, `limited`, `dead` and `blocked`
+-- (workflow jobs waiting for their upstream jobs), each the
 -- queues with jobs in that state (a NULL row ends each), found by a loose scan of its
 -- partial index: a probe per queue, never every row.
 ready(queue) AS (
@@ -27,11 +28,18 @@ ready(queue) AS (
     SELECT (SELECT j.queue FROM {schema}.jobs AS j
             WHERE j.state = 'dead' AND j.queue > d.queue ORDER BY j.queue LIMIT 1)
     FROM dead AS d WHERE d.queue IS NOT NULL
+), blocked(queue) AS (
+    (SELECT j.queue FROM {schema}.jobs AS j WHERE j.state = 'blocked' ORDER BY j.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM {schema}.jobs AS j
+            WHERE j.state = 'blocked' AND j.queue > b.queue ORDER BY j.queue LIMIT 1)
+    FROM blocked AS b WHERE b.queue IS NOT NULL
 )
 
 -- name: queue_depth
--- Per queue: due, scheduled, running and dead jobs, and the oldest due job's age (NULL:
--- nothing due). Due, scheduled and dead are each counted up to `cap` (a count of `cap`
+-- Per queue: due, scheduled, running and dead jobs, the oldest due job's age (NULL:
+-- nothing due), and blocked workflow jobs. Due, scheduled, dead and blocked are each
+-- counted up to `cap` (a count of `cap`
 -- means `cap` or more): whatever a queue's backlog or the dead jobs retained, a call
 -- reads at most 5 x `cap` index entries a queue. The queues come from a loose scan
 -- of each index (a probe per queue), the counts from ranges of the due-time indexes
@@ -46,6 +54,7 @@ WITH RECURSIVE {_queues_held}, running AS (
     SELECT queue FROM ready WHERE queue IS NOT NULL
     UNION SELECT queue FROM limited WHERE queue IS NOT NULL
     UNION SELECT queue FROM dead WHERE queue IS NOT NULL
+    UNION SELECT queue FROM blocked WHERE queue IS NOT NULL
     UNION SELECT queue FROM running
 )
 SELECT q.queue,
@@ -76,7 +85,9 @@ SELECT q.queue,
               AND j.available_at <= now() ORDER BY j.available_at LIMIT 1),
            (SELECT j.available_at FROM {schema}.jobs AS j
             WHERE j.state = 'ready' AND j.limit_key IS NOT NULL AND j.queue = q.queue
-              AND j.available_at <= now() ORDER BY j.available_at LIMIT 1)))::float8 AS oldest_ready_age
+              AND j.available_at <= now() ORDER BY j.available_at LIMIT 1)))::float8 AS oldest_ready_age,
+       (SELECT count(*) FROM (SELECT FROM {schema}.jobs AS j
+            WHERE j.state = 'blocked' AND j.queue = q.queue LIMIT %(cap)s::integer) AS c) AS blocked
 FROM queues AS q
 ORDER BY q.queue;
 

@@ -164,6 +164,10 @@ class JobDetail:
     # Attempts added to max_attempts for leases lost before its handler was seen running.
     leases_forgiven: int = 0
     checkpoint: Checkpoint | None = None  # where its next attempt resumes; None: none
+    workflow_id: int | None = None  # the workflow it is a step of, its name there, how many
+    step: str | None = None  # of its upstream jobs it still waits for, and the upstream
+    waiting_on: int = 0  # job whose failure cancelled it (None: none did)
+    upstream_failed: int | None = None
 
 
 @dataclass(frozen=True)

@@ -73,7 +73,10 @@ idempotency_key, timeout_seconds, lease_until, errors (a list, oldest first, of 
 with the keys attempt, at, worker, error, traceback; null where an entry has none),
 result (the handler's return value as a JSON value, whole, secrets hidden as above;
 null: none), progress (an object with done, total (null: not known), message, at (ISO
-8601 UTC); or null: it reported none), batch_id (or null), limit_key (its
+8601 UTC); or null: it reported none), batch_id (or null), workflow_id and step (its
+workflow and its name there, or null), waiting_on (upstream jobs a blocked step still
+waits for), upstream_failed (the upstream job whose failure cancelled it, or null),
+limit_key (its
 task limit's key value, or null), worker (the worker that runs it or ran its last
 attempt, or null: it never ran), leases_forgiven (attempts added to max_attempts for
 leases lost with their worker before the handler ran: not charged, at most 3),

@@ -27,8 +27,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         output.print_json([vars(s) for s in stats])
         return 0
+    blocked = any(s.blocked for s in stats)  # a column only where workflows wait
     header = (
-        "queue", "paused", "ready", "scheduled", "running", "dead", "oldest ready",
+        "queue", "paused", "ready", "scheduled", "running", "dead",
+        *(("blocked",) if blocked else ()), "oldest ready",
         "done 1m", "dead 1m", "done 1h", "dead 1h", "limits",
     )  # fmt: skip
     rows = [
@@ -39,6 +41,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             s.scheduled,
             s.running,
             s.dead,
+            *((s.blocked,) if blocked else ()),
             "-" if s.oldest_ready_age is None else output.age(s.oldest_ready_age),
             s.succeeded_last_minute,
             s.dead_last_minute,

@@ -47,6 +47,11 @@ CREATE UNIQUE INDEX jobs_workflow_step_idx ON {schema}.jobs (workflow_id, step)
 CREATE INDEX jobs_workflow_open_idx ON {schema}.jobs (workflow_id, id)
     WHERE workflow_id IS NOT NULL AND state IN ('blocked', 'ready', 'running');
 
+-- Blocked jobs per queue: `forklift status` and the queue gauges count them (up to a cap)
+-- without reading a workflow. A job enters it once (enqueued or grown blocked) and leaves
+-- it once (released or cancelled).
+CREATE INDEX jobs_blocked_idx ON {schema}.jobs (queue, id) WHERE state = 'blocked';
+
 CREATE TABLE {schema}.workflow_edges (
     upstream       bigint NOT NULL,
     dependent      bigint NOT NULL,

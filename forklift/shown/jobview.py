@@ -16,15 +16,16 @@ if TYPE_CHECKING:
     from forklift.admin.rows import Acted, JobDetail, JobRow, Progress
 
 # "scheduled": ready jobs due later (delayed, or retrying after a backoff), as status
-# counts them apart; "ready" is every ready job, due or not.
-STATES = ("ready", "scheduled", "running", "succeeded", "dead", "cancelled")
+# counts them apart; "ready" is every ready job, due or not; "blocked": workflow jobs
+# waiting for their upstream jobs.
+STATES = ("blocked", "ready", "scheduled", "running", "succeeded", "dead", "cancelled")
 ARGS_CHARS = 2000  # of the arguments' (and the result's) JSON text that `jobs show` prints
 # Argument keys whose values are never shown, at any depth.
 _SECRET = re.compile(r"pass(word|wd)?|secret|token|credential|api_?key|private_?key", re.I)
 ERROR_KEYS = ("attempt", "at", "worker", "error", "traceback")
 
 JOB_KEYS = """\
-id, queue, task, state (ready, running, succeeded, dead, cancelled), priority, attempts,
+id, queue, task, state (blocked, ready, running, succeeded, dead, cancelled), priority, attempts,
 max_attempts, crashes (runs that killed their worker), max_crashes, created_at,
 available_at, started_at, completed_at (ISO 8601 UTC, or null), lease_owner (the worker
 running it, or null), last_error (or null)"""
@@ -79,10 +80,27 @@ def detail_json(detail: JobDetail) -> dict[str, Any]:
         "result": safe_result(detail.result),
         "progress": progress_json(detail.progress),
         "batch_id": detail.batch_id,
+        "workflow_id": detail.workflow_id,
+        "step": detail.step,
+        "waiting_on": detail.waiting_on,
+        "upstream_failed": detail.upstream_failed,
         "limit_key": detail.limit_key,
         "worker": worker(detail),
         "leases_forgiven": detail.leases_forgiven,
     }
+
+
+def workflow_text(detail: JobDetail) -> str:
+    """`jobs show`'s workflow line: the workflow and step, and what the step waits for."""
+    if detail.workflow_id is None:
+        return "-"
+    text = f"{detail.workflow_id}, step {detail.step!r}"
+    if detail.job.state == "blocked":
+        n = detail.waiting_on
+        text += f", waits for {n} upstream job{'s' if n != 1 else ''}"
+    if detail.upstream_failed is not None:
+        text += f", cancelled: upstream job {detail.upstream_failed} did not succeed"
+    return text
 
 
 def _forgiven_text(detail: JobDetail) -> str:
@@ -227,6 +245,7 @@ def print_detail(detail: JobDetail) -> None:
         f"  result       {_result_text(detail.result)}",
         f"  progress     {shown(progress_text(detail.progress, now))}",
         f"  batch        {'-' if detail.batch_id is None else detail.batch_id}",
+        f"  workflow     {shown(workflow_text(detail))}",
         f"  limit key    {shown(detail.limit_key or '-')}",
         f"  timeout      {'-' if detail.timeout is None else f'{detail.timeout:g} s'}",
         f"  enqueued     {output.when(job.created_at, now)}",

@@ -218,6 +218,7 @@ class LiveCollector(Collector):
                 ("scheduled", s.scheduled),
                 ("running", s.running),
                 ("dead", s.dead),
+                ("blocked", s.blocked),
             ):
                 depth.add_metric([s.queue, state], n)
             oldest.add_metric([s.queue], s.oldest_ready_age or 0.0)

@@ -17,12 +17,14 @@ from forklift.metrics import Totals
 from forklift.scheduler.metrics import CronCollector
 from forklift.scheduler.service import Scheduler
 from forklift.scheduler.store import ScheduleStore
+from forklift.store.workflows import WorkflowStore
 from forklift.supervisor.config import SupervisorConfig
 from forklift.supervisor.dbthread import PACED, DbService
 from forklift.supervisor.http import Route, routes_for
 from forklift.supervisor.probes import REFRESH_EVERY, Probes, metrics_registry
 from forklift.supervisor.progress import ProgressReporter
 from forklift.supervisor.snapshot import SnapshotBoard
+from forklift.supervisor.workflow_gauges import WorkflowCollector
 
 # Where the parent's statements go: DSN, schema, bounds, the database thread's connection.
 Where = tuple[str, str, _db.Timeouts, HeldConnection]
@@ -60,5 +62,8 @@ def serve(
     if config.metrics_addr:
         services.append(DbService("probes", REFRESH_EVERY, probes.refresh))
         services.append(DbService("queue stats", REFRESH_EVERY, probes.refresh_stats, share=PACED))
-    metrics = metrics_registry(totals, probes, CronCollector(scheduler))
+    workflows = WorkflowStore(lambda: admin.connector.conn("reading workflows failed"), schema)
+    metrics = metrics_registry(
+        totals, probes, CronCollector(scheduler), WorkflowCollector(workflows)
+    )
     return Served(routes_for(probes, metrics), probes, scheduler, services)

@@ -16,6 +16,7 @@ import forklift
 from forklift.admin.jobs import JobAdmin
 from forklift.errors import ArgumentError, UnknownTaskError
 from forklift.store.workflows import WorkflowStore
+from forklift.supervisor.workflow_gauges import WorkflowCollector
 from forklift.testing import wait_for
 from tests.integration.conftest import RunWorker
 
@@ -302,3 +303,28 @@ def test_chain_and_enqueue_in_the_callers_transaction(
     assert states(db, schema, wf.id or 0) == {
         "noop": "ready", "noop#2": "blocked", "noop#3": "blocked"
     }  # fmt: skip
+
+
+def test_the_workflows_gauge_counts_open_and_finished_workflows(
+    app: forklift.App, run_worker: RunWorker, task: Callable[..., str]
+) -> None:
+    def step(ctx: forklift.JobContext) -> None:
+        pass
+
+    name = task(step)
+    store = WorkflowStore(app.store.pool.connection, app.schema)
+    collector = WorkflowCollector(store)
+
+    def gauge() -> dict[str, float]:
+        (family,) = list(collector.collect())
+        return {s.labels["state"]: s.value for s in family.samples}
+
+    done = app.chain(name, name)
+    done.enqueue()
+    open_one = app.workflow()
+    open_one.add("noop", queue="nobody-serves-this")
+    open_one.enqueue()
+    assert gauge() == {"running": 2, "succeeded": 0, "failed": 0, "cancelled": 0}
+    run_worker()
+    done.wait(timeout=30)
+    assert gauge() == {"running": 1, "succeeded": 1, "failed": 0, "cancelled": 0}

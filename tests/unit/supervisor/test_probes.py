@@ -95,10 +95,10 @@ def test_health_fails_once_the_loop_stalls() -> None:
 
 def test_the_live_gauges() -> None:
     admin = FakeAdmin()
-    admin.stats = [QueueStats("default", 3, 1, 2, 4, 5.5, 0)]
+    admin.stats = [QueueStats("default", 3, 1, 2, 4, 5.5, 0, blocked=6)]
     families = {f.name: f for f in LiveCollector(probes_for(READY, admin)).collect()}
     depth = {s.labels["state"]: s.value for s in families["forklift_queue_depth"].samples}
-    assert depth == {"ready": 3, "scheduled": 1, "running": 2, "dead": 4}
+    assert depth == {"ready": 3, "scheduled": 1, "running": 2, "dead": 4, "blocked": 6}
     assert families["forklift_oldest_ready_age_seconds"].samples[0].value == 5.5
     workers = {s.labels["state"]: s.value for s in families["forklift_workers"].samples}
     assert workers == {"busy": 1, "idle": 1}
