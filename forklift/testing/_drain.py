@@ -30,7 +30,8 @@ def drain(
     own code: effects commit with their completions, a failure is recorded with its
     backoff (a job that can retry is `failed`, and not run again unless it falls due
     during the drain), a job out of attempts or raising forklift.Fail ends `dead`, limits
-    hold. Jobs the handlers enqueue run too, and so do batch callbacks. Handlers run on
+    hold. Jobs the handlers enqueue run too, and so do batch callbacks and the workflow
+    steps each step's success releases. Handlers run on
     the worker's thread (plain def) or event loop (async def), one job at a time, so
     they see only what is committed (not a test's open transaction), and their
     exceptions are recorded on the jobs, never raised here. This is the test's own

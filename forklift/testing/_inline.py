@@ -93,7 +93,8 @@ def inline(app: App, conn: Conn | AsyncConn | None = None) -> Iterator[Inline]:
     - It writes no job row: nothing to claim, lease, renew or complete; the ids it
       returns are negative, and no query sees those jobs (`assert_enqueued`, `forklift
       jobs`). What needs a row is refused with InlineUnsupported: app.enqueue_batch(),
-      app.batch(), app.result(). `ctx.batch` is None; `ctx.progress()` is kept, unseen.
+      app.batch(), app.result(), a workflow's enqueue() (test workflows with drain()).
+      `ctx.batch` is None; `ctx.progress()` is kept, unseen.
     - One run per job: no retries, no backoff; forklift.Retry and forklift.Fail are
       failures like any exception (HandlerFailed). `ctx.attempt` is 1.
     - No scheduling: `delay`, `run_at`, `priority` and `queue` are kept on the context

@@ -328,3 +328,28 @@ def test_the_workflows_gauge_counts_open_and_finished_workflows(
     run_worker()
     done.wait(timeout=30)
     assert gauge() == {"running": 1, "succeeded": 1, "failed": 0, "cancelled": 0}
+
+
+def test_drain_runs_a_workflow_to_its_end_in_the_tests_process(
+    app: forklift.App, task: Callable[..., str]
+) -> None:
+    """forklift.testing.drain() is how a user's tests run a workflow (inline mode writes
+    no rows): each released step is claimed in turn until none is left."""
+    order: list[int] = []
+
+    def link(ctx: forklift.JobContext, *, n: int) -> int:
+        order.append(n)
+        return n
+
+    name = task(link)
+    wf = app.chain(*[(name, {"n": n}) for n in range(5)])
+    wf.enqueue()
+    forklift.testing.drain(app)
+    assert order == [0, 1, 2, 3, 4]
+    assert wf.status().state == "succeeded"
+
+
+def test_inline_mode_refuses_a_workflow_with_a_clear_error(app: forklift.App) -> None:
+    wf = app.chain("noop", "noop")
+    with forklift.testing.inline(app), pytest.raises(forklift.testing.InlineUnsupported):
+        wf.enqueue()
