@@ -1,0 +1,159 @@
+"""The workflow state machine in the database (migration 0020's triggers), moved by the
+statements operators and workers use, or by a plain UPDATE of a job's state: whichever
+statement moves an upstream job, its dependents follow in the same transaction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+import forklift
+from forklift.admin.jobs import JobAdmin
+
+
+def state_of(db: psycopg.Connection[Any], schema: str, job_id: int | None) -> tuple[Any, ...]:
+    found = db.execute(
+        f"SELECT state::text, waiting_on, upstream_failed FROM {schema}.jobs WHERE id = %s",
+        (job_id,),
+    ).fetchone()
+    assert found is not None
+    return tuple(found)
+
+
+def move(db: psycopg.Connection[Any], schema: str, job_id: int | None, state: str) -> None:
+    """What a worker's completion or a supervisor's charge does to the row's state."""
+    db.execute(
+        f"UPDATE {schema}.jobs SET state = %s, completed_at = now(), lease_owner = NULL, "
+        "lease_until = NULL WHERE id = %s",
+        (state, job_id),
+    )
+    db.commit()
+
+
+def test_an_operators_cancel_of_a_blocked_step_cascades_and_its_retry_restores(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    wf = app.workflow()
+    a = wf.add("noop")
+    b = wf.add("noop", after=[a])
+    c = wf.add("noop", after=[b])
+    wf.enqueue()
+    admin = JobAdmin(app.dsn, schema)
+    (cancelled,) = admin.job_cancel_many([b.id or 0], by="test")
+    assert cancelled.done and cancelled.was == "blocked"
+    assert state_of(db, schema, b.id) == ("cancelled", 1, None)
+    assert state_of(db, schema, c.id) == ("cancelled", 1, b.id)
+    (retried,) = admin.job_retry_many([b.id or 0], by="test")
+    assert retried.done
+    # b still waits for a: blocked, not ready; c comes back with it.
+    assert state_of(db, schema, b.id) == ("blocked", 1, None)
+    assert state_of(db, schema, c.id) == ("blocked", 1, None)
+    move(db, schema, a.id, "succeeded")
+    assert state_of(db, schema, b.id) == ("ready", 0, None)
+
+
+def test_a_retry_of_a_step_whose_upstream_is_still_dead_leaves_it_cancelled(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    wf = app.workflow()
+    a = wf.add("noop")
+    b = wf.add("noop", after=[a])
+    wf.enqueue()
+    move(db, schema, a.id, "dead")
+    assert state_of(db, schema, b.id) == ("cancelled", 1, a.id)
+    JobAdmin(app.dsn, schema).job_retry_many([b.id or 0], by="test")
+    assert state_of(db, schema, b.id) == ("cancelled", 1, a.id)
+
+
+def test_a_chain_of_a_thousand_cancels_and_comes_back_in_one_statement_each(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    """A recursive walk, not nested triggers: no stack depth limit, whatever the depth."""
+    wf = app.chain(*["noop"] * 1000)
+    wf.enqueue()
+    head, *rest = wf.steps
+    move(db, schema, head.id, "dead")
+    counts = dict(
+        db.execute(
+            f"SELECT state::text, count(*) FROM {schema}.jobs WHERE workflow_id = %s GROUP BY 1",
+            (wf.id,),
+        ).fetchall()
+    )
+    assert counts == {"dead": 1, "cancelled": 999}
+    assert wf.status().state == "failed"
+    JobAdmin(app.dsn, schema).job_retry_many([head.id or 0], by="test")
+    counts = dict(
+        db.execute(
+            f"SELECT state::text, count(*) FROM {schema}.jobs WHERE workflow_id = %s GROUP BY 1",
+            (wf.id,),
+        ).fetchall()
+    )
+    assert counts == {"ready": 1, "blocked": 999}
+    assert wf.status().state == "running"
+
+
+def test_an_edge_that_ignores_failure_releases_and_waits_again_on_a_retry(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    wf = app.workflow()
+    a = wf.add("noop")
+    ok = wf.add("noop")
+    d = wf.add("noop", after=[a, ok], ignore_failure=True)
+    wf.enqueue()
+    move(db, schema, a.id, "dead")
+    assert state_of(db, schema, d.id) == ("blocked", 1, None)
+    move(db, schema, ok.id, "succeeded")
+    assert state_of(db, schema, d.id) == ("ready", 0, None)
+    JobAdmin(app.dsn, schema).job_retry_many([a.id or 0], by="test")
+    assert state_of(db, schema, d.id) == ("blocked", 1, None)  # not started: waits again
+    move(db, schema, a.id, "succeeded")
+    assert state_of(db, schema, d.id) == ("ready", 0, None)
+
+
+def test_one_statement_ending_many_upstream_jobs_releases_each_dependent_once(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    """A group completion ends several steps in one statement: a fan-in's dependent is
+    decremented once per upstream job, released once."""
+    wf = app.workflow()
+    ups = [wf.add("noop") for _ in range(50)]
+    d = wf.add("noop", after=ups)
+    e = wf.add("noop", after=ups[:10])
+    wf.enqueue()
+    ids = [u.id for u in ups]
+    db.execute(
+        f"UPDATE {schema}.jobs SET state = 'succeeded', completed_at = now() WHERE id = ANY(%s)",
+        (ids[:49],),
+    )
+    db.commit()
+    assert state_of(db, schema, d.id) == ("blocked", 1, None)
+    assert state_of(db, schema, e.id) == ("ready", 0, None)
+    move(db, schema, ids[49], "succeeded")
+    assert state_of(db, schema, d.id) == ("ready", 0, None)
+
+
+def test_retention_and_purges_keep_an_unfinished_workflows_jobs(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    wf = app.workflow()
+    a = wf.add("noop")
+    b = wf.add("noop", after=[a])
+    wf.enqueue()
+    db.execute(
+        f"UPDATE {schema}.jobs SET state = 'succeeded', "
+        "completed_at = now() - interval '30 days' WHERE id = %s",
+        (a.id,),
+    )
+    db.commit()
+    assert app.store.job_prune(keep_finished=60.0, keep_dead=60.0) == 0
+    assert state_of(db, schema, b.id) == ("ready", 0, None)  # released, and a kept
+    move(db, schema, b.id, "succeeded")
+    assert wf.status().state == "succeeded"
+    db.execute(
+        f"UPDATE {schema}.jobs SET completed_at = now() - interval '30 days' "
+        "WHERE workflow_id = %s",
+        (wf.id,),
+    )
+    db.commit()
+    assert app.store.job_prune(keep_finished=60.0, keep_dead=60.0) == 2
