@@ -64,7 +64,9 @@ FROM {schema}.jobs AS j
 WHERE j.id = %(id)s::bigint;
 
 -- name: job_retry_many
--- Dead or cancelled jobs back to ready now, attempts and crashes reset to 0 and the
+-- Dead or cancelled jobs back to ready now (a workflow job still waiting for its upstream
+-- jobs: blocked, or cancelled again if one it needs is dead or cancelled: migration
+-- 0020's workflow_hold, `became`), attempts and crashes reset to 0 and the
 -- attempts added for lost leases taken back (a fresh budget, as enqueued), the retry
 -- noted in the error history; wakes their queues' workers. A checkpoint is kept (the
 -- job resumes from it) unless `scratch` (`--from-scratch`): then it is cleared. Returns
@@ -100,13 +102,14 @@ WITH old AS (
     FROM old
     WHERE j.id = old.id AND old.state IN ('dead', 'cancelled')
       AND (SELECT count(*) FROM batch) >= 0
-    RETURNING j.id, j.queue
+    RETURNING j.id, j.queue, j.state::text AS became
 ), woken AS (
     SELECT count(pg_notify('{channel}', q.queue)) AS n
     FROM (SELECT DISTINCT queue FROM retried) AS q
 )
 SELECT old.id, old.state::text AS was, old.attempts, old.crashes,
-       old.id IN (SELECT id FROM retried) AS done,
+       old.id IN (SELECT id FROM retried WHERE became <> 'cancelled') AS done,
+       (SELECT r.became FROM retried AS r WHERE r.id = old.id) AS became,
        CASE WHEN old.id NOT IN (SELECT id FROM retried) OR NOT old.checkpointed THEN NULL
             WHEN %(scratch)s::boolean THEN 'cleared' ELSE 'kept' END AS checkpoint
 FROM old, woken

@@ -183,6 +183,9 @@ class Acted:
     # A retried job's checkpoint: "kept" (it resumes), "cleared" (--from-scratch); None:
     # it had none (or was not retried).
     checkpoint: str | None = None
+    # A retried job's state after: ready; blocked (a workflow step waiting for its
+    # upstream jobs); cancelled (one it needs is still dead or cancelled: not retried).
+    became: str | None = None
 
     @property
     def checkpoint_note(self) -> str:

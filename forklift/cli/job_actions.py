@@ -41,7 +41,8 @@ examples:
 """
 
 CANCEL_DESCRIPTION = """\
-Cancel jobs. A ready job is cancelled at once and never runs. A running job is
+Cancel jobs. A ready job is cancelled at once and never runs, and so is a blocked
+workflow step (with the steps that need it). A running job is
 cancelled at once too, wherever it runs: its lease is taken from its worker, so nothing
 that worker records for it commits (its effect transaction rolls back); the worker hears
 it (NOTIFY, or its next lease renewal) and sets ctx.cancelled; a handler that has not

@@ -279,10 +279,17 @@ def print_detail(detail: JobDetail) -> None:
 def retry_line(a: Acted) -> str:
     if a.was is None:
         return f"job {a.id}: not retried: no such job"
+    if a.became == "cancelled":
+        return (
+            f"job {a.id}: not retried: an upstream job of its workflow is still dead or "
+            "cancelled (`forklift jobs show` names it): retry that one, and this one "
+            "comes back with it"
+        )
     if not a.done:
         return f"job {a.id}: not retried: it is {a.was} (only dead and cancelled jobs are)"
+    now = "blocked until its upstream jobs succeed" if a.became == "blocked" else "ready now"
     return (
-        f"job {a.id}: retried (was {a.was}): ready now, attempts {a.attempts} -> 0, "
+        f"job {a.id}: retried (was {a.was}): {now}, attempts {a.attempts} -> 0, "
         f"crashes {a.crashes} -> 0"
     )
 
@@ -291,7 +298,9 @@ def cancel_line(a: Acted) -> str:
     if a.was is None:
         return f"job {a.id}: not cancelled: no such job"
     if not a.done:
-        return f"job {a.id}: not cancelled: it is {a.was} (only ready and running jobs are)"
+        return (
+            f"job {a.id}: not cancelled: it is {a.was} (only blocked, ready and running jobs are)"
+        )
     if a.was != "running":
         return f"job {a.id}: cancelled (was {a.was})"
     return (

@@ -64,7 +64,7 @@ class BatchCounts:
 @dataclass(frozen=True, slots=True)
 class CancelledJob:
     """A job asked to be cancelled: its state (`was`) and owner before, whether it was
-    cancelled (`done`: only ready and running jobs are), and its batch."""
+    cancelled (`done`: only blocked, ready and running jobs are), and its batch."""
 
     id: int
     was: str

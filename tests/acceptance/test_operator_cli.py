@@ -24,7 +24,7 @@ JOB_KEYS = {
 SHOW_KEYS = JOB_KEYS | {
     "args", "args_truncated", "idempotency_key", "timeout_seconds", "lease_until", "errors",
     "result", "progress", "batch_id", "limit_key", "worker", "leases_forgiven", "checkpoint",
-    "checkpoint_at",
+    "checkpoint_at", "workflow_id", "step", "waiting_on", "upstream_failed",
 }  # fmt: skip
 ERROR_KEYS = {"attempt", "at", "worker", "error", "traceback"}
 

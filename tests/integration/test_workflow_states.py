@@ -10,6 +10,7 @@ import psycopg
 
 import forklift
 from forklift.admin.jobs import JobAdmin
+from forklift.shown import jobview
 
 
 def state_of(db: psycopg.Connection[Any], schema: str, job_id: int | None) -> tuple[Any, ...]:
@@ -45,7 +46,8 @@ def test_an_operators_cancel_of_a_blocked_step_cascades_and_its_retry_restores(
     assert state_of(db, schema, b.id) == ("cancelled", 1, None)
     assert state_of(db, schema, c.id) == ("cancelled", 1, b.id)
     (retried,) = admin.job_retry_many([b.id or 0], by="test")
-    assert retried.done
+    assert retried.done and retried.became == "blocked"
+    assert "blocked until its upstream jobs succeed" in jobview.retry_line(retried)
     # b still waits for a: blocked, not ready; c comes back with it.
     assert state_of(db, schema, b.id) == ("blocked", 1, None)
     assert state_of(db, schema, c.id) == ("blocked", 1, None)
@@ -62,7 +64,9 @@ def test_a_retry_of_a_step_whose_upstream_is_still_dead_leaves_it_cancelled(
     wf.enqueue()
     move(db, schema, a.id, "dead")
     assert state_of(db, schema, b.id) == ("cancelled", 1, a.id)
-    JobAdmin(app.dsn, schema).job_retry_many([b.id or 0], by="test")
+    (refused,) = JobAdmin(app.dsn, schema).job_retry_many([b.id or 0], by="test")
+    assert not refused.done and refused.became == "cancelled"
+    assert "retry that one" in jobview.retry_line(refused)
     assert state_of(db, schema, b.id) == ("cancelled", 1, a.id)
 
 
