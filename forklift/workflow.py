@@ -109,7 +109,7 @@ class Workflow:
     ) -> None:
         self._app = app
         self._build = build
-        self.name = name
+        self.name = checked_name(name, "a workflow's name") if name else ""
         self.context = dict(context or {})
         _json.dumps_args(self.context, _json.MAX_ARG_BYTES)  # JSON, or ArgumentError now
         self.id: int | None = None
@@ -144,7 +144,7 @@ class Workflow:
         step_options(options)
         upstream = self._upstream(after)
         job = self._build(task_name(task), args, **options)
-        wanted = task_name(task) if name is None else _step_name(name)
+        wanted = task_name(task) if name is None else checked_name(name)
         if name is not None and wanted in self._names:
             raise ArgumentError(f"workflow {self.name!r} has a step named {wanted!r} already")
         step = Step(self, unique_name(wanted, self._names.__contains__), len(self._steps))
@@ -154,7 +154,7 @@ class Workflow:
         return step
 
     def _upstream(self, after: Iterable[Step]) -> tuple[int, ...]:
-        places: list[int] = []
+        places: dict[int, None] = {}  # in the order given, each once
         for step in after:
             if not isinstance(step, Step):
                 raise ArgumentError(f"after= takes the steps wf.add() returned, got {step!r}")
@@ -163,8 +163,7 @@ class Workflow:
                     f"step {step.name!r} belongs to another workflow: a step runs only after "
                     "steps of its own"
                 )
-            if step.index not in places:
-                places.append(step.index)
+            places[step.index] = None
         return tuple(places)
 
     def enqueue(self, *, conn: Conn | None = None) -> int:
@@ -216,9 +215,9 @@ class Workflow:
         return WorkflowStore(self._app.store.pool.connection, self._app.schema)
 
 
-def _step_name(name: str) -> str:
+def checked_name(name: str, what: str = "a step's name") -> str:
     if not isinstance(name, str) or not name or len(name) > 200 or not name.isprintable():
-        raise ArgumentError(f"a step name is printable text of 1 to 200 characters, got {name!r}")
+        raise ArgumentError(f"{what} is printable text of 1 to 200 characters, got {name!r}")
     return name
 
 

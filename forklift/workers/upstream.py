@@ -19,7 +19,7 @@ from forklift import _job, _json
 from forklift.errors import ArgumentError, LeaseLost, UpstreamFailed
 from forklift.store import JobStore, NewJob
 from forklift.store.workflows import UpstreamRow, WorkflowStore
-from forklift.workflow import Named, step_options, task_name, unique_name
+from forklift.workflow import Named, checked_name, step_options, task_name, unique_name
 
 Reads = Callable[[], AbstractContextManager[psycopg.Connection[Any]]]
 
@@ -105,7 +105,7 @@ class StepWorkflow:
                 f"after= takes ids of steps this step added, got {unknown}: a grown step "
                 "runs after the step that added it"
             )
-        wanted = name or f"{self._parent.step}/{task_name(task)}"
+        wanted = f"{self._parent.step}/{task_name(task)}" if name is None else checked_name(name)
         if name is not None and name in self._added.values():
             raise ArgumentError(f"this step added a step named {name!r} already")
         step = unique_name(wanted, set(self._added.values()).__contains__)
