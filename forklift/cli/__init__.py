@@ -38,8 +38,8 @@ examples:
 
 # The modules of forklift.cli that register the commands, in --help's order.
 COMMAND_GROUPS = (
-    "produce", "processes", "observe", "jobs", "batches", "queues", "top", "schedules",
-    "dashboard", "demo", "devdb",
+    "produce", "processes", "observe", "jobs", "batches", "workflows", "queues", "top",
+    "schedules", "dashboard", "demo", "devdb",
 )  # fmt: skip
 # The group that registers each command: `forklift run ...` imports and builds its own
 # group only (all of them take ~20 ms on the way to the first claim); --help, --version
@@ -47,8 +47,8 @@ COMMAND_GROUPS = (
 GROUP_OF = {
     "migrate": "produce", "enqueue": "produce", "run": "processes", "worker": "processes",
     "status": "observe", "ps": "observe", "jobs": "jobs", "batches": "batches",
-    "queues": "queues", "top": "top", "schedules": "schedules", "dashboard": "dashboard",
-    "demo": "demo", "devdb": "devdb",
+    "workflows": "workflows", "queues": "queues", "top": "top", "schedules": "schedules",
+    "dashboard": "dashboard", "demo": "demo", "devdb": "devdb",
 }  # fmt: skip
 
 

@@ -1,14 +1,15 @@
 """The dashboard's actions, registered only with --allow-actions: retry (or retry from
-scratch), cancel, pause, resume, purge, cancel a batch. Each is a POST behind the login
-and the CSRF token (see security.py), done through forklift.admin's stores as the CLI
-does them, recorded as by `dashboard:NAME@ADDRESS` (in the job's error history, as
-`jobs retry` records its operator), and logged as one `dashboard.action` event with who,
-what and the outcome."""
+scratch), cancel, pause, resume, purge, cancel a batch or a workflow. Each is a POST
+behind the login and the CSRF token (see security.py), done through forklift.admin's
+stores as the CLI does them, recorded as by `dashboard:NAME@ADDRESS` (in the job's error
+history, as `jobs retry` records its operator), and logged as one `dashboard.action`
+event with who, what and the outcome."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Callable
 
 from flask import Flask, Response, abort, flash, redirect, request
 
@@ -17,7 +18,7 @@ from forklift._events import emit
 from forklift.dashboard import security
 from forklift.dashboard.reader import Reader
 from forklift.errors import ArgumentError
-from forklift.shown import batchview, jobview, output
+from forklift.shown import batchview, jobview, output, workflowview
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,21 @@ def register(app: Flask, reader: Reader) -> None:
         batch_id = _int("batch")
         gone = reader.batches.batch_cancel(batch_id, by=security.who())
         return done("cancel_batch", batchview.cancel_text(batch_id, gone), batch=batch_id)
+
+    workflow_actions(app, reader, done)
+
+
+def workflow_actions(app: Flask, reader: Reader, done: Callable[..., Response]) -> None:
+    """Cancel a workflow: its blocked, ready and running steps (`workflows cancel`)."""
+
+    @app.post("/actions/cancel-workflow", endpoint="cancel_workflow")
+    def cancel_workflow() -> Response:
+        workflow_id = _int("workflow")
+        gone = reader.workflow_cancel(workflow_id, by=security.who())
+        if gone is None:
+            abort(404, f"no workflow {workflow_id} in schema {reader.schema}")
+        message = workflowview.cancel_text(workflow_id, gone)
+        return done("cancel_workflow", message, workflow=workflow_id)
 
 
 def _int(name: str) -> int:

@@ -8,8 +8,9 @@ from collections.abc import Callable
 from flask import Flask, abort, render_template, request, url_for
 
 from forklift.admin.rows import JobFilter
-from forklift.dashboard import charts, views
+from forklift.dashboard import charts, graph, views
 from forklift.dashboard.reader import LIST_WINDOW, PAGE, Reader
+from forklift.shown import workflowview
 from forklift.shown.jobview import STATES
 from forklift.shown.schedules import DECLARED_WITHIN, as_json
 
@@ -70,8 +71,32 @@ def register(app: Flask, reader: Reader) -> None:
     page("/jobs/<int:job_id>", "job", job)
     page("/batches", "batches", batches)
     page("/batches/<int:batch_id>", "batch", batch)
+    workflow_pages(reader, page)
     page("/schedules", "schedules", schedules)
     page("/processes", "processes", processes)
+
+
+def workflow_pages(reader: Reader, page: Callable[[str, str, Callable[..., str]], None]) -> None:
+    """/workflows, the latest; /workflows/ID, one with its graph (graph.py's SVG)."""
+
+    def workflows(live: bool) -> str:
+        return render_template(
+            "_workflows.html" if live else "workflows.html", rows=reader.workflow_list(),
+            wv=workflowview, page="workflows",
+        )  # fmt: skip
+
+    def workflow(workflow_id: int, live: bool) -> str:
+        found = reader.workflow(workflow_id)
+        if found is None:
+            abort(404, f"no workflow {workflow_id} in schema {reader.schema}")
+        shape = workflowview.layout(*found)
+        return render_template(
+            "_workflow.html" if live else "workflow.html", lay=shape, g=graph.graph(shape),
+            wv=workflowview, colours=graph.COLOURS, page="workflows",
+        )  # fmt: skip
+
+    page("/workflows", "workflows", workflows)
+    page("/workflows/<int:workflow_id>", "workflow", workflow)
 
 
 def jobs(reader: Reader, live: bool) -> str:

@@ -11,11 +11,14 @@ from forklift.admin import AdminStore, Connector, JobAdmin, ProcessRow, QueueSta
 from forklift.admin.batches import BatchAdmin, BatchDetail, BatchSummary
 from forklift.admin.rows import DeadJob, FinishedMinute, JobDetail, JobFilter, JobPage
 from forklift.scheduler.store import ScheduleRow
+from forklift.shown import workflowview
 from forklift.shown.processes import Listed, listed
+from forklift.store.workflows import StepRow, WorkflowRow, WorkflowStore
 
 DEAD_SHOWN = 10  # the latest dead jobs on the overview
 CHART_MINUTES = 60  # the overview's charts: done and dead per minute, the last hour
 BATCHES_SHOWN = 25  # open batches, and as many finished ones, on /batches
+WORKFLOWS_SHOWN = 50  # the latest workflows on /workflows
 # Jobs /jobs looks through for its filters per page (newest first, through an index): a
 # page's cost stays bounded whatever the table holds; a short page offers to look on.
 LIST_WINDOW = 20_000
@@ -45,10 +48,12 @@ class Reader:
 
     def __init__(self, dsn: str, schema: str, connector: Connector) -> None:
         self.connector = connector
+        self.schema = schema
         self.where = f"{_db.describe(dsn)} schema {schema}"
         self.admin = AdminStore(dsn, schema, connector.timeouts, connector)
         self.jobs = JobAdmin(dsn, schema, connector)
         self.batches = BatchAdmin(dsn, schema, connector)
+        self.workflows = WorkflowStore(lambda: connector.conn("workflow query failed"), schema)
 
     def overview(self) -> Overview:
         with self.connector.session("reading the overview failed"):
@@ -75,6 +80,21 @@ class Reader:
 
     def batch(self, batch_id: int) -> BatchDetail:
         return self.batches.batch_get(batch_id, exact=False)
+
+    def workflow_list(self) -> list[WorkflowRow]:
+        return self.workflows.recent(WORKFLOWS_SHOWN)
+
+    def workflow(self, workflow_id: int) -> tuple[WorkflowRow, list[StepRow]] | None:
+        """The workflow and the steps its page draws (the first SHOWN); None: none."""
+        with self.connector.session("reading the workflow failed"):
+            row = self.workflows.get(workflow_id)
+            if row is None:
+                return None
+            return row, self.workflows.steps(workflow_id, limit=workflowview.SHOWN)
+
+    def workflow_cancel(self, workflow_id: int, by: str) -> workflowview.Cancelled | None:
+        with self.connector.session("cancelling the workflow failed"):
+            return workflowview.cancel(self.workflows, self.jobs.batches, workflow_id, by)
 
     def schedules(self) -> list[ScheduleRow]:
         return self.admin.schedule_list()

@@ -36,6 +36,7 @@ NAV = {
     "overview": "/",
     "jobs": "/jobs",
     "batches": "/batches",
+    "workflows": "/workflows",
     "schedules": "/schedules",
     "processes": "/processes",
 }

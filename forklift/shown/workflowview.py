@@ -29,7 +29,7 @@ WORKFLOW_KEYS = """\
 id, name, state (running, cancelling: cancelled, its running steps stopping; or once
 finished its outcome: succeeded, failed: a step went dead or was cancelled, cancelled),
 outcome (null until finished), total (steps made, those added by running steps
-included), steps (its steps now), blocked, ready, running, succeeded, dead, cancelled
+included), step_count (its steps now), blocked, ready, running, succeeded, dead, cancelled
 (its steps by state), created_at, cancelled_at, finished_at (ISO 8601 UTC, or null),
 cancelled_by (user@host, or null), age_seconds"""
 
@@ -94,17 +94,24 @@ class StepLine:
     level: int
     upstream: str
     note: str
+    after: tuple[int, ...]  # its upstream jobs' ids
+    ignoring: frozenset[int]  # those of them whose failure it does not mind
 
     def cells(self, width: int = NAME_CHARS) -> tuple[str, str, str]:
         """The line for a terminal in three parts, the state alone in the middle (to
         colour it): name padded to `width`, job id; the state; attempts, upstream, note."""
-        head = f"{output.cell(self.name, width):<{width}}  job {self.id:<8} "
-        tail = f" attempts {self.attempts}"
+        head = f"{output.cell(self.name, width):<{width}}  job {self.id:<8}  "
+        tail = f"  attempts {self.attempts}"
         if self.upstream:
             tail += f"  {self.upstream}"
         if self.note:
             tail += f"  {self.note}"
         return head, f"{self.state:<9}", tail
+
+    def text(self) -> str:
+        """The line unpadded: `train, job 12, running, attempts 1, ← extract`."""
+        parts = [self.name, f"job {self.id}", self.state, f"attempts {self.attempts}"]
+        return ", ".join(parts + [p for p in (self.upstream, self.note) if p])
 
 
 def _upstream(step: StepRow, names: Mapping[int, str]) -> str:
@@ -181,7 +188,7 @@ def layout(row: WorkflowRow, steps: Sequence[StepRow], limit: int = SHOWN) -> La
     for s in first:
         line = StepLine(
             s.id, names[s.id], s.state, s.attempts, level[s.id], _upstream(s, names),
-            _note(s, by_id),
+            _note(s, by_id), tuple(s.after), frozenset(s.ignoring),
         )  # fmt: skip
         columns[line.level].append(line)
     return Layout(row, columns, len(first), max(step_count(row), len(first)))
@@ -193,15 +200,19 @@ def header_lines(row: WorkflowRow) -> list[str]:
     cancelled = output.when(row.cancelled_at, now)
     if row.cancelled_by:
         cancelled += f" by {_display.line(row.cancelled_by)}"
-    context = jobview.safe_args(row.context, NOTE_CHARS)[0]
     return [
         f"workflow {row.id}: {_display.line(row.name) or '(no name)'}, {row.state}",
         f"  steps        {row.total} made; by state: {counts_text(row.counts)}",
-        f"  context      {_display.line(context)}",
+        f"  context      {_display.line(context_text(row))}",
         f"  created      {output.when(row.created_at, now)}",
         f"  cancelled    {cancelled}",
         f"  finished     {output.when(row.finished_at, now)}",
     ]
+
+
+def context_text(row: WorkflowRow, limit: int = NOTE_CHARS) -> str:
+    """Its context as JSON text, values of secret-looking keys hidden, cut to `limit`."""
+    return jobview.safe_args(row.context, limit)[0]
 
 
 def age(row: WorkflowRow) -> float:
@@ -212,7 +223,7 @@ def workflow_json(row: WorkflowRow) -> dict[str, Any]:
     """One workflow in the `--json` shape of `workflows list` (the head of `show`'s)."""
     return {
         "id": row.id, "name": row.name, "state": row.state, "outcome": row.outcome,
-        "total": row.total, "steps": step_count(row),
+        "total": row.total, "step_count": step_count(row),
         **{state: row.counts.get(state, 0) for state in STATES},
         "created_at": output.utc(row.created_at), "cancelled_at": output.utc(row.cancelled_at),
         "finished_at": output.utc(row.finished_at), "cancelled_by": row.cancelled_by,
@@ -297,9 +308,15 @@ def cancel_text(workflow_id: int, done: Cancelled) -> str:
         head = f"workflow {workflow_id}: was cancelled already by {row.cancelled_by}"
     counts = [done.cancelled(was) for was in ("blocked", "ready", "running")]
     steps = "step" if sum(counts) == 1 else "steps"
-    text = f"{head}; {counts[0]} blocked, {counts[1]} ready and {counts[2]} running {steps} cancelled"
+    text = (
+        f"{head}; {counts[0]} blocked, {counts[1]} ready and {counts[2]} running {steps} cancelled"
+    )
     if counts[2]:
-        text += " (its worker is told to stop)" if counts[2] == 1 else " (their workers are told to stop)"
+        text += (
+            " (its worker is told to stop)"
+            if counts[2] == 1
+            else " (their workers are told to stop)"
+        )
     if late := sum(1 for j in done.jobs if not j.done):
         text += f"; {late} ended before {'it' if late == 1 else 'they'} could be"
     return text + f"; it is {row.state} now"
