@@ -239,5 +239,5 @@ LANGUAGE sql AS $$
                ORDER BY j.id DESC LIMIT 1) IS NULL
         RETURNING w.id
     )
-    SELECT pg_notify(done_channel, 'w' || finished.id) IS NULL FROM finished
+    SELECT true FROM finished, LATERAL (SELECT pg_notify(done_channel, 'w' || finished.id)) AS told
 $$;

@@ -206,9 +206,12 @@ class WorkflowStore:
     # -- acting ------------------------------------------------------------------------
 
     def mark_cancelled(self, workflow_id: int, by: str) -> bool:
+        """Mark it cancelled; False if it finished or was cancelled already, or had no
+        job open (it is finished now, as it would have been by the sweep)."""
         with self._conn("cancelling the workflow failed") as c:
             params = {"id": workflow_id, "by": by}
-            return c.execute(self.q["workflow_cancel"], params).fetchone() is not None
+            row = c.execute(self.q["workflow_cancel"], params).fetchone()
+        return bool(row and row[0])
 
     def sweep(self, after: int, limit: int) -> tuple[list[int], int]:
         """Finish the done ones of up to `limit` open workflows after `after`: the ids

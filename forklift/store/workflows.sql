@@ -118,10 +118,19 @@ ORDER BY j.id
 LIMIT %(limit)s;
 
 -- name: workflow_cancel
--- Mark a workflow cancelled (by whom), unless it finished or was cancelled already.
-UPDATE {schema}.workflows SET cancelled_at = now(), cancelled_by = %(by)s::text
-WHERE id = %(id)s::bigint AND finished_at IS NULL AND cancelled_at IS NULL
-RETURNING id;
+-- Mark a workflow cancelled (by whom), unless it finished or was cancelled already, or
+-- none of its jobs is open (its last two ended at once, unseen: then finish it now).
+WITH marked AS (
+    UPDATE {schema}.workflows AS w SET cancelled_at = now(), cancelled_by = %(by)s::text
+    WHERE w.id = %(id)s::bigint AND w.finished_at IS NULL AND w.cancelled_at IS NULL
+      AND EXISTS (SELECT 1 FROM {schema}.jobs AS j
+                  WHERE j.workflow_id = w.id AND j.state IN ('blocked', 'ready', 'running'))
+    RETURNING w.id
+)
+SELECT EXISTS (SELECT 1 FROM marked) AS marked,
+       NOT EXISTS (SELECT 1 FROM marked)
+           AND coalesce({schema}.workflow_finish(%(id)s::bigint, '{done_channel}'), false)
+           AS finished;
 
 -- name: workflow_sweep
 -- Finish up to `limit` open workflows after `after` none of whose jobs is open (their

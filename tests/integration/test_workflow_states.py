@@ -11,6 +11,7 @@ import psycopg
 import forklift
 from forklift.admin.jobs import JobAdmin
 from forklift.shown import jobview
+from forklift.store.workflows import WorkflowStore
 
 
 def state_of(db: psycopg.Connection[Any], schema: str, job_id: int | None) -> tuple[Any, ...]:
@@ -161,3 +162,39 @@ def test_retention_and_purges_keep_an_unfinished_workflows_jobs(
     )
     db.commit()
     assert app.store.job_prune(keep_finished=60.0, keep_dead=60.0) == 2
+
+
+def test_the_sweep_finishes_a_workflow_whose_last_end_went_unseen_and_says_so(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    """Its last two jobs ended at once, each seeing the other open: nothing marked it."""
+    wf = app.chain("noop", "noop")
+    wf.enqueue()
+    for step in wf.steps:
+        move(db, schema, step.id, "succeeded")
+    db.execute(
+        f"UPDATE {schema}.workflows SET finished_at = NULL, outcome = NULL WHERE id = %s",
+        (wf.id,),
+    )
+    db.commit()
+    store = WorkflowStore(app.store.pool.connection, schema)
+    assert store.sweep(0, 100) == ([wf.id], 1)
+    assert wf.status().state == "succeeded"
+    assert store.sweep(0, 100) == ([], 0)
+
+
+def test_cancelling_a_workflow_with_no_open_job_finishes_it_as_it_ended(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    wf = app.chain("noop")
+    wf.enqueue()
+    move(db, schema, wf.steps[0].id, "succeeded")
+    db.execute(
+        f"UPDATE {schema}.workflows SET finished_at = NULL, outcome = NULL WHERE id = %s",
+        (wf.id,),
+    )
+    db.commit()
+    store = WorkflowStore(app.store.pool.connection, schema)
+    marked, jobs = forklift.workflow.cancel(store, app.batches, wf.id or 0, "test")
+    assert (marked, jobs) == (False, [])
+    assert wf.status().state == "succeeded"

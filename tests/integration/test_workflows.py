@@ -288,7 +288,7 @@ def test_refused_before_anything_is_written(
         wf.add("noop", name="bad\x1b[2Jname")
     with pytest.raises(ArgumentError, match="workflow's name"):
         app.workflow(name="x" * 201)
-    with pytest.raises(ArgumentError, match="not JSON|JSON"):
+    with pytest.raises(ArgumentError, match="JSON"):
         app.workflow(context={"when": object()})
     count = db.execute(f"SELECT count(*) FROM {schema}.workflows").fetchone()
     assert count == (0,)
