@@ -85,6 +85,22 @@ def filled(db: psycopg.Connection[Any], schema: str) -> tuple[int, int]:
         WHERE id = (SELECT max(id) FROM {schema}.jobs WHERE state = 'dead') RETURNING id"""
     ).fetchone()
     assert dead is not None
+    # A workflow of 300 ready and blocked jobs, each after the one before it.
+    db.execute(f"INSERT INTO {schema}.workflows (name, total) VALUES ('nightly', 300)")
+    db.execute(
+        f"UPDATE {schema}.jobs AS j SET workflow_id = 1, step = 'step' || j.id,"
+        f" state = CASE WHEN j.id = w.first THEN 'ready'::{schema}.job_state"
+        f" ELSE 'blocked' END, waiting_on = CASE WHEN j.id = w.first THEN 0 ELSE 1 END"
+        f" FROM (SELECT min(id) AS first FROM (SELECT id FROM {schema}.jobs"
+        f" WHERE state = 'ready' AND batch_id IS NULL ORDER BY id LIMIT 300) AS f) AS w"
+        f" WHERE j.id IN (SELECT id FROM {schema}.jobs WHERE state = 'ready'"
+        f" AND batch_id IS NULL ORDER BY id LIMIT 300)"
+    )
+    db.execute(
+        f"INSERT INTO {schema}.workflow_edges (upstream, dependent, workflow_id)"
+        f" SELECT lag(id) OVER (ORDER BY id), id, 1 FROM {schema}.jobs"
+        f" WHERE workflow_id = 1 ORDER BY id OFFSET 1"
+    )
     db.execute(f"VACUUM ANALYZE {schema}.jobs")
     return batch[0], dead[0]
 
@@ -111,6 +127,7 @@ def test_no_dashboard_page_or_action_scans_the_jobs_table(
         "/", "/live/", "/live/charts", *(f"/jobs{f}" for f in filters), "/live/jobs?state=dead",
         f"/jobs/{dead}", f"/live/jobs/{dead}", "/batches", "/live/batches", f"/batches/{batch}",
         f"/live/batches/{batch}", "/schedules", "/processes", "/live/processes",
+        "/workflows", "/live/workflows", "/workflows/1", "/live/workflows/1",
     ]  # fmt: skip
     for path in pages:
         answer = client.get(path)
@@ -122,6 +139,7 @@ def test_no_dashboard_page_or_action_scans_the_jobs_table(
         ("/actions/resume", {"queue": "q1"}),
         ("/actions/purge", {"state": "succeeded", "older_than": "7d"}),
         ("/actions/cancel-batch", {"batch": str(batch)}),
+        ("/actions/cancel-workflow", {"workflow": "1"}),
     ]
     for path, form in actions:
         answer = client.post(path, data={**form, "csrf": "c", "next": "/"})
