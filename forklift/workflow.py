@@ -15,14 +15,18 @@ context (`ctx.workflow.context`), and may add steps to its own workflow
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, Unpack
 
 from forklift import _json, _waiting
 from forklift._job import JobOptions
 from forklift.errors import ArgumentError
-from forklift.store import Conn, NewJob
+from forklift.store import Conn, NewJob, _steps
+from forklift.store._boundary import translated
+from forklift.store._steps import Steps
 from forklift.store.batches import BatchStore, CancelledJob
+from forklift.store.producing import ProducerLimits
 from forklift.store.workflows import Node, WorkflowRow, WorkflowStore
 
 # What enqueue refuses for a step: it runs when its upstream steps succeeded.
@@ -173,12 +177,15 @@ class Workflow:
             raise ArgumentError(f"workflow {self.id} was enqueued already")
         if not self._nodes:
             raise ArgumentError("a workflow needs at least one step: wf.add(task, args)")
-        store = WorkflowStore(self._app.store.pool.connection, self._app.schema)
-        if conn is not None:
+        jobs = self._app.store
+        store = WorkflowStore(jobs.pool.connection, self._app.schema)
+        with contextlib.ExitStack() as stack:
+            if conn is None:
+                conn = stack.enter_context(jobs.pool.connection())
+                stack.enter_context(conn.transaction())
+            with translated("enqueueing the workflow failed"):
+                _steps.run(_prepared(jobs.producing, self._nodes), conn, jobs.pool.connection)
             workflow_id, ids = store.insert(self.name, self.context, self._nodes, conn)
-        else:
-            with self._app.store.pool.connection() as own, own.transaction():
-                workflow_id, ids = store.insert(self.name, self.context, self._nodes, own)
         for step, job_id in zip(self._steps, ids, strict=True):
             step.id = job_id
         self.id = workflow_id
@@ -213,6 +220,16 @@ class Workflow:
 
     def _store(self) -> WorkflowStore:
         return WorkflowStore(self._app.store.pool.connection, self._app.schema)
+
+
+def _prepared(producing: ProducerLimits, nodes: Sequence[Node]) -> Steps[None]:
+    """Give the steps their limit keys as an enqueue does, and refuse (QueueFull) steps
+    that would be ready at once past their queue's max_depth (a blocked step is not in
+    the queue's depth until it is released)."""
+    yield from producing.refresh()
+    for node in nodes:
+        producing.key(node.job)
+    yield from producing.check_depth([n.job for n in nodes if not n.after])
 
 
 def checked_name(name: str, what: str = "a step's name") -> str:

@@ -359,3 +359,24 @@ def test_inline_mode_refuses_a_workflow_with_a_clear_error(app: forklift.App) ->
     wf = app.chain("noop", "noop")
     with forklift.testing.inline(app), pytest.raises(forklift.testing.InlineUnsupported):
         wf.enqueue()
+
+
+def test_a_full_queue_refuses_a_workflows_ready_steps_and_inserts_nothing(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    """Steps ready at once count against their queue's max_depth, as an enqueue's jobs
+    do; blocked ones wait outside it until they are released."""
+    db.execute(
+        f"INSERT INTO {schema}.limits (scope, name, max_depth) VALUES ('queue', 'default', 3)"
+    )
+    db.commit()
+    app.enqueue("noop")
+    wide = app.workflow()
+    roots = [wide.add("noop") for _ in range(3)]
+    wide.add("noop", after=roots)
+    with pytest.raises(forklift.QueueFull):
+        wide.enqueue()
+    assert db.execute(f"SELECT count(*) FROM {schema}.workflows").fetchone() == (0,)
+    deep = app.chain(*["noop"] * 10)  # one ready step, nine blocked
+    deep.enqueue()
+    assert db.execute(f"SELECT count(*) FROM {schema}.jobs").fetchone() == (11,)
