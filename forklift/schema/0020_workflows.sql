@@ -8,9 +8,12 @@
 -- `waiting_on` counts the edges into it not yet resolved (an upstream job succeeded, or,
 -- over an edge with ignore_failure, ended whatever way). The triggers below keep the
 -- count in every transaction that moves a workflow job's state, whichever statement does
--- it (a completion, a failure, a death, a cancel, a retry): the dependent's row lock
--- orders concurrent decrements, and only the one that takes it to 0 makes it ready, so
--- two upstream jobs ending at once release their dependent once.
+-- it (a completion, a failure, a death, a cancel, a retry): a row trigger notes the
+-- workflow jobs a statement ended or retried, and a statement trigger settles them at
+-- the statement's end, set-based, locking the dependents in id order (so concurrent
+-- settlings queue instead of deadlocking). The dependent's row lock orders concurrent
+-- decrements, and only the one that takes it to 0 makes it ready, so two upstream jobs
+-- ending at once release their dependent once.
 CREATE TABLE {schema}.workflows (
     id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     name         text NOT NULL DEFAULT '',
@@ -102,142 +105,238 @@ CREATE TRIGGER jobs_workflow_hold BEFORE UPDATE OF state ON {schema}.jobs
     WHEN (NEW.workflow_id IS NOT NULL AND NEW.state = 'ready' AND NEW.waiting_on > 0)
     EXECUTE FUNCTION {schema}.workflow_hold();
 
--- A workflow job's state moved: resolve the edges out of it. Fired only for workflow
--- jobs (its WHEN costs a plain job's update one test). pg_trigger_depth() > 1: a move
--- this function made itself (a release, a cascaded cancel or restore), whose own
--- cascade the outer call already walked; only its ignore_failure edges are left to it.
+-- A workflow job ended (succeeded, dead, cancelled) or was retried from dead or
+-- cancelled: noted, in this transaction, for the statement's settling below (its
+-- `WHEN` costs a plain job's update one test, and a workflow job's claim none). The
+-- note is a transaction-local setting, `e<id>,` for an end, `r<id>,` for a retry.
 CREATE FUNCTION {schema}.workflow_moved() RETURNS trigger
 LANGUAGE plpgsql AS $$
-DECLARE
-    ended boolean := NEW.state IN ('succeeded', 'dead', 'cancelled');
-    was_ended boolean := OLD.state IN ('succeeded', 'dead', 'cancelled');
-    outer_call boolean := pg_trigger_depth() = 1;
-    frontier bigint[];
-    n bigint;
 BEGIN
-    IF ended AND NOT was_ended THEN
-        -- Resolved edges: a success resolves all, a failure those that ignore it. The
-        -- decrement that reaches 0 releases (a blocked job only), in dependent order.
-        WITH resolved AS (
-            SELECT e.dependent FROM {schema}.workflow_edges AS e
-            WHERE e.upstream = NEW.id AND (NEW.state = 'succeeded' OR e.ignore_failure)
-            ORDER BY e.dependent
-        ), released AS (
-            UPDATE {schema}.jobs AS j SET
-                waiting_on = j.waiting_on - 1,
-                state = CASE WHEN j.state = 'blocked' AND j.waiting_on <= 1
-                             THEN 'ready'::{schema}.job_state ELSE j.state END,
-                available_at = CASE WHEN j.state = 'blocked' AND j.waiting_on <= 1
-                                    THEN greatest(j.available_at, now()) ELSE j.available_at END
-            FROM resolved AS r
-            WHERE j.id = r.dependent
-            RETURNING j.queue, j.state
-        )
-        SELECT count(pg_notify(TG_TABLE_SCHEMA || '_jobs', q.queue)) INTO n
-        FROM (SELECT DISTINCT queue FROM released WHERE state = 'ready') AS q;
-        IF NEW.state <> 'succeeded' AND outer_call THEN
-            -- Everything that needs this job, directly or through others, and has not
-            -- started: cancelled, each naming the upstream job it waited on.
-            WITH RECURSIVE doomed AS (
-                SELECT e.dependent AS id, e.upstream AS cause
-                FROM {schema}.workflow_edges AS e JOIN {schema}.jobs AS j ON j.id = e.dependent
-                WHERE e.upstream = NEW.id AND NOT e.ignore_failure AND j.state = 'blocked'
-              UNION
-                SELECT e.dependent, e.upstream
-                FROM doomed AS d
-                JOIN {schema}.workflow_edges AS e ON e.upstream = d.id AND NOT e.ignore_failure
-                JOIN {schema}.jobs AS j ON j.id = e.dependent AND j.state = 'blocked'
-            ), one AS (
-                SELECT DISTINCT ON (id) id, cause FROM doomed ORDER BY id, cause
-            ), cancelled AS (
-                UPDATE {schema}.jobs AS j SET
-                    state = 'cancelled', completed_at = now(), upstream_failed = one.cause,
-                    last_error = format('Cancelled: upstream job %s (%s) %s', NEW.id,
-                                        coalesce(NEW.step, NEW.task), NEW.state),
-                    errors = j.errors || jsonb_build_object(
-                        'attempt', j.attempts, 'at', now(), 'worker', NULL,
-                        'error', format('Cancelled: upstream job %s (%s) %s', NEW.id,
-                                        coalesce(NEW.step, NEW.task), NEW.state))
-                FROM one
-                WHERE j.id = one.id AND j.state = 'blocked'
-                RETURNING j.id, j.waited
-            )
-            SELECT count(pg_notify(TG_TABLE_SCHEMA || '_done', 'j' || c.id)) INTO n
-            FROM cancelled AS c WHERE c.waited;
-        END IF;
-        IF outer_call THEN
-            PERFORM {schema}.workflow_finish(NEW.workflow_id, TG_TABLE_SCHEMA || '_done');
-        END IF;
-    ELSIF was_ended AND NOT ended AND OLD.state <> 'succeeded' THEN
-        -- A retry of a dead or cancelled job: edges that ignored its failure wait for it
-        -- again (a dependent that has not started goes back to blocked) ...
-        UPDATE {schema}.jobs AS j SET
-            waiting_on = j.waiting_on + 1,
-            state = CASE WHEN j.state = 'ready' THEN 'blocked'::{schema}.job_state
-                         ELSE j.state END
-        FROM {schema}.workflow_edges AS e
-        WHERE e.upstream = NEW.id AND e.ignore_failure AND j.id = e.dependent;
-        IF outer_call THEN
-            -- ... and the jobs its failure cancelled come back, level by level, each
-            -- once none of the upstream jobs it needs is still dead or cancelled.
-            frontier := ARRAY[NEW.id];
-            WHILE cardinality(frontier) > 0 LOOP
-                WITH restored AS (
-                    UPDATE {schema}.jobs AS j SET
-                        state = 'blocked', completed_at = NULL, upstream_failed = NULL,
-                        last_error = NULL,
-                        errors = j.errors || jsonb_build_object(
-                            'attempt', j.attempts, 'at', now(), 'worker', NULL,
-                            'error', format('Blocked again: upstream job %s was retried',
-                                            e.upstream))
-                    FROM {schema}.workflow_edges AS e
-                    WHERE e.upstream = ANY(frontier) AND NOT e.ignore_failure
-                      AND j.id = e.dependent AND j.state = 'cancelled'
-                      AND j.upstream_failed = e.upstream
-                      AND NOT EXISTS (
-                          SELECT 1 FROM {schema}.workflow_edges AS f
-                          JOIN {schema}.jobs AS u ON u.id = f.upstream
-                          WHERE f.dependent = j.id AND NOT f.ignore_failure
-                            AND u.state IN ('dead', 'cancelled'))
-                    RETURNING j.id
-                )
-                SELECT coalesce(array_agg(id), '{}') INTO frontier FROM restored;
-            END LOOP;
-            UPDATE {schema}.workflows SET finished_at = NULL, outcome = NULL
-            WHERE id = NEW.workflow_id AND finished_at IS NOT NULL;
-        END IF;
-    END IF;
+    PERFORM set_config(
+        'forklift.moved',
+        coalesce(current_setting('forklift.moved', true), '')
+            || CASE WHEN NEW.state IN ('succeeded', 'dead', 'cancelled') THEN 'e' ELSE 'r' END
+            || NEW.id || ',',
+        true);
     RETURN NULL;
 END
 $$;
 
 CREATE TRIGGER jobs_workflow_moved AFTER UPDATE OF state ON {schema}.jobs
     FOR EACH ROW
-    WHEN (NEW.workflow_id IS NOT NULL AND OLD.state IS DISTINCT FROM NEW.state)
+    WHEN (NEW.workflow_id IS NOT NULL AND OLD.state IS DISTINCT FROM NEW.state
+          AND ((NEW.state IN ('succeeded', 'dead', 'cancelled')
+                AND OLD.state NOT IN ('succeeded', 'dead', 'cancelled'))
+               OR (OLD.state IN ('dead', 'cancelled')
+                   AND NEW.state NOT IN ('succeeded', 'dead', 'cancelled'))))
     EXECUTE FUNCTION {schema}.workflow_moved();
 
--- Mark workflow `id` finished if none of its jobs is
--- open: 'cancelled' if it was cancelled, 'failed' if a job of it is dead or was
--- cancelled, else 'succeeded'. Two last jobs ending at once in two transactions may
--- each see the other open: the workers' sweep (workflow_sweep) finishes those. True if
--- it finished it now (its waiters, wf.wait(), are told: `w<id>` on `done_channel`).
+-- At the end of each statement that moved jobs' states: settle the workflow jobs it
+-- noted (nothing to do, one setting read, for every other). Set-based, and every
+-- dependent it changes is locked first, in id order, so two transactions settling
+-- at once queue on a row instead of deadlocking. pg_trigger_depth() > 1: a statement
+-- of this function's own (a cascade or a restore, whose walk the outer call did);
+-- only the edges that ignore failure are left to it.
+CREATE FUNCTION {schema}.workflow_settle() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    moved text := current_setting('forklift.moved', true);
+    ended bigint[];
+    retried bigint[];
+    outer_call boolean := pg_trigger_depth() = 1;
+    frontier bigint[];
+    wf bigint;
+    n bigint;
+BEGIN
+    IF moved IS NULL OR moved = '' THEN
+        RETURN NULL;
+    END IF;
+    PERFORM set_config('forklift.moved', '', true);
+    SELECT array_agg(substr(m, 2)::bigint) FILTER (WHERE left(m, 1) = 'e'),
+           array_agg(substr(m, 2)::bigint) FILTER (WHERE left(m, 1) = 'r')
+    INTO ended, retried
+    FROM unnest(string_to_array(rtrim(moved, ','), ',')) AS m;
+
+    IF ended IS NOT NULL THEN
+        -- Resolved edges: a success resolves all of a job's, a failure those that ignore
+        -- it. Each dependent is decremented once by all its resolved edges; the
+        -- decrement that reaches 0 releases it (a blocked job only).
+        WITH resolved AS (
+            SELECT e.dependent, count(*) AS n
+            FROM {schema}.jobs AS u JOIN {schema}.workflow_edges AS e ON e.upstream = u.id
+            WHERE u.id = ANY(ended) AND (u.state = 'succeeded' OR e.ignore_failure)
+            GROUP BY e.dependent
+        ), locked AS (
+            SELECT j.id, r.n FROM {schema}.jobs AS j JOIN resolved AS r ON r.dependent = j.id
+            ORDER BY j.id
+            FOR NO KEY UPDATE OF j
+        ), released AS (
+            UPDATE {schema}.jobs AS j SET
+                waiting_on = j.waiting_on - l.n,
+                state = CASE WHEN j.state = 'blocked' AND j.waiting_on <= l.n
+                             THEN 'ready'::{schema}.job_state ELSE j.state END,
+                available_at = CASE WHEN j.state = 'blocked' AND j.waiting_on <= l.n
+                                    THEN greatest(j.available_at, now()) ELSE j.available_at END
+            FROM locked AS l
+            WHERE j.id = l.id
+            RETURNING j.queue, j.state
+        )
+        SELECT count(pg_notify(TG_TABLE_SCHEMA || '_jobs', q.queue)) INTO n
+        FROM (SELECT DISTINCT queue FROM released WHERE state = 'ready') AS q;
+    END IF;
+
+    IF ended IS NOT NULL AND outer_call THEN
+        -- Everything that needs a failed job, directly or through others, and has not
+        -- started: cancelled, each naming the upstream job it waited on.
+        WITH RECURSIVE doomed AS (
+            SELECT e.dependent AS id, e.upstream AS cause
+            FROM {schema}.jobs AS u
+            JOIN {schema}.workflow_edges AS e ON e.upstream = u.id AND NOT e.ignore_failure
+            JOIN {schema}.jobs AS j ON j.id = e.dependent AND j.state = 'blocked'
+            WHERE u.id = ANY(ended) AND u.state IN ('dead', 'cancelled')
+          UNION
+            SELECT e.dependent, e.upstream
+            FROM doomed AS d
+            JOIN {schema}.workflow_edges AS e ON e.upstream = d.id AND NOT e.ignore_failure
+            JOIN {schema}.jobs AS j ON j.id = e.dependent AND j.state = 'blocked'
+        ), one AS (
+            SELECT DISTINCT ON (d.id) d.id, d.cause, u.step, u.task, u.state
+            FROM doomed AS d JOIN {schema}.jobs AS u ON u.id = d.cause
+            ORDER BY d.id, d.cause
+        ), locked AS (
+            SELECT j.id FROM {schema}.jobs AS j WHERE j.id IN (SELECT id FROM one)
+            ORDER BY j.id
+            FOR NO KEY UPDATE OF j
+        ), cancelled AS (
+            UPDATE {schema}.jobs AS j SET
+                state = 'cancelled', completed_at = now(), upstream_failed = one.cause,
+                last_error = format('Cancelled: upstream job %s (%s) %s', one.cause,
+                                    coalesce(one.step, one.task), one.state),
+                errors = j.errors || jsonb_build_object(
+                    'attempt', j.attempts, 'at', now(), 'worker', NULL,
+                    'error', format('Cancelled: upstream job %s (%s) %s', one.cause,
+                                    coalesce(one.step, one.task), one.state))
+            FROM one
+            WHERE j.id = one.id AND j.state = 'blocked' AND j.id IN (SELECT id FROM locked)
+            RETURNING j.id, j.waited
+        )
+        SELECT count(pg_notify(TG_TABLE_SCHEMA || '_done', 'j' || c.id)) INTO n
+        FROM cancelled AS c WHERE c.waited;
+    END IF;
+
+    IF retried IS NOT NULL THEN
+        -- A retried job: the edges that ignored its failure wait for it again (a
+        -- dependent that has not started goes back to blocked).
+        WITH again AS (
+            SELECT e.dependent, count(*) AS n FROM {schema}.workflow_edges AS e
+            WHERE e.upstream = ANY(retried) AND e.ignore_failure
+            GROUP BY e.dependent
+        ), locked AS (
+            SELECT j.id, a.n FROM {schema}.jobs AS j JOIN again AS a ON a.dependent = j.id
+            ORDER BY j.id
+            FOR NO KEY UPDATE OF j
+        )
+        UPDATE {schema}.jobs AS j SET
+            waiting_on = j.waiting_on + l.n,
+            state = CASE WHEN j.state = 'ready' THEN 'blocked'::{schema}.job_state
+                         ELSE j.state END
+        FROM locked AS l
+        WHERE j.id = l.id;
+    END IF;
+
+    IF retried IS NOT NULL AND outer_call THEN
+        -- ... and the jobs its failure cancelled come back, level by level, each once
+        -- none of the upstream jobs it needs is still dead or cancelled.
+        frontier := retried;
+        WHILE cardinality(frontier) > 0 LOOP
+            WITH candidates AS (
+                SELECT j.id, e.upstream FROM {schema}.workflow_edges AS e
+                JOIN {schema}.jobs AS j ON j.id = e.dependent
+                WHERE e.upstream = ANY(frontier) AND NOT e.ignore_failure
+                  AND j.state = 'cancelled' AND j.upstream_failed = e.upstream
+                  AND NOT EXISTS (
+                      SELECT 1 FROM {schema}.workflow_edges AS f
+                      JOIN {schema}.jobs AS u ON u.id = f.upstream
+                      WHERE f.dependent = j.id AND NOT f.ignore_failure
+                        AND u.state IN ('dead', 'cancelled'))
+            ), locked AS (
+                SELECT j.id FROM {schema}.jobs AS j
+                WHERE j.id IN (SELECT id FROM candidates)
+                ORDER BY j.id
+                FOR NO KEY UPDATE OF j
+            ), restored AS (
+                UPDATE {schema}.jobs AS j SET
+                    state = 'blocked', completed_at = NULL, upstream_failed = NULL,
+                    last_error = NULL,
+                    errors = j.errors || jsonb_build_object(
+                        'attempt', j.attempts, 'at', now(), 'worker', NULL,
+                        'error', format('Blocked again: upstream job %s was retried',
+                                        c.upstream))
+                FROM candidates AS c
+                WHERE j.id = c.id AND j.id IN (SELECT id FROM locked)
+                RETURNING j.id
+            )
+            SELECT coalesce(array_agg(DISTINCT id), '{}') INTO frontier FROM restored;
+        END LOOP;
+        UPDATE {schema}.workflows SET finished_at = NULL, outcome = NULL
+        WHERE id IN (SELECT j.workflow_id FROM {schema}.jobs AS j WHERE j.id = ANY(retried))
+          AND finished_at IS NOT NULL;
+    END IF;
+
+    IF ended IS NOT NULL AND outer_call THEN
+        -- A workflow may have finished only where a job ended that released nothing:
+        -- a failure, or a step no other waits for (a success with dependents left them
+        -- open, or released them).
+        FOR wf IN
+            SELECT DISTINCT j.workflow_id FROM {schema}.jobs AS j
+            WHERE j.id = ANY(ended)
+              AND (j.state <> 'succeeded'
+                   OR NOT EXISTS (SELECT 1 FROM {schema}.workflow_edges AS e
+                                  WHERE e.upstream = j.id))
+            ORDER BY 1
+        LOOP
+            PERFORM {schema}.workflow_finish(wf, TG_TABLE_SCHEMA || '_done');
+        END LOOP;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER jobs_workflow_settle AFTER UPDATE OF state ON {schema}.jobs
+    FOR EACH STATEMENT
+    EXECUTE FUNCTION {schema}.workflow_settle();
+
+-- Mark workflow `id` finished if none of its jobs is open: 'cancelled' if it was
+-- cancelled, 'failed' if a job of it is dead or was cancelled, else 'succeeded'. Two
+-- last jobs ending at once in two transactions may each see the other open: the
+-- workers' sweep (workflow_sweep) finishes those. True if it finished it now (its
+-- waiters, wf.wait(), are told: `w<id>` on `done_channel`).
 CREATE FUNCTION {schema}.workflow_finish(id bigint, done_channel text) RETURNS boolean
-LANGUAGE sql AS $$
-    WITH finished AS (
-        UPDATE {schema}.workflows AS w SET
-            finished_at = now(),
-            outcome = CASE
-                WHEN w.cancelled_at IS NOT NULL THEN 'cancelled'
-                WHEN EXISTS (SELECT 1 FROM {schema}.jobs AS j
-                             WHERE j.workflow_id = w.id AND j.state IN ('dead', 'cancelled'))
-                    THEN 'failed'
-                ELSE 'succeeded' END
-        WHERE w.id = workflow_finish.id AND w.finished_at IS NULL
-          AND (SELECT j.id FROM {schema}.jobs AS j
-               WHERE j.workflow_id = workflow_finish.id
-                 AND j.state IN ('blocked', 'ready', 'running')
-               ORDER BY j.id DESC LIMIT 1) IS NULL
-        RETURNING w.id
-    )
-    SELECT true FROM finished, LATERAL (SELECT pg_notify(done_channel, 'w' || finished.id)) AS told
+LANGUAGE plpgsql AS $$
+DECLARE
+    found bigint;
+BEGIN
+    -- Read backwards from its newest job: a graph's last steps stay open longest, and
+    -- its first ones' ended entries are never walked while any is open.
+    IF (SELECT j.id FROM {schema}.jobs AS j
+        WHERE j.workflow_id = workflow_finish.id AND j.state IN ('blocked', 'ready', 'running')
+        ORDER BY j.id DESC LIMIT 1) IS NOT NULL THEN
+        RETURN false;
+    END IF;
+    UPDATE {schema}.workflows AS w SET
+        finished_at = now(),
+        outcome = CASE
+            WHEN w.cancelled_at IS NOT NULL THEN 'cancelled'
+            WHEN EXISTS (SELECT 1 FROM {schema}.jobs AS j
+                         WHERE j.workflow_id = w.id AND j.state IN ('dead', 'cancelled'))
+                THEN 'failed'
+            ELSE 'succeeded' END
+    WHERE w.id = workflow_finish.id AND w.finished_at IS NULL
+    RETURNING w.id INTO found;
+    IF found IS NULL THEN
+        RETURN false;
+    END IF;
+    PERFORM pg_notify(done_channel, 'w' || found);
+    RETURN true;
+END
 $$;

@@ -82,6 +82,8 @@ class StepWorkflow:
         self._store = store
         self._build = build
         self._added: dict[int, str] = {}  # the steps this attempt added: id, name
+        self._names: set[str] = set()  # theirs
+        self._tried: dict[str, int] = {}  # unique_name's
 
     def add(
         self,
@@ -106,9 +108,9 @@ class StepWorkflow:
                 "runs after the step that added it"
             )
         wanted = f"{self._parent.step}/{task_name(task)}" if name is None else checked_name(name)
-        if name is not None and name in self._added.values():
+        if name is not None and name in self._names:
             raise ArgumentError(f"this step added a step named {name!r} already")
-        step = unique_name(wanted, set(self._added.values()).__contains__)
+        step = unique_name(wanted, self._names.__contains__, self._tried)
         job = self._build(task_name(task), args, **options)
         with self._parent.reads() as conn:
             found = self._store.grow(
@@ -118,6 +120,7 @@ class StepWorkflow:
         if found is None:
             raise LeaseLost(f"job {self._parent.id} is no longer this worker's: nothing added")
         self._added[found] = step
+        self._names.add(step)
         return found
 
 

@@ -4,6 +4,7 @@ statement moves an upstream job, its dependents follow in the same transaction."
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import psycopg
@@ -198,3 +199,44 @@ def test_cancelling_a_workflow_with_no_open_job_finishes_it_as_it_ended(
     marked, jobs = forklift.workflow.cancel(store, app.batches, wf.id or 0, "test")
     assert (marked, jobs) == (False, [])
     assert wf.status().state == "succeeded"
+
+
+def test_group_completions_crossing_each_others_dependents_never_deadlock(
+    app: forklift.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    """Two statements each end two upstream jobs whose dependents cross (u1 and u2 need
+    d2 and d1, u3 and u4 need d1 and d2): the settling locks every dependent of its
+    statement in id order, so the two queue on a row instead of deadlocking (a row at a
+    time, the first statement locked d2 then d1, the other d1 then d2)."""
+    failures: list[BaseException] = []
+    for _ in range(40):
+        wf = app.workflow()
+        u1, u2, u3, u4 = (wf.add("noop") for _ in range(4))
+        wf.add("noop", after=[u2, u3], name="d1")
+        wf.add("noop", after=[u1, u4], name="d2")
+        wf.enqueue()
+        go = threading.Barrier(2)
+
+        def complete(ids: list[int | None], go: threading.Barrier = go) -> None:
+            try:
+                with psycopg.connect(app.dsn, autocommit=True) as conn:
+                    go.wait()
+                    conn.execute(
+                        f"UPDATE {schema}.jobs SET state = 'succeeded', completed_at = now()"
+                        " FROM unnest(%s::bigint[]) WITH ORDINALITY AS o(id, n)"
+                        f" WHERE {schema}.jobs.id = o.id",
+                        (ids,),
+                    )
+            except BaseException as exc:
+                failures.append(exc)
+
+        threads = [
+            threading.Thread(target=complete, args=([u1.id, u2.id],)),
+            threading.Thread(target=complete, args=([u4.id, u3.id],)),
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert failures == []
+        assert wf.status().counts == {"succeeded": 4, "ready": 2}
