@@ -183,8 +183,7 @@ class Workflow:
             raise ArgumentError(f"workflow {self.id} was enqueued already")
         if not self._nodes:
             raise ArgumentError("a workflow needs at least one step: wf.add(task, args)")
-        jobs = self._app.store
-        store = WorkflowStore(jobs.pool.connection, self._app.schema)
+        jobs, store = self._app.store, self._store()
         with contextlib.ExitStack() as stack:
             if conn is None:
                 conn = stack.enter_context(jobs.pool.connection())

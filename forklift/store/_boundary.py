@@ -4,8 +4,8 @@ the psycopg error kept as its cause and classified (transient or not, by SQLSTAT
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import psycopg
@@ -59,6 +59,20 @@ def classified(message: str, exc: psycopg.Error) -> DatabaseError:
     """A DatabaseError saying `message`, raised from `exc` and classified as
     `_db.database_error` does (unavailable or refused, by its SQLSTATE and class)."""
     return _db.database_error(message, exc)
+
+
+@contextmanager
+def connected(
+    connect: Callable[[], AbstractContextManager[Conn]], what: str, conn: Conn | None = None
+) -> Iterator[Conn]:
+    """`conn` if given, else one from `connect`, its errors said as `what` failed (the
+    batch and workflow stores' connections)."""
+    with translated(what):
+        if conn is not None:
+            yield conn
+        else:
+            with connect() as own:
+                yield own
 
 
 @contextmanager

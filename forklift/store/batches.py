@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
 from forklift import _db, _sql
 from forklift._bounds import BATCH
-from forklift.store._boundary import Conn, translated
+from forklift.store._boundary import Conn, connected, translated
 
 PAGE = 5_000  # rows per statement when reading a batch's jobs
 
@@ -82,14 +82,8 @@ class BatchStore:
         self.schema = schema
         self.q = _sql.load("forklift.store", "batches.sql", schema)
 
-    @contextmanager
-    def _conn(self, what: str, conn: Conn | None = None) -> Iterator[Conn]:
-        with translated(what):
-            if conn is not None:
-                yield conn
-            else:
-                with self.connect() as own:
-                    yield own
+    def _conn(self, what: str, conn: Conn | None = None) -> AbstractContextManager[Conn]:
+        return connected(self.connect, what, conn)
 
     # -- making ------------------------------------------------------------------------
 

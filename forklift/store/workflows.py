@@ -9,14 +9,14 @@ them, and reads them.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
 from forklift import _db, _sql
-from forklift.store._boundary import Conn, translated
+from forklift.store._boundary import Conn, connected, translated
 from forklift.store._inserts import column_values, stored
 from forklift.store._rows import NewJob
 
@@ -100,14 +100,8 @@ class WorkflowStore:
         self.q = _sql.load("forklift.store", "workflows.sql", schema)
         self.reserve = _sql.load("forklift.store", "queries.sql", schema)["job_ids_reserve"]
 
-    @contextmanager
-    def _conn(self, what: str, conn: Conn | None = None) -> Iterator[Conn]:
-        with translated(what):
-            if conn is not None:
-                yield conn
-            else:
-                with self.connect() as own:
-                    yield own
+    def _conn(self, what: str, conn: Conn | None = None) -> AbstractContextManager[Conn]:
+        return connected(self.connect, what, conn)
 
     # -- making ------------------------------------------------------------------------
 

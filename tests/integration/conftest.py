@@ -50,6 +50,23 @@ RunWorker = Callable[..., Worker]
 
 
 @pytest.fixture
+def task(app: forklift.App) -> Iterator[Callable[..., str]]:
+    """Register a throwaway task on the test app, named as its function, retrying at
+    once (removed afterwards); its name."""
+    names: list[str] = []
+
+    def register(fn: Callable[..., Any], **options: Any) -> str:
+        options.setdefault("backoff", forklift.Backoff(base=0.01, factor=1.0, jitter=0.0))
+        app.task(name=fn.__name__, **options)(fn)
+        names.append(fn.__name__)
+        return fn.__name__
+
+    yield register
+    for name in names:
+        del app.tasks[name]
+
+
+@pytest.fixture
 def run_worker(app: forklift.App) -> Iterator[RunWorker]:
     """Start Worker(app, WorkerConfig(**kwargs)).run() in a thread, booted on return;
     stopped at teardown."""

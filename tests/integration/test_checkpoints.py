@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
-import pytest
 
 import forklift
 from forklift.metrics import Tally
@@ -21,21 +20,6 @@ from forklift.workers.worker import Worker
 from tests.integration.conftest import RunWorker
 
 OWNER = "test-host:1:checkpoints"
-
-
-@pytest.fixture
-def task(app: forklift.App) -> Iterator[Callable[..., str]]:
-    names: list[str] = []
-
-    def register(fn: Callable[..., Any], **options: Any) -> str:
-        options.setdefault("backoff", forklift.Backoff(base=0.01, factor=1.0, jitter=0.0))
-        app.task(name=fn.__name__, **options)(fn)
-        names.append(fn.__name__)
-        return fn.__name__
-
-    yield register
-    for name in names:
-        del app.tasks[name]
 
 
 def row(db: psycopg.Connection[Any], schema: str, job_id: int) -> dict[str, Any]:

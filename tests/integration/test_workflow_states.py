@@ -24,6 +24,14 @@ def state_of(db: psycopg.Connection[Any], schema: str, job_id: int | None) -> tu
     return tuple(found)
 
 
+def by_state(db: psycopg.Connection[Any], schema: str, workflow_id: int | None) -> dict[str, int]:
+    rows = db.execute(
+        f"SELECT state::text, count(*) FROM {schema}.jobs WHERE workflow_id = %s GROUP BY 1",
+        (workflow_id,),
+    )
+    return dict(rows.fetchall())
+
+
 def move(db: psycopg.Connection[Any], schema: str, job_id: int | None, state: str) -> None:
     """What a worker's completion or a supervisor's charge does to the row's state."""
     db.execute(
@@ -80,21 +88,11 @@ def test_a_chain_of_a_thousand_cancels_and_comes_back_in_one_statement_each(
     wf.enqueue()
     head = wf.steps[0]
     move(db, schema, head.id, "dead")
-    counts = dict(
-        db.execute(
-            f"SELECT state::text, count(*) FROM {schema}.jobs WHERE workflow_id = %s GROUP BY 1",
-            (wf.id,),
-        ).fetchall()
-    )
+    counts = by_state(db, schema, wf.id)
     assert counts == {"dead": 1, "cancelled": 999}
     assert wf.status().state == "failed"
     JobAdmin(app.dsn, schema).job_retry_many([head.id or 0], by="test")
-    counts = dict(
-        db.execute(
-            f"SELECT state::text, count(*) FROM {schema}.jobs WHERE workflow_id = %s GROUP BY 1",
-            (wf.id,),
-        ).fetchall()
-    )
+    counts = by_state(db, schema, wf.id)
     assert counts == {"ready": 1, "blocked": 999}
     assert wf.status().state == "running"
 

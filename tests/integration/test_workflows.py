@@ -6,7 +6,7 @@ in tests/faults/test_workflows.py."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -19,21 +19,6 @@ from forklift.store.workflows import WorkflowStore
 from forklift.supervisor.workflow_gauges import WorkflowCollector
 from forklift.testing import wait_for
 from tests.integration.conftest import RunWorker
-
-
-@pytest.fixture
-def task(app: forklift.App) -> Iterator[Callable[..., str]]:
-    names: list[str] = []
-
-    def register(fn: Callable[..., Any], **options: Any) -> str:
-        options.setdefault("backoff", forklift.Backoff(base=0.01, factor=1.0, jitter=0.0))
-        app.task(name=fn.__name__, **options)(fn)
-        names.append(fn.__name__)
-        return fn.__name__
-
-    yield register
-    for name in names:
-        del app.tasks[name]
 
 
 def states(db: psycopg.Connection[Any], schema: str, workflow_id: int) -> dict[str, str]:
