@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from forklift.backoff import Backoff
     from forklift.batch import Batch, BatchStatus, BatchWriter
     from forklift.limits import Limit
-    from forklift.task import Task
+    from forklift.task import Task, TaskOptions
     from forklift.workers.config import WorkerConfig
     from forklift.workers.context import AsyncJobContext, JobContext
     from forklift.workflow import Step, Workflow
@@ -50,6 +50,7 @@ _LAZY = {
     "BatchWriter": "forklift.batch",
     "Limit": "forklift.limits",
     "Task": "forklift.task",
+    "TaskOptions": "forklift.task",
     "WorkerConfig": "forklift.workers.config",
     "JobContext": "forklift.workers.context",
     "AsyncJobContext": "forklift.workers.context",
@@ -101,6 +102,7 @@ __all__ = [
     "SingletonLost",
     "Step",
     "Task",
+    "TaskOptions",
     "UnknownTaskError",
     "UpstreamFailed",
     "WorkerConfig",

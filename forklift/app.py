@@ -26,15 +26,13 @@ from forklift import (
 )
 from forklift._job import JobOptions as JobOptions
 from forklift._job import JobSpec as JobSpec
-from forklift.backoff import Backoff
 from forklift.batch import Batch
 from forklift.errors import ArgumentError, ConfigError, UnknownTaskError
-from forklift.limits import Limit
 from forklift.scheduler import declare
 from forklift.scheduler.schedule import Schedule
 from forklift.store import JobStore, NewJob, short_connection
 from forklift.store.batches import BatchStore
-from forklift.task import Task
+from forklift.task import Task, TaskOptions
 from forklift.workflow import Link, Workflow
 
 P = ParamSpec("P")
@@ -173,16 +171,7 @@ class App:
 
     @overload
     def task(
-        self,
-        *,
-        name: str | None = None,
-        queue: str = "default",
-        priority: int = 0,
-        max_attempts: int = 5,
-        max_crashes: int = 2,
-        timeout: float | None = None,
-        backoff: Backoff | None = None,
-        limit: Limit | None = None,
+        self, *, name: str | None = None, **options: Unpack[TaskOptions]
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(  # type: ignore[misc]
@@ -191,32 +180,20 @@ class App:
         /,
         *,
         name: str | None = None,
-        queue: str = "default",
-        priority: int = 0,
-        max_attempts: int = 5,
-        max_crashes: int = 2,
-        timeout: float | None = None,
-        backoff: Backoff | None = None,
-        limit: Limit | None = None,
+        **options: Unpack[TaskOptions],
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Register a handler `fn(ctx, **kwargs)` as a task (bare or with options).
 
-        `max_crashes`: how many of its runs may kill their worker process (segfault, OOM
-        kill, os._exit) before the job is quarantined, dead, whatever attempts are left.
-        `limit`: a forklift.Limit on how many run at once and start per window, across
-        every replica (per value of its key, if it has one).
+        `name`: the task's name (default: the function's). The options (queue, priority,
+        max_attempts, max_crashes, timeout, backoff, limit, ...) are forklift.TaskOptions'.
         """
 
         def register(f: Callable[P, R]) -> Task[P, R]:
             # The function's name, the same wherever it is imported from (a script run
             # as __main__ and the worker that imports it agree).
             task_name = name if name is not None else f.__name__
-            _check_new_task(self.tasks, task_name, queue, f)
-            t: Task[P, R] = Task(
-                self, f, name=task_name, queue=queue, priority=priority,
-                max_attempts=max_attempts, timeout=timeout, backoff=backoff or Backoff(),
-                max_crashes=max_crashes, limit=limit,
-            )  # fmt: skip
+            _check_new_task(self.tasks, task_name, options.get("queue", "default"), f)
+            t: Task[P, R] = Task(self, f, name=task_name, **options)
             self.tasks[task_name] = t
             return t
 

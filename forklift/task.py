@@ -6,7 +6,7 @@ import difflib
 import inspect
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypedDict, TypeVar, Unpack
 
 import psycopg
 
@@ -24,6 +24,25 @@ R = TypeVar("R")
 # Keyword names Task.enqueue() takes for itself (JobOptions and `conn`): a handler
 # parameter with one of these names could never be given through it.
 ENQUEUE_OPTIONS = frozenset(JobOptions.__annotations__) | {"conn"}
+
+
+class TaskOptions(TypedDict, total=False):
+    """How a task's jobs are run unless an enqueue says otherwise (`@app.task(...)`).
+
+    `queue` ("default"), `priority` (0), `max_attempts` (5), `timeout` (seconds, none),
+    `backoff` (forklift.Backoff()); `max_crashes` (2): how many of its runs may kill
+    their worker process (segfault, OOM kill, os._exit) before the job is quarantined,
+    dead, whatever attempts are left; `limit`: a forklift.Limit on how many run at once
+    and start per window, across every replica (per value of its key, if it has one).
+    """
+
+    queue: str
+    priority: int
+    max_attempts: int
+    max_crashes: int
+    timeout: float | None
+    backoff: Backoff | None
+    limit: Limit | None
 
 
 class Producer(Protocol):
@@ -111,19 +130,13 @@ class Task(Generic[P, R]):
     """A registered handler plus its defaults; `.enqueue(**kwargs)` schedules a run."""
 
     def __init__(
-        self,
-        app: Producer,
-        fn: Callable[..., R],
-        *,
-        name: str,
-        queue: str,
-        priority: int,
-        max_attempts: int,
-        timeout: float | None,
-        backoff: Backoff,
-        max_crashes: int = 2,
-        limit: Limit | None = None,
+        self, app: Producer, fn: Callable[..., R], *, name: str, **options: Unpack[TaskOptions]
     ) -> None:
+        queue = options.get("queue", "default")
+        priority = options.get("priority", 0)
+        max_attempts = options.get("max_attempts", 5)
+        max_crashes = options.get("max_crashes", 2)
+        timeout = options.get("timeout")
         _check_options(name, fn, max_attempts, max_crashes, timeout, priority)
         self.app = app
         self.fn = fn
@@ -134,7 +147,7 @@ class Task(Generic[P, R]):
         # Runs that may kill their worker process before the job is quarantined (dead).
         self.max_crashes = max_crashes
         self.timeout = timeout
-        self.backoff = backoff
+        self.backoff = options.get("backoff") or Backoff()
         # An async def: run on the worker's event loop (workers/aio.py), not on a thread.
         self.is_async = inspect.iscoroutinefunction(fn)
         self.signature = inspect.signature(fn)
@@ -160,7 +173,7 @@ class Task(Generic[P, R]):
         self._positional = frozenset(
             p.name for p in params[1:] if p.kind is inspect.Parameter.POSITIONAL_ONLY
         )
-        self.limit = _checked_limit(name, limit, self.signature)
+        self.limit = _checked_limit(name, options.get("limit"), self.signature)
         self._defaults = {
             p.name: p.default for p in params[1:] if p.default is not inspect.Parameter.empty
         }
