@@ -8,7 +8,7 @@ import time
 
 from forklift.app import App
 from forklift.store import ClaimedJob
-from forklift.testing._results import SUCCEEDED, Drained, DrainTimedOut, Ran
+from forklift.testing._results import SNOOZED, SUCCEEDED, Drained, DrainTimedOut, Ran
 from forklift.testing._store import HelperStore, JobEnd
 from forklift.workers import Worker, WorkerConfig
 
@@ -115,7 +115,11 @@ def _described(store: HelperStore, ended: list[tuple[ClaimedJob, str]]) -> list[
 
 
 def _ran(job: ClaimedJob, outcome: str, end: JobEnd | None) -> Ran:
-    errors = [] if end is None else [e for e in end.errors if e.get("attempt") == job.attempt]
+    # A snooze writes no error; the attempt it gave back is another run's, whose error
+    # (if it failed) is that run's, not the snooze's.
+    errors = []
+    if end is not None and outcome != SNOOZED:
+        errors = [e for e in end.errors if e.get("attempt") == job.attempt]
     error = errors[-1] if errors else {}
     result = end.result if end is not None and outcome == SUCCEEDED else None
     return Ran(

@@ -23,12 +23,19 @@ from forklift import _job
 from forklift._job import JobOptions, JobSpec
 from forklift._producing import Producer
 from forklift.app import App
-from forklift.errors import ArgumentError, DatabaseError, JobNotFound, UnknownTaskError
+from forklift.errors import ArgumentError, DatabaseError, JobNotFound, Snooze, UnknownTaskError
 from forklift.store import AsyncEffect, ClaimedJob, Effect, JobStore, NewJob
 from forklift.store._boundary import AsyncConn, Conn
 from forklift.task import Task
 from forklift.testing._effects import InlineAsyncEffect, InlineEffect
-from forklift.testing._results import FAILED, SUCCEEDED, HandlerFailed, InlineUnsupported, Ran
+from forklift.testing._results import (
+    FAILED,
+    SNOOZED,
+    SUCCEEDED,
+    HandlerFailed,
+    InlineUnsupported,
+    Ran,
+)
 from forklift.testing._store import app_of
 from forklift.workers import executor
 from forklift.workers.context import AsyncJobContext, JobContext
@@ -96,7 +103,10 @@ def inline(app: App, conn: Conn | AsyncConn | None = None) -> Iterator[Inline]:
       app.batch(), app.result(), a workflow's enqueue() (test workflows with drain()).
       `ctx.batch` is None; `ctx.progress()` is kept, unseen.
     - One run per job: no retries, no backoff; forklift.Retry and forklift.Fail are
-      failures like any exception (HandlerFailed). `ctx.attempt` is 1.
+      failures like any exception (HandlerFailed). `ctx.attempt` is 1. A run that
+      snoozes (forklift.Snooze, raised or returned) is no failure: it is kept as
+      `snoozed` (Ran.snoozed_for: its seconds), its effect rolled back, and the job is
+      not run again (no max_snoozes either).
     - No scheduling: `delay`, `run_at`, `priority` and `queue` are kept on the context
       but change nothing; jobs run in the order they are enqueued, depth first.
     - No limits (forklift.Limit), paused queues or max depth (QueueFull); an
@@ -134,18 +144,21 @@ def run_job(
     """Call `task`'s handler once with `args` and a real JobContext (no claim, no job
     row: as in inline mode, with its `conn`), and return its result as app.result()
     would give it (JSON, decoded: a tuple comes back a list). Raises HandlerFailed if it
-    raised (or returned what is not JSON). `attempt`: the context's attempt (test the
-    handler's last one with `attempt=task.max_attempts`); `options`: enqueue's, e.g.
-    `idempotency_key`. For a pure handler test. An async def handler is run to its end
-    on an event loop of its own (in a thread if one runs here already: for one that
-    uses your AsyncConnection, `await task.enqueue_async(...)` in inline mode instead)."""
+    raised (or returned what is not JSON); a snooze (forklift.Snooze raised or returned)
+    comes back as the forklift.Snooze, to assert on its `seconds`. `attempt`: the
+    context's attempt (test the handler's last one with `attempt=task.max_attempts`);
+    `options`: enqueue's, e.g. `idempotency_key`. For a pure handler test. An async def
+    handler is run to its end on an event loop of its own (in a thread if one runs here
+    already: for one that uses your AsyncConnection, `await task.enqueue_async(...)` in
+    inline mode instead)."""
     app = app_of(task)
     job = _job.build(
         JobSpec(task.name, {} if args is None else args, **options), task, app.max_arg_bytes
     )
     if not 1 <= attempt <= job.max_attempts:
         raise ArgumentError(f"attempt must be between 1 and {job.max_attempts}, got {attempt}")
-    return Runner(app, conn).run(job, next_id(), attempt).result
+    ran = Runner(app, conn).run(job, next_id(), attempt)
+    return ran.result if ran.snoozed_for is None else Snooze(ran.snoozed_for)
 
 
 class Runner:
@@ -246,7 +259,13 @@ class Runner:
         return result
 
     def _ended(self, ctx: JobContext, result: Result) -> Ran:
-        """Keep the run; raise HandlerFailed if it failed."""
+        """Keep the run; raise HandlerFailed if it failed (a snooze did not)."""
+        if result.snooze is not None:
+            ran = Ran(
+                ctx.job_id, ctx.task, ctx.args, ctx.attempt, SNOOZED, snoozed_for=result.snooze
+            )
+            self.runs.append(ran)
+            return ran
         ran = Ran(
             ctx.job_id, ctx.task, ctx.args, ctx.attempt, SUCCEEDED if result.succeeded else FAILED,
             result=None if result.value is None else json.loads(result.value),

@@ -11,10 +11,13 @@ from forklift.testing._store import shown
 from forklift.testing.processes import WaitTimedOut
 
 # How a run ended (Ran.outcome): the worker's outcomes (workers/events.py, Outcome), of
-# which inline mode and run_job know the first two.
+# which inline mode and run_job know succeeded, failed and snoozed.
 SUCCEEDED = "succeeded"
 FAILED = "failed"  # raised; a drained job is retried after its backoff, an inline one never
 DEAD = "dead"  # raised with no attempt left, or forklift.Fail (drain only)
+# forklift.Snooze (raised or returned): a drained job runs again once due (at once with
+# `with_scheduled`), its attempt not counted; an inline one never runs again.
+SNOOZED = "snoozed"
 
 
 @dataclass(frozen=True)
@@ -25,12 +28,15 @@ class Ran:
     task: str
     args: dict[str, Any]
     attempt: int
-    # succeeded, failed (to be retried), dead; for a drained job also released,
+    # succeeded, failed (to be retried), dead, snoozed; for a drained job also released,
     # lease_lost, cancelled or error (the worker's own outcomes: see Outcome).
     outcome: str
     result: Any = None  # what it returned, as app.result() gives it (JSON, decoded)
     error: str | None = None  # "RuntimeError: boom", for an attempt that failed
     traceback: str | None = field(default=None, repr=False)
+    # A snoozed run's seconds, inline and in run_job (a drained one's: None, as the job's
+    # row keeps no delay per run).
+    snoozed_for: float | None = None
 
     def __str__(self) -> str:
         said = f": {self.error}" if self.error else ""
@@ -60,6 +66,11 @@ class Drained:
     @property
     def dead(self) -> list[Ran]:
         return self.outcome(DEAD)
+
+    @property
+    def snoozed(self) -> list[Ran]:
+        """The runs that snoozed (forklift.Snooze): their attempts were not counted."""
+        return self.outcome(SNOOZED)
 
     def counts(self) -> dict[str, int]:
         """{outcome: attempts}: `{"succeeded": 2, "failed": 1}`."""

@@ -25,6 +25,7 @@ class Outcome(enum.StrEnum):
     FAILED = "failed"  # will be retried
     DEAD = "dead"  # no attempts left, or given up on
     RELEASED = "released"  # released unfinished (stopping): the attempt does not count
+    SNOOZED = "snoozed"  # forklift.Snooze: to run again later, the attempt not counted
     LEASE_LOST = "lease_lost"  # another worker owns it now; our outcome was refused
     CANCELLED = "cancelled"  # an operator cancelled it while it ran; our outcome was refused
     ERROR = "error"  # a bug in the worker; the lease expires and another attempt runs
@@ -136,6 +137,21 @@ class JobEvents:
         wake the claim loop, which may claim in its place."""
         if self.holdings.free_slot(ctx):
             self.wakeup.set(SLOT)
+
+    def snoozed(self, ctx: JobContext, seconds: float, snoozes: int) -> None:
+        """The job was given back to run again in `seconds` (forklift.Snooze), its
+        `snoozes`-th: its run ended (counted toward max_jobs, told to `on_job_end` as
+        `snoozed`), the job did not: no batch or workflow hears of it, and the metrics
+        count no outcome for it."""
+        if ctx.span is not None:
+            _tracing.end_run(ctx, Outcome.SNOOZED)
+        # At DEBUG, as a success: a handler's own choice, which a poller makes often.
+        self.emit("job.snoozed", ctx, logging.DEBUG, seconds=round(seconds, 3), snoozes=snoozes)
+        self.holdings.end(ctx)
+        self._resumed(ctx)
+        if self.on_job_end is not None:
+            self.on_job_end(ctx.job, Outcome.SNOOZED)
+        self.wakeup.set(NEWS)  # its due time is one the claim loop must look up
 
     def released(self, ctx: JobContext, why: str, *, recorded: bool) -> None:
         """The job was released (`recorded`), or its release failed: forget it either way.

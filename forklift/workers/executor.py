@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forklift import _json
-from forklift.errors import Fail, Interrupted, ResultError, Retry
+from forklift.errors import Fail, Interrupted, ResultError, Retry, Snooze
 from forklift.task import Task
 from forklift.workers.context import JobContext
 
@@ -29,6 +29,7 @@ class Result:
     retry_delay: float | None = None  # asked for by forklift.Retry
     give_up: bool = False  # forklift.Fail, unknown task, bad arguments: no more attempts
     interrupted: bool = False  # forklift.Interrupted: to be given back if the worker stops
+    snooze: float | None = None  # forklift.Snooze's seconds: given back to run then, uncounted
     value: str | None = None  # the handler's return value as JSON text (None: none)
     # What the handler raised, for its trace span only (never stored, never compared).
     exception: BaseException | None = field(default=None, compare=False, repr=False)
@@ -53,9 +54,22 @@ def failure(exc: BaseException) -> Result:
         return Result(False, describe(exc), None, retry_delay=exc.delay, exception=exc)
     if isinstance(exc, Interrupted):
         return Result(False, describe(exc), None, interrupted=True, exception=exc)
+    if isinstance(exc, Snooze):
+        return snoozed(exc)
     if isinstance(exc, Fail):
         return Result(False, describe(exc), format_traceback(exc), give_up=True, exception=exc)
     return Result(False, describe(exc), format_traceback(exc), exception=exc)
+
+
+def snoozed(snooze: Snooze) -> Result:
+    """A run that asked to run again later (raised or returned forklift.Snooze): no
+    success (its effect rolls back) and no failure (no attempt spent, no error kept)."""
+    return Result(False, describe(snooze), None, snooze=snooze.seconds)
+
+
+def over_snoozed(snoozes: int, max_snoozes: int) -> Result:
+    """A snooze past the task's max_snoozes: a failed attempt, retried or dead as usual."""
+    return Result(False, f"Snooze: snoozed {snoozes} times, max_snoozes={max_snoozes}")
 
 
 def timed_out(task: str, job_id: int, timeout: float) -> str:
@@ -172,9 +186,11 @@ def call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], max_result_byte
 
 
 def encoded(value: Any, max_result_bytes: int) -> Result:
-    """A handler's return value as its result."""
+    """A handler's return value as its result (a forklift.Snooze returned: a snooze)."""
     if value is None:
         return SUCCEEDED
+    if isinstance(value, Snooze):
+        return snoozed(value)
     try:
         return Result(True, value=_json.dumps_result(value, max_result_bytes))
     except ResultError as exc:

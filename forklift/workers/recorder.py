@@ -1,12 +1,13 @@
 """Recording a held job's outcome in the database, fenced by owner and attempt.
 
-Every write that ends a job's attempt here goes through one of three methods: the
+Every write that ends a job's attempt here goes through one of four methods: the
 effect transaction's commit with the completion (`commit_effect`, awaited as
-`commit_effect_async`), a failed attempt (`fail`), or releasing jobs unfinished
-(`release`, which `release_waiting` and `release_at_stop` try again when it fails: a
-job is never forgotten while still `running`). Group-committed successes go through the
-completer instead. Each is handed jobs whose outcome its caller took (Holdings.take):
-no other thread writes theirs, and the renewer never calls one of them lost.
+`commit_effect_async`), a failed attempt (`fail`), a snooze (`snooze`), or releasing
+jobs unfinished (`release`, which `release_waiting` and `release_at_stop` try again
+when it fails: a job is never forgotten while still `running`). Group-committed
+successes go through the completer instead. Each is handed jobs whose outcome its
+caller took (Holdings.take): no other thread writes theirs, and the renewer never calls
+one of them lost.
 """
 
 from __future__ import annotations
@@ -20,7 +21,14 @@ from typing import Any
 from forklift._events import emit
 from forklift.backoff import Backoff, Streak
 from forklift.errors import DatabaseError
-from forklift.store import AsyncEffect, Effect, JobState, JobStore, job_succeeded_among
+from forklift.store import (
+    AsyncEffect,
+    Effect,
+    JobState,
+    JobStore,
+    job_snooze_many,
+    job_succeeded_among,
+)
 from forklift.task import Task
 from forklift.workers import checkpoints, executor
 from forklift.workers.batch_ends import BatchEnds
@@ -170,6 +178,33 @@ class Recorder:
             self.holdings.doubt()
         if ended and self.ends is not None:
             self.ends.ended([job.batch_id])
+
+    def snooze(self, ctx: JobContext, task: Task[Any, Any] | None, result: Result) -> None:
+        """Give the job back to run again in `result.snooze` seconds, its attempt not
+        counted and a snooze counted instead; past its task's max_snoozes (the worker's
+        declaration: it runs only tasks it declares), the run is a failed attempt."""
+        assert result.snooze is not None
+        bound = task.max_snoozes if task is not None else 0
+        checkpoints.write_unwritten(self.store, self.owner, [ctx])  # the next run resumes it
+        lease = (ctx.job_id, ctx.attempt, result.snooze, bound)
+        try:
+            rows = job_snooze_many(self.store, [lease], self.owner)
+        except DatabaseError as exc:
+            # Still ours in the database: the claim loop releases it (Holdings.doubt),
+            # uncounted, to run again at once; its snooze is lost, not its attempt.
+            emit(log, "job.snooze_failed", logging.ERROR, job=ctx.job_id, error=exc)
+            ctx.writing = Writing.WRITTEN
+            self.events.released(ctx, "its snooze was not recorded", recorded=False)
+            self.holdings.doubt()
+            return
+        if not rows:
+            ctx.writing = Writing.WRITTEN
+            self.events.lease_lost(ctx, "snooze refused")
+        elif not rows[0].snoozed:
+            self.fail(ctx, task, executor.over_snoozed(rows[0].snoozes, bound))
+        else:
+            ctx.writing = Writing.WRITTEN
+            self.events.snoozed(ctx, result.snooze, rows[0].snoozes + 1)
 
     def release(self, contexts: Sequence[JobContext], why: str, *, last_try: bool = False) -> bool:
         """Give jobs back to ready at once (fenced), without counting the attempt.
