@@ -10,7 +10,7 @@ its callback, so the callback goes in exactly once, however many workers saw the
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol
@@ -198,8 +198,9 @@ def callback_spec(
 
 def member_jobs(app: Producer, specs: Specs, batch_id: int | None = None) -> list[NewJob]:
     """Validated jobs for a batch; keys are refused (the batch is the unit: a job that
-    matched an existing key would not be this batch's)."""
-    jobs = app._new_jobs(specs)
+    matched an existing key would not be this batch's), and so are unique jobs, for the
+    same reason: a task declared unique makes plain jobs here (forklift.Unique)."""
+    jobs = app._new_jobs(_not_unique(specs))
     for job in jobs:
         if job.idempotency_key is not None:
             raise ArgumentError(
@@ -207,7 +208,20 @@ def member_jobs(app: Producer, specs: Specs, batch_id: int | None = None) -> lis
                 "a job whose key is taken would belong to another batch, or none"
             )
         job.batch_id = batch_id
+        job.unique_key = job.unique_period = job.unique_states = None
     return jobs
+
+
+def _not_unique(specs: Specs) -> Iterator[JobSpec | tuple[str, Mapping[str, Any]]]:
+    """`specs`, refusing any that asks to be unique (ArgumentError)."""
+    for spec in specs:
+        if isinstance(spec, JobSpec) and (spec.unique or spec.on_conflict is not None):
+            raise ArgumentError(
+                f"a batch's jobs are never unique (got a {spec.task!r} job with unique= or "
+                "on_conflict=): a job whose unique key is held would belong to another "
+                "batch, or none"
+            )
+        yield spec
 
 
 # How to try a batch's call again that timed out (a batch takes no idempotency key).

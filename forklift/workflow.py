@@ -90,6 +90,12 @@ def step_options(options: Mapping[str, Any]) -> None:
             f"a workflow step runs once its upstream steps succeeded: {', '.join(given)} "
             "cannot be given for one"
         )
+    if options.get("unique") or options.get("on_conflict") is not None:
+        raise ArgumentError(
+            "a workflow step is never unique (forklift.Unique): it is its workflow's, "
+            "and a live job holding its key would not be; unique= and on_conflict= "
+            "cannot be given for one (a task declared unique runs as a plain step)"
+        )
 
 
 def unique_name(wanted: str, taken: Callable[[str], bool], tried: dict[str, int]) -> str:

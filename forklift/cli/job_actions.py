@@ -20,7 +20,8 @@ RETRY_DESCRIPTION = """\
 Put dead or cancelled jobs back to ready, due now. Their attempts and crashes are RESET
 to 0: a retried job gets its whole max_attempts and max_crashes budget again (its error
 history keeps every earlier attempt, and notes the retry). One line per job; exit 1 if
-any job named was not retried (not found, or not dead or cancelled).
+any job named was not retried (not found, or not dead or cancelled, or a unique job whose
+key another live job holds now: a retry would make a second live job of its key).
 
 A resumable job that died keeps its checkpoint: retried, it resumes where its last
 attempt left off (its cursors, the steps it did, its state). --from-scratch clears the
@@ -29,7 +30,9 @@ cancelled job has none left to resume: cancelling clears it.)
 
 --json prints a list with one object per job: id, result (retried, not_found,
 not_retryable), was (its state before, or null), attempts_before, crashes_before,
-checkpoint (kept: it resumes; cleared: by --from-scratch; null: it had none).
+checkpoint (kept: it resumes; cleared: by --from-scratch; null: it had none),
+unique_key_held_by (the live job holding a unique job's key, which kept it from being
+retried; null: none).
 """
 
 RETRY_EXAMPLES = """\
@@ -111,6 +114,7 @@ def _retried(a: Acted) -> dict[str, Any]:
     return {
         "id": a.id, "result": result, "was": a.was,
         "attempts_before": a.attempts, "crashes_before": a.crashes, "checkpoint": a.checkpoint,
+        "unique_key_held_by": a.held_by,
     }  # fmt: skip
 
 

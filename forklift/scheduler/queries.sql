@@ -63,10 +63,12 @@ WHERE name = %(name)s::text;
 -- arguments (another replica enqueued it). A key held by any other job (a row written
 -- by hand: producers cannot enqueue `forklift:` keys) does not stop the fire: its job
 -- goes in without a key. With `exclusive` (overlap=False), nothing while an earlier
--- fire's job is unfinished (ready or running). Returns (busy, the new job's id or
--- NULL, whether the key was held by a job not of this schedule).
+-- fire's job is unfinished (ready or running); nothing if its task is unique
+-- (forklift.Unique) and a live job holds the fire's unique key. Returns (busy, the new
+-- job's id or NULL, whether the key was held by a job not of this schedule).
 WITH new AS (
-    SELECT * FROM (VALUES ({_job_values})) AS j({_job_columns}, idempotency_key, run_at, delay)
+    SELECT * FROM (VALUES ({_job_values}, {_unique_values}))
+        AS j({_job_columns}, idempotency_key, run_at, delay, {_unique_fields})
 ), busy AS (
     SELECT 1 FROM {schema}.schedule_fires f JOIN {schema}.jobs j ON j.id = f.job_id
     WHERE %(exclusive)s::boolean AND f.schedule = %(name)s::text
@@ -76,16 +78,17 @@ WITH new AS (
     SELECT h.task = n.task AND h.queue = n.queue AND h.args = n.args AS ours
     FROM {schema}.jobs h, new n WHERE h.idempotency_key = %(key)s::text
 ), job AS (
-    INSERT INTO {schema}.jobs ({_job_columns}, idempotency_key, available_at)
+    INSERT INTO {schema}.jobs ({_job_columns}, idempotency_key, available_at, unique_key,
+        unique_states)
     SELECT {_job_columns},
            CASE WHEN EXISTS (SELECT 1 FROM holder) THEN NULL ELSE j.idempotency_key END,
-           {_job_due}
+           {_job_due}, {_unique_key}, j.unique_states
     FROM new AS j
     WHERE NOT EXISTS (SELECT 1 FROM busy)
       AND NOT EXISTS (SELECT 1 FROM holder WHERE ours)
       AND NOT EXISTS (SELECT 1 FROM {schema}.schedule_fires f
                       WHERE f.schedule = %(name)s::text AND f.fire_at = %(fire_at)s::timestamptz)
-    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    ON CONFLICT DO NOTHING  -- its idempotency key taken, or its unique key held
     RETURNING id
 ), fire AS (
     INSERT INTO {schema}.schedule_fires (schedule, fire_at, job_id)

@@ -152,7 +152,7 @@ class ScheduleSession:
             "exclusive": not schedule.overlap,
             "fire_at": fire_at,
             "key": job.idempotency_key,
-            **_inserts.values(job),
+            **_inserts.values(job, _inserts.UNIQUE_FIELDS),
         }
         fired = _db.one(self.conn.execute(self.q["schedule_fire"], params), Fired)
         assert fired is not None

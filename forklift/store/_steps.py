@@ -41,10 +41,15 @@ class Query:
 @dataclass(frozen=True, slots=True)
 class Copy:
     """COPY `rows` in through `sql` (COPY ... FROM STDIN) on the caller's connection; an
-    iterator of them is taken as the COPY goes, and what it raises aborts the COPY."""
+    iterator of them is taken as the COPY goes, and what it raises aborts the COPY.
+
+    `unless_taken`: in a savepoint; if a row meets a unique index's key (UniqueViolation),
+    none of them stays and the rows sent back are [] (else [(True,)]): the caller inserts
+    them another way, knowing nothing went in."""
 
     sql: str
     rows: Iterable[Sequence[Any]]
+    unless_taken: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,10 +82,18 @@ def run(
                 case Query(sql, params):
                     cur = conn.execute(sql, params)
                     rows = cur.fetchall() if _returned_rows(cur) else []
-                case Copy(sql, copied):
+                case Copy(sql, copied, False):
                     with conn.cursor().copy(sql) as copy:
                         for row in copied:
                             copy.write_row(row)
+                case Copy(sql, copied, True):
+                    try:
+                        with conn.transaction(), conn.cursor().copy(sql) as copy:
+                            for row in copied:
+                                copy.write_row(row)
+                        rows = [(True,)]
+                    except psycopg.errors.UniqueViolation:
+                        rows = []
                 case Aside(sql, params):
                     asides().add(own, sql, params)
             step = steps.send(rows)
@@ -99,10 +112,18 @@ async def run_async(steps: Steps[T], conn: psycopg.AsyncConnection[Any], own: Ow
                 case Query(sql, params):
                     cur = await conn.execute(sql, params)
                     rows = await cur.fetchall() if _returned_rows(cur) else []
-                case Copy(sql, copied):
+                case Copy(sql, copied, False):
                     async with conn.cursor().copy(sql) as copy:
                         for row in copied:
                             await copy.write_row(row)
+                case Copy(sql, copied, True):
+                    try:
+                        async with conn.transaction(), conn.cursor().copy(sql) as copy:
+                            for row in copied:
+                                await copy.write_row(row)
+                        rows = [(True,)]
+                    except psycopg.errors.UniqueViolation:
+                        rows = []
                 case Aside(sql, params):
                     asides().add(own, sql, params)
             step = steps.send(rows)

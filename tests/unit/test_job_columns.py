@@ -25,12 +25,23 @@ def test_the_columns_and_the_parameters_are_those_of_the_job_in_one_order() -> N
     assert tuple(name for name, _ in arrays) == _inserts.FIELDS
     assert re.findall(r"%\((\w+)\)s::(\w+)", fragment("_job_values")) == arrays
     assert set(_inserts.FIELDS) <= {f.name for f in fields(NewJob)}
+    unique = re.findall(r"%\((\w+)\)s::(\w+)\[\]", fragment("_unique_arrays"))
+    assert tuple(name for name, _ in arrays + unique) == _inserts.UNIQUE_FIELDS
+    assert re.findall(r"%\((\w+)\)s::(\w+)", fragment("_unique_values")) == unique
+    assert [c.strip() for c in fragment("_unique_fields").split(",")] == [n for n, _ in unique]
+    assert set(_inserts.UNIQUE_FIELDS) <= {f.name for f in fields(NewJob)}
 
 
 def test_every_insert_of_a_job_takes_the_columns_from_the_fragments() -> None:
     """No statement that inserts a job names its columns itself."""
     inserts = {
-        ("forklift.store", "queries.sql"): {"job_insert", "job_insert_quiet", "job_insert_many"},
+        ("forklift.store", "queries.sql"): {
+            "job_insert",
+            "job_insert_quiet",
+            "job_insert_many",
+            "job_insert_unique",
+            "job_insert_many_unique",
+        },
         ("forklift.store", "batches.sql"): {"batch_finish"},
         ("forklift.store", "workflows.sql"): {"workflow_grow"},
         ("forklift.scheduler", "queries.sql"): {"schedule_fire"},
