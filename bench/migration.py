@@ -41,7 +41,11 @@ CHUNK = 1_000_000  # rows per INSERT while filling
 EVERY = 0.01  # seconds between the producer's enqueues
 # What the online migrations build, to undo them (their names as built), and drop (as
 # they were before).
-BUILT = ("jobs_ready_usual_idx", "jobs_ready_ranked_idx", "jobs_scheduled_idx")
+BUILT = (
+    "jobs_ready_usual_idx", "jobs_ready_ranked_idx", "jobs_scheduled_idx", "jobs_ready_fair_idx",
+    "jobs_ready_fair_key_idx", "jobs_ready_fair_late_idx", "jobs_ready_plain_idx",
+    "jobs_ready_plain_ranked_idx",
+)  # fmt: skip
 DROPPED = {"jobs_available_idx": "(available_at) WHERE state = 'ready'"}
 
 

@@ -69,43 +69,50 @@ class Limit:
 
     def check_against(self, task: str, signature: inspect.Signature) -> None:
         """A key naming an argument the handler does not take is a ConfigError."""
-        name = self.key_arg
-        if name is None:
-            return
-        params = list(signature.parameters.values())[1:]
-        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-            return
-        if name not in {p.name for p in params}:
-            taken = ", ".join(p.name for p in params) or "none"
-            raise ConfigError(
-                f"task {task!r}: Limit(key={name!r}) names no argument of its handler "
-                f"(it takes: {taken})"
-            )
+        check_key_arg(f"Limit(key={self.key_arg!r})", task, self.key_arg, signature)
 
     def key_of(self, task: str, args: Mapping[str, Any], defaults: Mapping[str, Any]) -> str:
         """The key value of a job with `args`, as stored ('' when not keyed)."""
         if self.key is None:
             return ""
-        if isinstance(self.key, str):
-            if self.key in args:
-                value = args[self.key]
-            elif self.key in defaults:
-                value = defaults[self.key]
-            else:
-                raise ArgumentError(f"task {task!r}: its limit's key {self.key!r} is missing")
+        return key_value(f"task {task!r}: its limit's key", self.key, args, defaults)
+
+
+def key_value(what: str, key: Key, args: Mapping[str, Any], defaults: Mapping[str, Any]) -> str:
+    """The value of `key` (an argument's name, or a callable over the arguments) for a job
+    with `args` (and its handler's `defaults`), as stored; `what` names it in the
+    ArgumentError that refuses a missing one, a callable that raised, or one too long."""
+    if isinstance(key, str):
+        if key in args:
+            value = args[key]
+        elif key in defaults:
+            value = defaults[key]
         else:
-            try:
-                value = self.key(args)
-            except Exception as exc:
-                raise ArgumentError(
-                    f"task {task!r}: its limit's key raised {type(exc).__name__}: {exc}"
-                ) from exc
-        text = key_text(value)
-        if len(text.encode()) > KEY_BYTES:
-            raise ArgumentError(
-                f"task {task!r}: its limit's key is {len(text.encode())} bytes, at most {KEY_BYTES}"
-            )
-        return text
+            raise ArgumentError(f"{what} {key!r} is missing")
+    else:
+        try:
+            value = key(args)
+        except Exception as exc:
+            raise ArgumentError(f"{what} raised {type(exc).__name__}: {exc}") from exc
+    text = key_text(value)
+    if len(text.encode()) > KEY_BYTES:
+        raise ArgumentError(f"{what} is {len(text.encode())} bytes, at most {KEY_BYTES}")
+    return text
+
+
+def check_key_arg(what: str, task: str, name: str | None, signature: inspect.Signature) -> None:
+    """A key naming an argument (`name`) the handler does not take is a ConfigError;
+    `what` names the key in it."""
+    if name is None:
+        return
+    params = list(signature.parameters.values())[1:]
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return
+    if name not in {p.name for p in params}:
+        taken = ", ".join(p.name for p in params) or "none"
+        raise ConfigError(
+            f"task {task!r}: {what} names no argument of its handler (it takes: {taken})"
+        )
 
 
 def key_text(value: object) -> str:

@@ -1,9 +1,14 @@
-"""Which claim a worker makes: the plain one-statement claim, or the claim under limits
+"""Which claim a worker makes: the plain one-statement claim; the claim in turns across
+fair keys (store/fair.sql) when fair jobs wait in its queues; or the claim under limits
 (store/limits.py) when a limit covers its queues or its app's tasks.
 
 Whether one does is looked up at most once a second, so a limit set at run time
 (`forklift queues limit`) is obeyed by every replica within a second. The app's own task
-limits are written before its first claim, so they hold from the first job on.
+limits are written before its first claim, so they hold from the first job on. Fair jobs
+are looked for by what waits, not by what the app declares: a producer of another app,
+or an enqueue to another queue, is served in turns all the same. (In the second before a
+queue's first fair jobs are seen, the plain claim takes them in due order: nothing
+waits for a lookup.)
 """
 
 from __future__ import annotations
@@ -19,7 +24,14 @@ from typing import TYPE_CHECKING, Any
 from forklift._events import emit
 from forklift.errors import DatabaseError
 from forklift.limits import Limit
-from forklift.store import Claim, Completion, ConnSource, JobStore, job_release_unknown
+from forklift.store import (
+    Claim,
+    Completion,
+    ConnSource,
+    JobStore,
+    job_fair_queues,
+    job_release_unknown,
+)
 from forklift.store.limits import LANE_CLAIM, Applying, LimitStore
 from forklift.workers.holdings import Holdings
 
@@ -110,6 +122,7 @@ class Claimer:
         self._declared: dict[str, Limit | None] | None = declared  # until written
         self._look_at = 0.0
         self.applying = Applying.NONE  # what the last lookup found to hold
+        self.fair = False  # whether fair jobs waited in its queues at the last lookup
         # Per queue, the key the last claim's look at keys ended at (store/limits.sql)
         self._looked: dict[str, tuple[str, str]] = {}
         # The next ready job's due time as the last claim saw it, and when (monotonic):
@@ -175,8 +188,13 @@ class Claimer:
         now = time.monotonic()
         if now >= self._look_at:
             self.applying = self.limits.apply(self.queues, self.tasks)
+            self.fair = self.applying is Applying.NONE and bool(
+                job_fair_queues(self.store, self.queues)
+            )
             self._look_at = now + LOOK_EVERY
         self._due = None
+        if self.fair:
+            return self._fair(complete, free, expired)
         if self.applying is Applying.NONE:
             queue = self.queues[0]
             floor = self.floors.floor(queue, time.monotonic())
@@ -184,6 +202,10 @@ class Claimer:
             empty = not made.jobs and made.floor is not None and floor is not None
             if empty and self.floors.floor(queue, time.monotonic(), empty=True) is None:
                 made = self._plain((), free, expired, None)._replace(completed=made.completed)
+            if made.fair_waiting:  # fair jobs came: take them in turns from now on
+                self.fair = True
+                more = self._fair((), free - len(made.jobs), expired)
+                return made._replace(jobs=made.jobs + more.jobs)
             if made.next_due is not None:
                 self._due = (made.next_due[0], now)  # (about when the database's clock read)
             return made
@@ -197,6 +219,12 @@ class Claimer:
             exact = self._exact(args, expired, None)
             return exact._replace(completed=claim.completed)
         return self._exact(args, expired, completing)
+
+    def _fair(self, complete: Sequence[Completion], free: int, expired: bool) -> Claim:
+        """The claim in turns across fair keys (store/fair.sql), of every queue."""
+        return self.store.job_claim_next(
+            complete, self.queues, self.owner, free, self.lease, expired=expired, fair=True
+        )
 
     def _plain(
         self, complete: Sequence[Completion], free: int, expired: bool, floor: datetime | None
