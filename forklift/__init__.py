@@ -25,6 +25,8 @@ from forklift.errors import (
     Retry,
     SchemaMissing,
     SingletonLost,
+    Snooze,
+    UniqueConflict,
     UnknownTaskError,
     UpstreamFailed,
 )
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     from forklift.batch import Batch, BatchStatus, BatchWriter
     from forklift.limits import Limit
     from forklift.task import Task, TaskOptions
+    from forklift.unique import Unique
     from forklift.workers.config import WorkerConfig
     from forklift.workers.context import AsyncJobContext, JobContext
     from forklift.workflow import Step, Workflow
@@ -51,6 +54,7 @@ _LAZY = {
     "Limit": "forklift.limits",
     "Task": "forklift.task",
     "TaskOptions": "forklift.task",
+    "Unique": "forklift.unique",
     "WorkerConfig": "forklift.workers.config",
     "JobContext": "forklift.workers.context",
     "AsyncJobContext": "forklift.workers.context",
@@ -100,9 +104,12 @@ __all__ = [
     "Retry",
     "SchemaMissing",
     "SingletonLost",
+    "Snooze",
     "Step",
     "Task",
     "TaskOptions",
+    "Unique",
+    "UniqueConflict",
     "UnknownTaskError",
     "UpstreamFailed",
     "WorkerConfig",

@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol, TypedDict
+from typing import Any, Literal, Protocol, TypedDict
 
 from forklift import _json, _names
 from forklift.errors import ArgumentError, ConfigError
 from forklift.store._rows import NewJob
+from forklift.unique import ON_CONFLICT, OnConflict, Unique
 
 MAX_ARG_BYTES = _json.MAX_ARG_BYTES
 
@@ -26,6 +27,8 @@ class JobOptions(TypedDict, total=False):
     queue: str | None
     max_attempts: int | None
     max_crashes: int | None
+    unique: Unique | Literal[False] | None
+    on_conflict: OnConflict | None
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,11 @@ class JobSpec:
     queue: str | None = None
     max_attempts: int | None = None
     max_crashes: int | None = None  # runs that may kill their worker (the task's: default)
+    # Unique by this declaration (forklift.Unique) instead of its task's; False: not unique.
+    unique: Unique | Literal[False] | None = None
+    # When a live job holds its unique key: "keep" it (the default), "replace" its
+    # arguments and due time if it is still ready, or "raise" UniqueConflict.
+    on_conflict: OnConflict | None = None
 
 
 class TaskDefaults(Protocol):
@@ -59,6 +67,10 @@ class TaskDefaults(Protocol):
     def timeout(self) -> float | None: ...
     def check_args(self, args: Mapping[str, Any]) -> None: ...
     def limit_key(self, args: Mapping[str, Any]) -> str | None: ...
+    @property
+    def unique(self) -> Unique | None: ...
+    def unique_key(self, task: str, args: Mapping[str, Any], unique: Unique) -> str: ...
+    def fair_of(self, args: Mapping[str, Any]) -> tuple[str | None, float | None]: ...
 
 
 @dataclass(frozen=True)
@@ -77,6 +89,16 @@ class Undeclared:
 
     def limit_key(self, args: Mapping[str, Any]) -> str | None:
         return None
+
+    @property
+    def unique(self) -> Unique | None:
+        return None
+
+    def unique_key(self, task: str, args: Mapping[str, Any], unique: Unique) -> str:
+        return unique.key_of(task, args, {})
+
+    def fair_of(self, args: Mapping[str, Any]) -> tuple[str | None, float | None]:
+        return None, None
 
 
 UNDECLARED = Undeclared()
@@ -110,6 +132,8 @@ def build(spec: JobSpec, task: TaskDefaults | None, max_arg_bytes: int = MAX_ARG
         raise ArgumentError("max_attempts must be >= 1")
     if spec.max_crashes is not None and spec.max_crashes < 1:
         raise ArgumentError("max_crashes must be >= 1")
+    fair_key, fair_weight = defaults.fair_of(args)
+    unique = _unique(spec, defaults)
     return NewJob(
         spec.task,
         text,
@@ -122,7 +146,40 @@ def build(spec: JobSpec, task: TaskDefaults | None, max_arg_bytes: int = MAX_ARG
         _seconds(spec.delay),
         spec.max_crashes or defaults.max_crashes,
         limit_key=defaults.limit_key(args),
+        fair_key=fair_key,
+        fair_weight=fair_weight,
+        unique_key=None if unique is None else defaults.unique_key(spec.task, args, unique),
+        unique_period=None if unique is None else unique.period,
+        unique_states=None if unique is None else unique.mask,
+        on_conflict=spec.on_conflict or "keep",
     )
+
+
+def _unique(spec: JobSpec, defaults: TaskDefaults) -> Unique | None:
+    """How `spec`'s job is unique (None: it is not), its options checked (ArgumentError)."""
+    if spec.unique is None:
+        unique = defaults.unique
+    elif spec.unique is False or isinstance(spec.unique, Unique):
+        unique = spec.unique or None
+    else:
+        raise ArgumentError(f"unique is a forklift.Unique or False, got {spec.unique!r}")
+    if spec.on_conflict is None:
+        return unique
+    if spec.on_conflict not in ON_CONFLICT:
+        raise ArgumentError(
+            f"on_conflict is 'keep', 'replace' or 'raise', got {spec.on_conflict!r}"
+        )
+    if unique is None:
+        raise ArgumentError(
+            f"on_conflict={spec.on_conflict!r} is for unique jobs: task {spec.task!r} is not "
+            "declared unique, and this enqueue gives no unique=forklift.Unique(...)"
+        )
+    if spec.on_conflict == "replace" and spec.idempotency_key is not None:
+        raise ArgumentError(
+            "on_conflict='replace' takes no idempotency_key: a key promises its job as "
+            "enqueued, which a replace would change"
+        )
+    return unique
 
 
 def _seconds(delay: float | timedelta | None) -> float:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 
 class ForkliftError(Exception):
     """A forklift operation failed."""
@@ -131,6 +133,19 @@ class QueueFull(ForkliftError):
         self.max_depth = max_depth
 
 
+class UniqueConflict(ForkliftError):
+    """A live job holds the unique key of the job enqueued with on_conflict="raise":
+    nothing was enqueued for it. `.job_id` is the job that holds the key."""
+
+    def __init__(self, job_id: int, task: str) -> None:
+        super().__init__(f"job {job_id} holds the unique key of this {task!r} job")
+        self.job_id = job_id
+        self.task = task
+
+    def __reduce__(self) -> tuple[type[UniqueConflict], tuple[int, str]]:
+        return UniqueConflict, (self.job_id, self.task)
+
+
 class JobFailed(ForkliftError):
     """The job is dead: it failed every attempt (or was given up). `.error` is its last
     error."""
@@ -174,6 +189,25 @@ class Retry(Exception):
 
 class Fail(Exception):
     """Raise from a handler to mark the job dead at once, without further attempts."""
+
+
+class Snooze(Exception):
+    """Raise (or return) from a handler to run the job again in `seconds`, without
+    spending an attempt: the run is given back, its attempt not counted, and counted as a
+    snooze instead (`forklift jobs show`). A task allows `max_snoozes` of them; the one past
+    that is a failed attempt. The job's effect transaction rolls back; its checkpoint is
+    kept."""
+
+    def __init__(self, seconds: float) -> None:
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+            raise ValueError(f"Snooze seconds must be a number, got {seconds!r}")
+        if not math.isfinite(seconds) or seconds < 0:
+            raise ValueError(f"Snooze seconds must be finite and >= 0, got {seconds!r}")
+        super().__init__(f"snoozed for {seconds:g} s")
+        self.seconds = float(seconds)
+
+    def __reduce__(self) -> tuple[type[Snooze], tuple[float]]:
+        return Snooze, (self.seconds,)  # its one argument is the delay, not the message
 
 
 class Interrupted(Exception):

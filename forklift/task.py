@@ -6,14 +6,26 @@ import difflib
 import inspect
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypedDict, TypeVar, Unpack
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Generic,
+    Literal,
+    ParamSpec,
+    Protocol,
+    TypedDict,
+    TypeVar,
+    Unpack,
+)
 
 import psycopg
 
 from forklift._job import JobOptions, check_priority
 from forklift.backoff import Backoff
 from forklift.errors import ArgumentError, ConfigError
+from forklift.fair import FairShare, Weights
 from forklift.limits import Limit
+from forklift.unique import OnConflict, Unique
 
 if TYPE_CHECKING:
     from forklift.workers.context import JobContext
@@ -33,7 +45,16 @@ class TaskOptions(TypedDict, total=False):
     `backoff` (forklift.Backoff()); `max_crashes` (2): how many of its runs may kill
     their worker process (segfault, OOM kill, os._exit) before the job is quarantined,
     dead, whatever attempts are left; `limit`: a forklift.Limit on how many run at once
-    and start per window, across every replica (per value of its key, if it has one).
+    and start per window, across every replica (per value of its key, if it has one);
+    `fair`: a key (an argument's name, or a callable over the arguments) whose values take
+    turns in line, so one value's backlog does not hold the others up; `weights`: a key
+    value's share of the turns (a mapping, others 1; or a callable over the arguments),
+    forklift.fair;
+    `max_snoozes` (100): how many times a job may `forklift.Snooze` (run again later, its
+    attempt not spent) before the next snooze counts as a failed attempt. A bound, so
+    that a handler that snoozes forever (a condition that never comes) ends dead like any
+    failing one, not polling without end; 100 snoozes a minute apart wait out more than
+    an hour and a half of a condition not yet met (raise it for longer waits).
     """
 
     queue: str
@@ -43,6 +64,10 @@ class TaskOptions(TypedDict, total=False):
     timeout: float | None
     backoff: Backoff | None
     limit: Limit | None
+    fair: str | Callable[[Mapping[str, Any]], object] | None
+    weights: Weights | None
+    max_snoozes: int
+    unique: Unique | None  # at most one live job per key: forklift.Unique
 
 
 class Producer(Protocol):
@@ -126,6 +151,23 @@ def _checked_limit(name: str, limit: object, signature: inspect.Signature) -> Li
     return limit
 
 
+def _checked_unique(name: str, unique: object, signature: inspect.Signature) -> Unique | None:
+    if unique is None:
+        return None
+    if not isinstance(unique, Unique):
+        raise ConfigError(f"task {name!r}: unique must be a forklift.Unique, got {unique!r}")
+    unique.check_against(name, signature)
+    return unique
+
+
+def _checked_max_snoozes(name: str, value: object) -> int:
+    """The snoozes a job may take before the next is a failed attempt. Read by the worker
+    that runs the job (only a worker that declares the task runs it): no column holds it."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"task {name!r}: max_snoozes must be an int >= 0, got {value!r}")
+    return value
+
+
 class Task(Generic[P, R]):
     """A registered handler plus its defaults; `.enqueue(**kwargs)` schedules a run."""
 
@@ -174,6 +216,17 @@ class Task(Generic[P, R]):
             p.name for p in params[1:] if p.kind is inspect.Parameter.POSITIONAL_ONLY
         )
         self.limit = _checked_limit(name, options.get("limit"), self.signature)
+        self.fair = FairShare.declared(
+            name, options.get("fair"), options.get("weights"), self.signature
+        )
+        if self.fair is not None and self.limit is not None:
+            raise ConfigError(
+                f"task {name!r}: fair= and limit= together are not supported yet (a limited "
+                "task's jobs are claimed under its limit, in line order, not in turns)"
+            )
+        self.max_snoozes = _checked_max_snoozes(name, options.get("max_snoozes", 100))
+        # At most one live job per key (forklift/unique.py): its jobs' unless they say so.
+        self.unique = _checked_unique(name, options.get("unique"), self.signature)
         self._defaults = {
             p.name: p.default for p in params[1:] if p.default is not inspect.Parameter.empty
         }
@@ -184,6 +237,24 @@ class Task(Generic[P, R]):
         if self.limit is None:
             return None
         return self.limit.key_of(self.name, args, self._defaults)
+
+    def unique_key(self, task: str, args: Mapping[str, Any], unique: Unique) -> str:
+        """The unique key of this task's job with `args` (forklift/unique.py) under
+        `unique`, its own or an enqueue's, whose keys must name arguments of its handler
+        (ArgumentError)."""
+        if unique is not self.unique and (unknown := unique.unknown_keys(self.signature)):
+            raise ArgumentError(
+                f"task {self.name!r}: unique=Unique(keys=...) names "
+                f"{', '.join(map(repr, unknown))}, no argument of its handler"
+            )
+        return unique.key_of(task, args, self._defaults)
+
+    def fair_of(self, args: Mapping[str, Any]) -> tuple[str | None, float | None]:
+        """The fair key a job with `args` is stored with (jobs.fair_key; None: not fair)
+        and its weight (None: 1)."""
+        if self.fair is None:
+            return None, None
+        return self.fair.of(self.name, args, self._defaults)
 
     def __call__(self, ctx: JobContext, /, **kwargs: Any) -> R:
         return self.fn(ctx, **kwargs)
@@ -239,6 +310,8 @@ class Task(Generic[P, R]):
         queue: str | None = None,
         max_attempts: int | None = None,
         max_crashes: int | None = None,
+        unique: Unique | Literal[False] | None = None,
+        on_conflict: OnConflict | None = None,
         conn: psycopg.Connection[Any] | None = None,
         **kwargs: Any,
     ) -> int:
@@ -253,6 +326,8 @@ class Task(Generic[P, R]):
             queue=queue,
             max_attempts=max_attempts,
             max_crashes=max_crashes,
+            unique=unique,
+            on_conflict=on_conflict,
             conn=conn,
         )
 
@@ -266,6 +341,8 @@ class Task(Generic[P, R]):
         queue: str | None = None,
         max_attempts: int | None = None,
         max_crashes: int | None = None,
+        unique: Unique | Literal[False] | None = None,
+        on_conflict: OnConflict | None = None,
         conn: psycopg.AsyncConnection[Any] | None = None,
         **kwargs: Any,
     ) -> int:
@@ -281,5 +358,7 @@ class Task(Generic[P, R]):
             queue=queue,
             max_attempts=max_attempts,
             max_crashes=max_crashes,
+            unique=unique,
+            on_conflict=on_conflict,
             conn=conn,
         )

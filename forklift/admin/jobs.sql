@@ -50,8 +50,9 @@ SELECT count(*) AS scanned, min(w.id) AS oldest FROM (
 -- name: job_get
 -- One job, everything about it (its result as JSON text, its last progress, its batch,
 -- its limit key, the worker that ran its last successful attempt, the attempts added
--- for lost leases it was forgiven, its checkpoint and when it was written),
--- with the database's clock for the ages.
+-- for lost leases it was forgiven, its checkpoint and when it was written, its snoozes
+-- and when it last snoozed, its unique key, its fair key, weight and turn), with the
+-- database's clock for the ages.
 SELECT j.id, j.queue, j.task, j.state::text AS state, j.priority, j.attempts,
        j.max_attempts, j.crashes, j.max_crashes, j.created_at, j.available_at, j.started_at,
        j.completed_at, j.lease_owner, j.last_error,
@@ -59,26 +60,33 @@ SELECT j.id, j.queue, j.task, j.state::text AS state, j.priority, j.attempts,
        j.args::text AS args, j.idempotency_key, j.timeout, j.lease_until, j.errors,
        now() AS now, j.result::text AS result, j.progress, j.batch_id, j.limit_key, j.ran_by,
        j.leases_forgiven, j.checkpoint, j.checkpoint_at, j.workflow_id, j.step,
-       j.waiting_on, j.upstream_failed
+       j.waiting_on, j.upstream_failed, j.snoozes, j.snoozed_at, j.unique_key,
+       j.unique_states, j.fair_key, j.fair_weight, j.fair_turn
 FROM {schema}.jobs AS j
 WHERE j.id = %(id)s::bigint;
 
 -- name: job_retry_many
 -- Dead or cancelled jobs back to ready now (a workflow job still waiting for its upstream
 -- jobs: blocked, or cancelled again if one it needs is dead or cancelled: migration
--- 0020's workflow_hold, `became`), attempts and crashes reset to 0 and the
+-- 0020's workflow_hold, `became`), attempts, crashes and snoozes reset to 0 and the
 -- attempts added for lost leases taken back (a fresh budget, as enqueued), the retry
 -- noted in the error history; wakes their queues' workers. A checkpoint is kept (the
--- job resumes from it) unless `scratch` (`--from-scratch`): then it is cleared. Returns
--- every job found with its state, attempts and crashes before, whether it was retried,
--- and what became of its checkpoint (kept, cleared; NULL: it had none).
+-- job resumes from it) unless `scratch` (`--from-scratch`): then it is cleared. A unique
+-- job whose key another live job holds now is not retried (`held_by`: that job; the
+-- retry would be a second live job of its key: migration 0022). Returns every job
+-- found with its state, attempts and crashes before, whether it was retried, and what
+-- became of its checkpoint (kept, cleared; NULL: it had none).
 WITH old AS (
     SELECT j.id, j.state, j.attempts, j.crashes, j.batch_id,
-           j.checkpoint IS NOT NULL AS checkpointed
+           j.checkpoint IS NOT NULL AS checkpointed,
+           (SELECT h.id FROM {schema}.jobs AS h
+            WHERE j.unique_key IS NOT NULL AND h.unique_key = j.unique_key AND h.id <> j.id
+              AND {schema}.unique_holds(h.state, h.unique_states)
+            LIMIT 1) AS held_by
     FROM {schema}.jobs AS j
     WHERE j.id = ANY(%(ids)s::bigint[])
     ORDER BY j.id
-    FOR UPDATE
+    FOR UPDATE OF j
 ), batch AS (
     -- Held until commit: a batch's finisher (which locks its row) either sees these jobs
     -- open again, or finished the batch first (then they run outside it: it stays done).
@@ -89,7 +97,7 @@ WITH old AS (
 ), retried AS (
     UPDATE {schema}.jobs AS j SET
         state = 'ready', available_at = now(), completed_at = NULL, attempts = 0, crashes = 0,
-        max_attempts = j.max_attempts - j.leases_forgiven, leases_forgiven = 0,
+        snoozes = 0, max_attempts = j.max_attempts - j.leases_forgiven, leases_forgiven = 0,
         checkpoint = CASE WHEN %(scratch)s::boolean THEN NULL ELSE j.checkpoint END,
         checkpoint_at = CASE WHEN %(scratch)s::boolean THEN NULL ELSE j.checkpoint_at END,
         errors = j.errors || jsonb_build_object(
@@ -100,7 +108,7 @@ WITH old AS (
                                  WHEN %(scratch)s::boolean THEN ', checkpoint cleared'
                                  ELSE ', resumes from its checkpoint' END))
     FROM old
-    WHERE j.id = old.id AND old.state IN ('dead', 'cancelled')
+    WHERE j.id = old.id AND old.state IN ('dead', 'cancelled') AND old.held_by IS NULL
       AND (SELECT count(*) FROM batch) >= 0
     RETURNING j.id, j.queue, j.state::text AS became
 ), woken AS (
@@ -111,7 +119,8 @@ SELECT old.id, old.state::text AS was, old.attempts, old.crashes,
        old.id IN (SELECT id FROM retried WHERE became <> 'cancelled') AS done,
        (SELECT r.became FROM retried AS r WHERE r.id = old.id) AS became,
        CASE WHEN old.id NOT IN (SELECT id FROM retried) OR NOT old.checkpointed THEN NULL
-            WHEN %(scratch)s::boolean THEN 'cleared' ELSE 'kept' END AS checkpoint
+            WHEN %(scratch)s::boolean THEN 'cleared' ELSE 'kept' END AS checkpoint,
+       old.held_by
 FROM old, woken
 ORDER BY old.id;
 

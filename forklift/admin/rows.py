@@ -168,6 +168,13 @@ class JobDetail:
     step: str | None = None  # of its upstream jobs it still waits for, and the upstream
     waiting_on: int = 0  # job whose failure cancelled it (None: none did)
     upstream_failed: int | None = None
+    snoozes: int = 0  # runs that snoozed (forklift.Snooze): not counted as attempts
+    snoozed_at: datetime | None = None  # when it last snoozed (None: never)
+    unique_key: str | None = None  # a unique job's key (forklift/unique.py; None: not one)
+    unique_states: int | None = None  # and the states it holds the key in (a bitmask)
+    fair_key: str | None = None  # a fair task's job (forklift/fair.py): its key, its
+    fair_weight: float | None = None  # weight (None: 1), its turn while it waits due
+    fair_turn: float | None = None  # (None: due later, or not waiting)
 
 
 @dataclass(frozen=True)
@@ -186,6 +193,8 @@ class Acted:
     # A retried job's state after: ready; blocked (a workflow step waiting for its
     # upstream jobs); cancelled (one it needs is still dead or cancelled: not retried).
     became: str | None = None
+    # A unique job not retried: the live job that holds its key now (None: none does).
+    held_by: int | None = None
 
     @property
     def checkpoint_note(self) -> str:

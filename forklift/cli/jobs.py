@@ -61,11 +61,12 @@ examples:
 """
 
 SHOW_DESCRIPTION = f"""\
-Show one job: its state, attempts and crashes, timings, arguments and result (each cut
-to {jobview.ARGS_CHARS} characters; values of secret-looking keys and DSN passwords are
-hidden), the progress it last reported (done/total, message, how long ago), its batch,
-and its whole error history: for each attempt that failed, when, on which worker, the
-error and its traceback; an operator's retry or cancel as who did it and when.
+Show one job: its state, attempts and crashes (and snoozes, if it snoozed), timings,
+arguments and result (each cut to {jobview.ARGS_CHARS} characters; values of
+secret-looking keys and DSN passwords are hidden), the progress it last reported
+(done/total, message, how long ago), its batch, and its whole error history: for each
+attempt that failed, when, on which worker, the error and its traceback; an operator's
+retry or cancel as who did it and when.
 
 --json prints one object with the keys of a `jobs list` job ({jobview.JOB_KEYS}), and
 args (the JSON text of the arguments, made safe as above), args_truncated,
@@ -80,6 +81,10 @@ limit_key (its
 task limit's key value, or null), worker (the worker that runs it or ran its last
 attempt, or null: it never ran), leases_forgiven (attempts added to max_attempts for
 leases lost with their worker before the handler ran: not charged, at most 3),
+snoozes (runs that snoozed: forklift.Snooze, not counted as attempts) and snoozed_at
+(when it last did: ISO 8601 UTC, or null), unique_key and unique_states (a unique job's
+key and the states in which it holds it, or null), fair_key, fair_weight and fair_turn
+(a fair task's job: its key, its weight, its turn in line while it waits due; or null),
 checkpoint (a resumable job's checkpoint, whole, secrets hidden as above: an object with
 v, state, cursors, steps, ran; null: none) and checkpoint_at (when it was written: ISO
 8601 UTC, or null).

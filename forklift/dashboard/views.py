@@ -68,10 +68,12 @@ class JobView:
             ("state", j.state),
             ("attempts", f"{j.attempts} of {j.max_attempts}"),
             ("crashes", f"{j.crashes} of {j.max_crashes}"),
+            *snooze_fields(d),
             ("priority", str(j.priority)),
             ("key", d.idempotency_key or "-"),
             ("progress", self.progress),
             ("limit key", d.limit_key or "-"),
+            *([] if (fair := jobview.fair_text(d)) is None else [("fair key", fair)]),
             ("timeout", "-" if d.timeout is None else f"{d.timeout:g} s"),
             ("enqueued", output.when(j.created_at, now)),
             ("available", output.when(j.available_at, now)),
@@ -95,6 +97,12 @@ class JobView:
     @property
     def cancellable(self) -> bool:
         return self.job.state in ("ready", "running")
+
+
+def snooze_fields(detail: JobDetail) -> list[tuple[str, str]]:
+    """How often the job snoozed, and when last, as `jobs show` tells it (none: never)."""
+    text = jobview.snooze_text(detail)
+    return [] if text is None else [("snoozes", text)]
 
 
 def checkpoint_fields(checkpoint: Checkpoint | None, now: datetime) -> list[tuple[str, str]]:

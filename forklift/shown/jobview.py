@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from forklift import _display
 from forklift._redact import redact
 from forklift.shown import output
+from forklift.unique import STATE_BITS
 
 if TYPE_CHECKING:
     from forklift.admin.rows import Acted, JobDetail, JobRow, Progress
@@ -87,6 +88,13 @@ def detail_json(detail: JobDetail) -> dict[str, Any]:
         "limit_key": detail.limit_key,
         "worker": worker(detail),
         "leases_forgiven": detail.leases_forgiven,
+        "snoozes": detail.snoozes,
+        "snoozed_at": output.utc(detail.snoozed_at),
+        "unique_key": detail.unique_key,
+        "unique_states": unique_states(detail),
+        "fair_key": detail.fair_key,
+        "fair_weight": detail.fair_weight,
+        "fair_turn": detail.fair_turn,
     }
 
 
@@ -101,6 +109,52 @@ def workflow_text(detail: JobDetail) -> str:
     if detail.upstream_failed is not None:
         text += f", cancelled: upstream job {detail.upstream_failed} did not succeed"
     return text
+
+
+def snooze_text(detail: JobDetail) -> str | None:
+    """How often the job snoozed and when last (None: never, and nothing is shown)."""
+    if not detail.snoozes:
+        return None
+    return f"{detail.snoozes}, last {output.when(detail.snoozed_at, detail.now)}"
+
+
+def snooze_lines(detail: JobDetail) -> list[str]:
+    """`jobs show`'s snoozes line, for a job that snoozed."""
+    text = snooze_text(detail)
+    return [] if text is None else [f"  snoozes      {text}"]
+
+
+def unique_states(detail: JobDetail) -> list[str] | None:
+    """The states in which a unique job holds its key (None: not a unique job)."""
+    if detail.unique_states is None:
+        return None
+    return [name for name, bit in STATE_BITS.items() if detail.unique_states & bit]
+
+
+def unique_lines(detail: JobDetail) -> list[str]:
+    """`jobs show`'s unique key line, for a unique job: the key, and the states in which
+    it holds it."""
+    if detail.unique_key is None:
+        return []
+    states = ", ".join(unique_states(detail) or [])
+    return [f"  unique key   {_display.line(detail.unique_key)} (held while {states})"]
+
+
+def fair_text(detail: JobDetail) -> str | None:
+    """A fair task's job's key, weight and turn (None: not a fair task's job)."""
+    if detail.fair_key is None:
+        return None
+    weight = "" if detail.fair_weight is None else f", weight {detail.fair_weight:g}"
+    turn = "" if detail.fair_turn is None else f", turn {detail.fair_turn:g}"
+    if detail.fair_turn is None and detail.job.state == "ready":
+        turn = ", no turn (due later: it joins the line as it falls due)"
+    return f"{detail.fair_key}{weight}{turn}"
+
+
+def fair_lines(detail: JobDetail) -> list[str]:
+    """`jobs show`'s fair key line, for a fair task's job."""
+    text = fair_text(detail)
+    return [] if text is None else [f"  fair key     {_display.line(text)}"]
 
 
 def _forgiven_text(detail: JobDetail) -> str:
@@ -239,14 +293,17 @@ def print_detail(detail: JobDetail) -> None:
         f"job {job.id}: {shown(job.task)} in queue {shown(job.queue)}, {job.state}",
         f"  attempts     {job.attempts} of {job.max_attempts}{_forgiven_text(detail)}",
         f"  crashes      {job.crashes} of {job.max_crashes}",
+        *snooze_lines(detail),
         f"  priority     {job.priority}",
         f"  key          {shown(detail.idempotency_key or '-')}",
+        *unique_lines(detail),
         f"  args         {shown(args)}{' (truncated)' if truncated else ''}",
         f"  result       {_result_text(detail.result)}",
         f"  progress     {shown(progress_text(detail.progress, now))}",
         f"  batch        {'-' if detail.batch_id is None else detail.batch_id}",
         f"  workflow     {shown(workflow_text(detail))}",
         f"  limit key    {shown(detail.limit_key or '-')}",
+        *fair_lines(detail),
         f"  timeout      {'-' if detail.timeout is None else f'{detail.timeout:g} s'}",
         f"  enqueued     {output.when(job.created_at, now)}",
         f"  available    {output.when(job.available_at, now)}",
@@ -284,6 +341,11 @@ def retry_line(a: Acted) -> str:
             f"job {a.id}: not retried: an upstream job of its workflow is still dead or "
             "cancelled (`forklift jobs show` names it): retry that one, and this one "
             "comes back with it"
+        )
+    if a.held_by is not None and not a.done:
+        return (
+            f"job {a.id}: not retried: job {a.held_by} holds its unique key now (a retry "
+            "would make a second live job of it)"
         )
     if not a.done:
         return f"job {a.id}: not retried: it is {a.was} (only dead and cancelled jobs are)"

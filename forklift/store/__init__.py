@@ -103,7 +103,10 @@ class JobStore:
         self.async_effects = async_effects
         self.budget = async_effects.budget if async_effects is not None else None
         self.schema = schema
-        self.q = _sql.load("forklift.store", "queries.sql", schema)
+        self.q = {
+            **_sql.load("forklift.store", "queries.sql", schema),
+            **_sql.load("forklift.store", "fair.sql", schema),
+        }
         self.producing = ProducerLimits(schema)
         self.inserts = Inserts(self.q, self.producing, insert_chunk)
         conninfo = pool.conninfo  # a str, or a callable that makes one per connection
@@ -198,11 +201,15 @@ class JobStore:
         *,
         expired: bool,
         floor: datetime | None = None,
+        fair: bool = False,
     ) -> Claim:
         """Complete `done` (as job_complete_many) if any, then claim as job_claim (from
-        `floor`, None: a rewind) in one transaction and round trip, the claim seeing the
-        slots they free. A claim alone commits without waiting for its flush."""
-        claiming = claim_statement(self.q, queues, owner, limit, lease, expired, done, floor)
+        `floor`, None: a rewind; `fair`: in turns across fair keys, job_claim_fair) in one
+        transaction and round trip, the claim seeing the slots they free. A claim alone
+        commits without waiting for its flush."""
+        claiming = claim_statement(
+            self.q, queues, owner, limit, lease, expired, done, floor, fair=fair
+        )
         with translated("claim failed", self.where), self.pool.connection() as conn:
             if not done:
                 cursor = conn.cursor(row_factory=dict_row)
@@ -212,12 +219,6 @@ class JobStore:
                 claim.row_factory = dict_row
                 rows, completed = claim.fetchall(), set(_db.column(completing, "id"))
         return _rows.claim(rows, limit, completed)
-
-    def job_trace_contexts(self, ids: Sequence[int]) -> list[tuple[int, Any]]:
-        """(id, trace context) of the jobs among `ids` enqueued with one (_tracing.py)."""
-        with translated("trace context lookup failed", self.where), self.pool.connection() as conn:
-            cursor = conn.execute(self.q["job_trace_contexts"], {"ids": list(ids)})
-            return [(row.id, row.trace_context) for row in _db.rows(cursor, TraceContext)]
 
     def job_next_available(self, queues: Sequence[str], since: float = 0.0) -> float | None:
         """Seconds until a job a plain claim `since` s ago could take falls due; None: none."""
@@ -374,16 +375,17 @@ class JobStore:
             conn.execute(self.q["limit_windows_prune"])
             return conn.execute(self.q["job_prune"], params).rowcount
 
-    def jobs_owned(self) -> bool:
-        """Whether this role owns the jobs table (may VACUUM it)."""
-        with (
-            translated("reading the jobs table's owner failed", self.where),
-            self.pool.connection() as conn,
-        ):
-            return bool(_db.scalar(conn.execute(self.q["jobs_owned"])))
-
 
 # -- maintenance's VACUUM ---------------------------------------------------------------
+
+
+def jobs_owned(store: JobStore) -> bool:
+    """Whether this role owns the jobs table (may VACUUM it)."""
+    with (
+        translated("reading the jobs table's owner failed", store.where),
+        store.pool.connection() as conn,
+    ):
+        return bool(_db.scalar(conn.execute(store.q["jobs_owned"])))
 
 
 class VacuumDue(NamedTuple):
@@ -473,6 +475,43 @@ def job_checkpoint(store: JobStore, job_id: int, conn: Conn | None = None) -> tu
     return row[0], float(row[1] or 0.0)
 
 
+# -- snoozes (forklift.Snooze; workers/recorder.py) -------------------------------------
+
+
+class Snoozed(NamedTuple):
+    """A job_snooze_many row: whether the job snoozed (False: its task's max_snoozes was
+    reached, and it is still running, ours to fail), and its snoozes before this one."""
+
+    id: int
+    snoozed: bool
+    snoozes: int
+
+
+def job_snooze_many(
+    store: JobStore, held: Sequence[tuple[int, int, float, int]], owner: str
+) -> list[Snoozed]:
+    """Give (id, attempt, delay, max_snoozes) jobs back to ready after `delay` seconds
+    (database clock), attempt not counted, unless they have max_snoozes already; a row
+    for each lease `owner` still holds (a lease lost has none)."""
+    params = {**_leases(held, delays=2, bounds=3), "owner": owner}
+    with translated("snooze failed", store.where), store.pool.connection() as conn:
+        return _db.rows(conn.execute(store.q["job_snooze_many"], params), Snoozed)
+
+
+def job_trace_contexts(store: JobStore, ids: Sequence[int]) -> list[tuple[int, Any]]:
+    """(id, trace context) of the jobs among `ids` enqueued with one (_tracing.py)."""
+    with translated("trace context lookup failed", store.where), store.pool.connection() as conn:
+        cursor = conn.execute(store.q["job_trace_contexts"], {"ids": list(ids)})
+        return [(row.id, row.trace_context) for row in _db.rows(cursor, TraceContext)]
+
+
+def job_fair_queues(store: JobStore, queues: Sequence[str]) -> set[str]:
+    """Which of `queues` hold fair jobs ready to run (store/fair.sql)."""
+    params = {"queues": list(queues)}
+    with translated("fair-queue lookup failed", store.where), store.pool.connection() as conn:
+        return set(_db.scalars(conn.execute(store.q["job_fair_queues"], params)))
+
+
 def job_release_unknown(store: JobStore, owner: str, known: Sequence[int]) -> set[int]:
     """Give back, attempt not counted, the jobs `owner` holds that are not among `known`
     (claimed by a statement whose answer was lost); the ids released."""
@@ -490,12 +529,17 @@ def claim_statement(
     expired: bool,
     done: Sequence[Completion],
     floor: datetime | None,
+    *,
+    fair: bool = False,
 ) -> tuple[str, dict[str, Any]]:
-    """The claim to run: job_claim_one for one queue without the expiry scan (the usual
-    claim, planned in half the time, its default priority read from `floor`), job_claim
-    otherwise. Alone in its transaction (no completions `done` with it), it commits
-    without waiting for its WAL flush (queries.sql, `_claim_commit`)."""
+    """The claim to run: job_claim_fair where fair jobs wait (`fair`); job_claim_one for
+    one queue without the expiry scan (the usual claim, planned in half the time, its
+    default priority read from `floor`), job_claim otherwise. Alone in its transaction
+    (no completions `done` with it), it commits without waiting for its WAL flush
+    (queries.sql, `_claim_commit`)."""
     common = {"owner": owner, "limit": limit, "lease": lease, "alone": not done}
+    if fair:
+        return q["job_claim_fair"], {"queues": list(queues), "expired": expired, **common}
     if len(queues) == 1 and not expired:
         return q["job_claim_one"], {"queue": queues[0], "floor": floor, **common}
     return q["job_claim"], {"queues": list(queues), "expired": expired, **common}

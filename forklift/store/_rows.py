@@ -27,6 +27,16 @@ class NewJob:
     batch_id: int | None = None
     limit_key: str | None = None  # its task limit's key value (Limit(key=...))
     trace_context: str | None = None  # its enqueue span's W3C context, JSON (_tracing.py)
+    # A fair task's job (forklift/fair.py): its key's value, and its weight (None: 1).
+    fair_key: str | None = None
+    fair_weight: float | None = None
+    # A unique job's (forklift/unique.py): its key before the period's number, the period
+    # (seconds; None: none), the states its key holds in (a bitmask), and what an enqueue
+    # does when a live job holds the key ("keep", "replace" or "raise").
+    unique_key: str | None = None
+    unique_period: float | None = None
+    unique_states: int | None = None
+    on_conflict: str = "keep"
 
     @property
     def due_now(self) -> bool:
@@ -53,6 +63,9 @@ class Claim(NamedTuple):
     # Where the queue's next plain claim may start reading its default-priority jobs
     # (job_claim_one's `floor`; workers/claimer.py, Floors); None: it did not say.
     floor: datetime | None = None
+    # It emptied its queue's plain line while fair jobs wait there (job_claim_one): claim
+    # them in turns (store/fair.sql) at once.
+    fair_waiting: bool = False
 
 
 @dataclass(slots=True)
@@ -103,7 +116,14 @@ def claim(rows: Sequence[Mapping[str, Any]], limit: int, completed: set[int]) ->
     """A plain claim's rows (job_claim_one, job_claim) as a Claim, with the ids its
     transaction `completed`."""
     floor = rows[0]["floor"] if rows and "floor" in rows[0] else None
-    return Claim(claimed(rows), completed=completed, next_due=next_due(rows, limit), floor=floor)
+    fair = bool(rows and rows[0].get("fair_waiting"))
+    return Claim(
+        claimed(rows),
+        completed=completed,
+        next_due=next_due(rows, limit),
+        floor=floor,
+        fair_waiting=fair,
+    )
 
 
 class JobState(enum.StrEnum):

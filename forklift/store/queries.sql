@@ -57,6 +57,59 @@ RETURNING id, idempotency_key;
 SELECT id, idempotency_key FROM {schema}.jobs
 WHERE idempotency_key = ANY(%(keys)s::text[]);
 
+-- name: job_insert_unique
+-- Insert one unique job (forklift/unique.py), unless a live job holds its key or its
+-- idempotency key is taken: then nothing. `quiet`: marked quiet first, as
+-- job_insert_quiet (a CASE, so that a loud insert never marks its transaction).
+INSERT INTO {schema}.jobs ({_job_columns}, idempotency_key, available_at, unique_key,
+    unique_states)
+SELECT {_job_columns}, idempotency_key, {_job_due}, {_unique_key}, unique_states
+FROM (VALUES ({_job_values}, {_unique_values}))
+    AS j({_job_columns}, idempotency_key, run_at, delay, {_unique_fields})
+WHERE CASE WHEN %(quiet)s::boolean THEN set_config('forklift.quiet', 'on', true) = 'on'
+           ELSE true END
+ON CONFLICT DO NOTHING
+RETURNING id, unique_key;
+
+-- name: job_insert_replace
+-- Insert one unique job, or give the ready job holding its key its arguments and due
+-- time instead (_unique_replace): the id and stored key of the job inserted or
+-- replaced; no row if a running job holds its key, or its idempotency key is taken.
+-- `quiet`: as job_insert_unique's.
+WITH j AS (
+    SELECT j.*, {_unique_key} AS held_key
+    FROM (VALUES ({_job_values}, {_unique_values}))
+        AS j({_job_columns}, idempotency_key, run_at, delay, {_unique_fields})
+    WHERE CASE WHEN %(quiet)s::boolean THEN set_config('forklift.quiet', 'on', true) = 'on'
+               ELSE true END
+), {_unique_replace};
+
+-- name: job_insert_many_unique
+-- job_insert_unique of many jobs (their keys distinct, in key order: _inserts.py): the
+-- ids and keys of those inserted.
+INSERT INTO {schema}.jobs ({_job_columns}, idempotency_key, available_at, unique_key,
+    unique_states)
+SELECT {_job_columns}, idempotency_key, {_job_due}, {_unique_key}, unique_states
+FROM unnest({_job_arrays}, {_unique_arrays})
+    AS j({_job_columns}, idempotency_key, run_at, delay, {_unique_fields})
+ON CONFLICT DO NOTHING
+RETURNING id, unique_key;
+
+-- name: job_unique_holders
+-- The jobs that held new jobs' unique keys when their inserts met them (their keys before
+-- the period's number, with their periods, as `_unique_key` makes them), by key: the
+-- newest job of each key, live still or just finished (jobs_unique_key_idx). Not only
+-- the live ones: a holder that finished since is the answer all the same, and looking
+-- again for a live one would insert a key again after later ones in the transaction,
+-- out of the key order that keeps bulk enqueues from deadlocking.
+SELECT h.id, j.unique_key
+FROM unnest(%(unique_key)s::text[], %(unique_period)s::float8[]) AS j(unique_key, unique_period)
+CROSS JOIN LATERAL (
+    SELECT h.id FROM {schema}.jobs AS h
+    WHERE h.unique_key = {_unique_key}
+    ORDER BY h.id DESC LIMIT 1
+) AS h;
+
 -- name: job_ids_reserve
 -- Reserve n job ids from the identity sequence (for COPY).
 SELECT nextval('{schema}.jobs_id_seq'::regclass)
@@ -77,6 +130,18 @@ SELECT set_config('synchronous_commit', 'off', true),
 -- name: job_copy
 -- Bulk-load jobs that are due now and carry no idempotency key, with reserved ids.
 COPY {schema}.jobs (id, {_job_columns}) FROM STDIN;
+
+-- name: job_copy_unique
+-- Bulk-load unique jobs (no idempotency key, none replacing), with reserved ids, their
+-- due times and their keys as stored (the period's number drawn from job_clock's
+-- reading): in a savepoint, for one of them meeting a live holder's key undoes them all
+-- (_inserts.UniqueInserts).
+COPY {schema}.jobs (id, {_job_columns}, available_at, unique_key, unique_states) FROM STDIN;
+
+-- name: job_clock
+-- The transaction's time on the database's clock, as a timestamp and as seconds since
+-- the epoch (what `_unique_key` divides into periods).
+SELECT now(), extract(epoch FROM now())::float8;
 
 -- name: job_claim
 -- Claim up to `limit` due jobs of the given queues for `owner`, in priority order, plus
@@ -159,12 +224,12 @@ RETURNING {_claimed};
 -- the time an idle worker took to claim a new job (0.5 of 1.0 ms, fsync included).
 --
 -- The default priority's jobs are read from `floor` on (workers/claimer.py, Floors),
--- through an index of their own (jobs_ready_usual_idx, migration 0016). Every job of
+-- through an index of their own (jobs_ready_plain_idx, migrations 0016 and 0024). Every job of
 -- the queue claimed before leaves a dead version in the ready indexes, which no vacuum
 -- can remove while another transaction holds the horizon back (an idle transaction, a
 -- long report): a claim from the start of the line walks them all (35 ms a claim under
 -- 120,000 of them, against 0.4 ms from the floor). Jobs of other priorities (their own
--- index, jobs_ready_ranked_idx), and a claim with no floor (NULL: a rewind), are read
+-- index, jobs_ready_plain_ranked_idx), and a claim with no floor (NULL: a rewind), are read
 -- from the start. The lines are read one after another, highest priority first, each
 -- only as far as the limit still needs: a job locked here is one this claim takes.
 -- Each row says where the next claim's floor may be (`floor`): the due time of the last
@@ -176,7 +241,9 @@ RETURNING {_claimed};
 -- not take is another claim's, or under a limit; the jobs it took, which its snapshot
 -- still sees ready, are due now too). The worker then sleeps until then without a
 -- lookup of its own, which kept the GIL from the thread starting the job it had just
--- claimed (0.1 ms of a job's start). A claim that filled does not look.
+-- claimed (0.1 ms of a job's start). A claim that filled does not look. Nor does it
+-- take fair jobs (store/fair.sql): one that emptied says whether any wait
+-- (`fair_waiting`), and the worker claims them in turns at once.
 WITH picked AS (
     SELECT * FROM (SELECT j.id, j.priority, j.available_at
      FROM {schema}.jobs j
@@ -218,27 +285,14 @@ SELECT t.*,
         ORDER BY n.available_at
         LIMIT 1
     ) END AS next_due,
+    e.emptied AND (SELECT {_fair_waiting} FROM (SELECT %(queue)s::text AS name) AS q)
+        AS fair_waiting,
     CASE WHEN e.emptied THEN greatest(%(floor)s::timestamptz, now() - interval '1 second')
         ELSE coalesce((SELECT least(max(p.available_at), now() - interval '1 second')
                        FROM picked AS p WHERE p.priority = 0 HAVING count(*) > 0),
                       %(floor)s::timestamptz)
     END AS floor
 FROM emptied AS e LEFT JOIN taken AS t ON true;
-
--- name: _claim_commit
--- A fragment: how a claim's commit waits. A claim on its own (`%(alone)s`) commits
--- without waiting for its WAL flush (synchronous_commit off for its transaction only):
--- nothing in it needs to survive a database crash. If one is lost, its jobs are ready
--- again with the attempt uncounted; a handler already started for one of them can
--- complete nothing (its completion is fenced by the lease the crash took back, and
--- any effect rolls back with it), and the job runs again: at-least-once, each effect
--- once. A WAL flush is sequential, so any later commit that waits (a completion)
--- makes the claim durable too. A claim that carries completions waits as they must.
--- It took a sixth of an idle worker's claim here (0.1 of 0.6 ms), far more on disks
--- slower to flush.
-(SELECT set_config('synchronous_commit',
-    CASE WHEN %(alone)s::boolean THEN 'off' ELSE current_setting('synchronous_commit') END,
-    true)) IS NOT NULL
 
 -- name: job_next_available
 -- Seconds until the next job a plain claim of the given queues could take falls due,
@@ -374,6 +428,37 @@ WITH mine AS (
     FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS h(id, attempt),
     {_held_lease}
 ), {_release_mine};
+
+-- name: job_snooze_many
+-- Give jobs back to run again later (forklift.Snooze): ready at now() + their `delays`
+-- (database clock), their attempt not counted but a snooze counted instead; fenced. Only
+-- those with fewer snoozes than their `bounds` (the task's max_snoozes): the others stay
+-- running, for the worker to record as failed attempts. Each lease's id, whether it
+-- snoozed, and its snoozes before this one. Wakes workers, so an idle one sleeps until
+-- the job is due, not for its poll interval. Rows in id order, as every write over many.
+WITH mine AS (
+    SELECT j.id, h.delay, h.bound
+    FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(delays)s::float8[],
+                %(bounds)s::integer[])
+      AS h(id, attempt, delay, bound),
+    {_held_lease}
+), snoozed AS (
+    UPDATE {schema}.jobs AS j SET
+        state = 'ready', attempts = j.attempts - 1, lease_owner = NULL, lease_until = NULL,
+        available_at = now() + make_interval(secs => mine.delay),
+        snoozes = j.snoozes + 1, snoozed_at = now()
+    FROM mine
+    WHERE j.id = mine.id AND j.snoozes < mine.bound
+    RETURNING j.id, j.queue
+), woken AS (
+    SELECT count(pg_notify('{channel}', q.queue)) AS n
+    FROM (SELECT DISTINCT queue FROM snoozed) AS q
+)
+SELECT mine.id, snoozed.id IS NOT NULL AS snoozed, j.snoozes
+FROM mine CROSS JOIN woken
+JOIN {schema}.jobs AS j ON j.id = mine.id
+LEFT JOIN snoozed ON snoozed.id = mine.id
+ORDER BY mine.id;
 
 -- name: job_rescue_exhausted
 -- Expired leases with no attempts left go dead (lost to a vanished worker; a worker

@@ -19,7 +19,14 @@ from forklift._events import emit
 from forklift._service import TestSignal, run_every
 from forklift._singleton import singleton
 from forklift.errors import DatabaseError
-from forklift.store import Conn, JobStore, jobs_vacuum, jobs_vacuum_due, short_connection
+from forklift.store import (
+    Conn,
+    JobStore,
+    jobs_owned,
+    jobs_vacuum,
+    jobs_vacuum_due,
+    short_connection,
+)
 from forklift.workers.batch_ends import BatchSweep
 
 log = logging.getLogger(__name__)
@@ -160,7 +167,7 @@ class Maintenance:
             return False
         self._next_vacuum = now + self.config.interval
         if self._may_vacuum is None:
-            self._may_vacuum = self.store.jobs_owned()
+            self._may_vacuum = jobs_owned(self.store)
             if not self._may_vacuum:
                 emit(log, "maintenance.no_vacuum", reason="not the owner of the jobs table")
         if not self._may_vacuum:

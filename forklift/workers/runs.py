@@ -13,7 +13,7 @@ from typing import Any
 from forklift import _tracing
 from forklift.app import App
 from forklift.errors import DatabaseError
-from forklift.store import AsyncEffect, ClaimedJob, Effect, JobStore
+from forklift.store import AsyncEffect, ClaimedJob, Effect, JobStore, job_trace_contexts
 from forklift.task import Task
 from forklift.workers import executor, progress
 from forklift.workers.aio import AsyncRunner, Begin
@@ -78,7 +78,7 @@ class JobRuns:
         """Hand claimed jobs to their runners (with their trace contexts, when traced)."""
         if self.tracer is not None and contexts:
             try:
-                rows = self.store.job_trace_contexts([c.job_id for c in contexts])
+                rows = job_trace_contexts(self.store, [c.job_id for c in contexts])
                 found = _tracing.contexts(rows)
             except DatabaseError:
                 found = {}  # their spans start new traces: no job waits on tracing
@@ -181,10 +181,13 @@ class JobRuns:
         return result, ctx.take_effect()
 
     def record(self, ctx: JobContext, task: Task[Any, Any] | None, result: Result) -> None:
-        """A success goes to the completer's group commit; a failure is written now."""
+        """A success goes to the completer's group commit; a snooze or a failure is
+        written now."""
         if result.succeeded:
             # Queued first: the claim loop that returned() wakes takes it with its claim.
             self.completer.submit(ctx)  # group-committed, then recorded
             self.events.returned(ctx)
+        elif result.snooze is not None:
+            self.recorder.snooze(ctx, task, result)
         else:
             self.recorder.fail(ctx, task, result)

@@ -25,6 +25,8 @@ SHOW_KEYS = JOB_KEYS | {
     "args", "args_truncated", "idempotency_key", "timeout_seconds", "lease_until", "errors",
     "result", "progress", "batch_id", "limit_key", "worker", "leases_forgiven", "checkpoint",
     "checkpoint_at", "workflow_id", "step", "waiting_on", "upstream_failed",
+    "snoozes", "snoozed_at", "unique_key", "unique_states", "fair_key", "fair_weight",
+    "fair_turn",
 }  # fmt: skip
 ERROR_KEYS = {"attempt", "at", "worker", "error", "traceback"}
 
@@ -78,6 +80,7 @@ def test_a_job_failing_to_dead_is_found_read_and_retried_to_success(
             "attempts_before": 2,
             "crashes_before": 0,
             "checkpoint": None,
+            "unique_key_held_by": None,
         }
     ]
     documented(set(retried[0]), "jobs", "retry")

@@ -125,10 +125,13 @@ def _names_used_by_the_store() -> set[str]:
 def test_store_queries_load_for_the_schema() -> None:
     used = _names_used_by_the_store()
     assert len(used) >= 10, used  # the grep itself works
-    queries = _sql.load("forklift.store", "queries.sql", "forklift")
+    queries = {
+        **_sql.load("forklift.store", "queries.sql", "forklift"),
+        **_sql.load("forklift.store", "fair.sql", "forklift"),
+    }
     assert used <= set(queries), sorted(used - set(queries))
     # A statement that reads or writes no table names no schema (a session setting).
-    schemaless = {"effect_limits", "effect_limits_end", "quiet"}
+    schemaless = {"effect_limits", "effect_limits_end", "quiet", "job_clock"}
     for name, sql in queries.items():
         assert sql, name
         assert "{schema}" not in sql, name
