@@ -42,6 +42,11 @@ from the jobs' timestamps (the database's clock).
    `forklift` package): the --jobs no-op drain of `bench.apps:app` (no fair task) by
    this tree against DIR's, each in its own schema migrated by its own version and
    filled by its own producer, alternately, --rounds each. Target: >= 0.97x.
+4. what the schema costs plain jobs: the same drain, this tree's forklift, in a schema as
+   migrated against one without the fair-turn triggers and the unique and fair partial
+   indexes (every row written evaluates their predicates), alternately, --rounds each.
+   Target: >= 0.97x. (Phase 3 compares two versions' processes too, which the machine's
+   noise makes hard to read at a few per cent.)
 
 Before each drain and run the bench waits up to --quiet seconds for the rest of the
 machine to go quiet. Every number is printed beside its target, in one table at the end.
@@ -626,6 +631,67 @@ def phase_baseline(bench: FairBench, args: argparse.Namespace, rows: list[Row]) 
     )
 
 
+# -- 4. what issue 40's schema costs plain jobs ------------------------------------------
+
+# What migrations 0022-0024 add that a plain job's insert, claim and completion may pay
+# for: the triggers that deal and take fair turns, and the partial indexes of unique and
+# fair jobs (every row written evaluates their predicates). Dropped in phase 4's bare
+# schema.
+BARE = (
+    "DROP TRIGGER jobs_fair_turn ON {s}.jobs",
+    "DROP TRIGGER jobs_fair_turn_later ON {s}.jobs",
+    "DROP INDEX {s}.jobs_unique_idx",
+    "DROP INDEX {s}.jobs_unique_key_idx",
+    "DROP INDEX {s}.jobs_ready_fair_idx",
+    "DROP INDEX {s}.jobs_ready_fair_key_idx",
+    "DROP INDEX {s}.jobs_ready_fair_late_idx",
+)
+
+
+def phase_bare(bench: FairBench, args: argparse.Namespace, rows: list[Row]) -> None:
+    """Phase 4's rows: the plain no-op drain in a schema as migrated against one without
+    what migrations 0022-0024 add to every row's writes (BARE), this tree's forklift in
+    both, alternately: the schema's share of phase 3's ratio, without the noise of two
+    versions' processes."""
+    n = args.jobs
+    rates: dict[str, list[float]] = {}
+    with contextlib.ExitStack() as stack:
+        benches = {
+            label: stack.enter_context(FairBench(bench.dsn, HERE, apps.register).session())
+            for label in ("as migrated", "bare")
+        }
+        for statement in BARE:
+            benches["bare"].db.execute(statement.format(s=benches["bare"].schema))
+        for r, label in rotated(tuple(benches), args.rounds):
+            say(f"bare: round {r + 1} of {args.rounds}, {n:,} no-ops, schema {label} ...")
+            one = benches[label]
+            one.reset()
+            one.run_tree("-c", FILL, str(n))
+            wait_quiet(QUIET_CORES, args.quiet)
+            rates.setdefault(label, []).append(one.drain(n, PLAIN_APP))
+            say(f"    {rates[label][-1]:,.0f} jobs/s")
+        bench.logged += [line for one in benches.values() for line in one.logged]
+    full, bare = (statistics.median(rates[label]) for label in benches)
+    each = f"median of {args.rounds}"
+    rows.append(
+        Row(f"plain drain of {n:,} no-ops, schema as migrated ({each})", f"{full:,.0f} jobs/s")
+    )
+    rows.append(
+        Row(
+            f"  the same, fair triggers and unique/fair indexes dropped ({each})",
+            f"{bare:,.0f} jobs/s",
+        )
+    )
+    rows.append(
+        Row(
+            "  as migrated / dropped",
+            f"{full / bare:.2f}x",
+            f">= {PLAIN_RATIO:.2f}x",
+            full / bare >= PLAIN_RATIO,
+        )
+    )
+
+
 # -- command line ------------------------------------------------------------------------
 
 
@@ -650,6 +716,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="phase 3: the forklift package in DIR against this tree's",
     )
     p.add_argument(
+        "--phases",
+        default="1,2,3,4",
+        help="which phases to run, comma-separated (%(default)s; 3 needs --baseline)",
+    )
+    p.add_argument(
         "--quiet",
         type=non_negative_float,
         default=10.0,
@@ -672,6 +743,9 @@ def defaults(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.N
         p.error("--sleep-ms must be between 1 and 1000")
     if args.baseline and not (args.baseline / "forklift" / "__init__.py").exists():
         p.error(f"--baseline {args.baseline}: no forklift package in it")
+    args.phases = set(args.phases.split(","))
+    if not args.phases or not args.phases <= {"1", "2", "3", "4"}:
+        p.error("--phases takes 1, 2, 3 and 4, comma-separated")
     return args
 
 
@@ -681,9 +755,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows: list[Row] = []
     started = time.monotonic()
     with FairBench(args.dsn).session() as bench:
-        phase_noisy(bench, args, rows)
-        phase_drain(bench, args, rows)
-        phase_baseline(bench, args, rows)
+        phases = (("1", phase_noisy), ("2", phase_drain), ("3", phase_baseline), ("4", phase_bare))
+        for phase, run in phases:
+            if phase in args.phases:
+                run(bench, args, rows)
         logged = [line for line in bench.logged if line.strip()]
     print(
         f"bench.fairness on this machine, load average {load_average()}, "
