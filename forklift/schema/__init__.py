@@ -110,6 +110,8 @@ def _migrate_locked(conn: psycopg.Connection[Any], schema: str) -> list[int]:
         record = {"version": migration.version, "name": migration.name}
         with conn.transaction():
             if not how:
+                if conn.execute(q["jobs_rows"]).fetchone() is not None:
+                    conn.execute(q["jobs_lock"])  # the strongest lock first (jobs_lock)
                 conn.execute(_sql.render(migration.text, schema).encode("utf-8"))
             conn.execute(q["migration_record"], {**record, "checksum": migration.checksum})
         log.info("applied migration %04d_%s to schema %s%s", *record.values(), schema, how)

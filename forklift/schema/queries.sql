@@ -23,6 +23,17 @@ SELECT version, name, checksum FROM {schema}.schema_migrations;
 INSERT INTO {schema}.schema_migrations (version, name, checksum)
 VALUES (%(version)s::integer, %(name)s::text, %(checksum)s::text);
 
+-- name: jobs_lock
+-- First in a migration's transaction, once the jobs table exists: the strongest lock a
+-- migration takes on it, taken before any weaker one. A migration that took a weaker
+-- lock first (CREATE INDEX's) and a stronger one later (DROP INDEX's, ALTER TABLE's)
+-- deadlocked with a live worker between the two: the worker, holding what its claim had
+-- read, waited for its update behind the first lock, and the migration for the second
+-- behind the worker's read. Waiting here first, the migration holds nothing a worker
+-- waits for (a worker's update goes ahead of a waiting lock that needs what it holds).
+-- (Not taken before the first migration, which makes the table: jobs_rows says.)
+LOCK TABLE {schema}.jobs IN ACCESS EXCLUSIVE MODE;
+
 -- name: jobs_rows
 -- How many rows the jobs table holds, as last analyzed; never analyzed, guessed from
 -- its size (30 rows a page). No row: no such table yet.

@@ -24,6 +24,7 @@ import pytest
 
 import forklift
 from forklift import schema as migrations
+from forklift.testing import wait_for
 
 SNAPSHOT = Path(__file__).with_name("canonical_schema.txt")
 UPDATE_SNAPSHOT = os.environ.get("FORKLIFT_UPDATE_SNAPSHOT") == "1"
@@ -505,6 +506,51 @@ def test_on_a_big_table_an_online_migration_builds_concurrently_and_rebuilds_a_c
             (fresh,),
         ).fetchone()
     assert invalid == (0,)
+
+
+def test_a_migration_never_deadlocks_with_a_worker_mid_claim(dsn: str, fresh: str) -> None:
+    """A worker mid-claim holds what its claim read (AccessShareLock on jobs) and then
+    updates (RowExclusiveLock). Migration 0024 builds indexes (ShareLock), then drops
+    some (AccessExclusiveLock): applied in a transaction, it deadlocked with such a worker
+    between the two (CI: test_first_run's supervisor, whose worker began claiming once
+    0023 was in). Each migration now takes the strongest lock first (jobs_lock): it waits
+    while the worker finishes, and both go through."""
+    app = forklift.App(dsn, schema=fresh)
+    app.migrate()
+    undo_0024 = [
+        *(f'DROP INDEX "{fresh}".{name}' for name in (
+            "jobs_ready_fair_idx", "jobs_ready_fair_key_idx", "jobs_ready_fair_late_idx",
+            "jobs_ready_plain_idx", "jobs_ready_plain_ranked_idx")),
+        f'CREATE INDEX jobs_ready_usual_idx ON "{fresh}".jobs (queue, available_at, id)'
+        " WHERE state = 'ready' AND limit_key IS NULL AND priority = 0",
+        f'DELETE FROM "{fresh}".schema_migrations WHERE version = 24',
+    ]  # fmt: skip
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for statement in undo_0024:
+            conn.execute(statement)
+    outcome: list[object] = []
+    with psycopg.connect(dsn) as worker, psycopg.connect(dsn, autocommit=True) as db:
+        worker.execute(f'SELECT id FROM "{fresh}".jobs LIMIT 1')  # a claim's read, held
+        migrating = threading.Thread(target=lambda: outcome.append(_migrated(app)))
+        migrating.start()
+        wait_for(  # the migration waits for a lock on jobs
+            lambda: db.execute(
+                "SELECT 1 FROM pg_locks WHERE relation = %s::regclass AND NOT granted",
+                (f'"{fresh}".jobs',),
+            ).fetchone(),
+            what="the migration waiting for a lock on jobs",
+        )
+        worker.execute(f'UPDATE "{fresh}".jobs SET priority = 1 WHERE false')  # its update
+        worker.commit()
+        migrating.join(timeout=30)
+    assert outcome == [[24]]
+
+
+def _migrated(app: forklift.App) -> object:
+    try:
+        return app.migrate()
+    except forklift.DatabaseError as exc:
+        return exc
 
 
 def test_unreachable_database_is_a_database_error(fresh: str) -> None:
