@@ -505,13 +505,6 @@ def job_trace_contexts(store: JobStore, ids: Sequence[int]) -> list[tuple[int, A
         return [(row.id, row.trace_context) for row in _db.rows(cursor, TraceContext)]
 
 
-def job_fair_queues(store: JobStore, queues: Sequence[str]) -> set[str]:
-    """Which of `queues` hold fair jobs ready to run (store/fair.sql)."""
-    params = {"queues": list(queues)}
-    with translated("fair-queue lookup failed", store.where), store.pool.connection() as conn:
-        return set(_db.scalars(conn.execute(store.q["job_fair_queues"], params)))
-
-
 def job_release_unknown(store: JobStore, owner: str, known: Sequence[int]) -> set[int]:
     """Give back, attempt not counted, the jobs `owner` holds that are not among `known`
     (claimed by a statement whose answer was lost); the ids released."""

@@ -1,12 +1,6 @@
--- Fair shares: the claim of queues that hold jobs of fair tasks (migration 0023), and
--- the lookup of which queues do. `{schema}` becomes the quoted schema name.
-
--- name: job_fair_queues
--- Which of these queues (`queues`) hold fair jobs ready to run (their claims take turns
--- across keys: job_claim_fair): one holding a turn (jobs_ready_fair_idx), or one due
--- that holds none (jobs_ready_fair_late_idx); a probe or two a queue.
-SELECT q.name FROM unnest(%(queues)s::text[]) AS q(name)
-WHERE {_fair_waiting};
+-- Fair shares: the claim of queues that hold jobs of fair tasks (migration 0023); which
+-- queues do, limits_apply says (store/limits.sql). `{schema}` becomes the quoted schema
+-- name.
 
 -- name: _plain_ready
 -- A fragment: whether job `j` is a plain one (no limit's key, no fair key) ready and due

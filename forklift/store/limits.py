@@ -35,6 +35,7 @@ class _Applies:
     limits: int
     shared: bool
     keyed_unlimited: bool
+    fair: bool  # fair jobs wait in the queues (store/fair.sql)
 
 
 class LimitStore:
@@ -44,16 +45,19 @@ class LimitStore:
         self.q = _sql.load("forklift.store", "limits.sql", schema)
         self._declared: dict[str, Limit | None] = {}  # what `register` was given
         self._declared_at = 0.0  # when they were last declared (monotonic)
+        self.fair_waiting = False  # fair jobs waited in the queues at the last apply()
 
     def apply(self, queues: Sequence[str], tasks: Sequence[str]) -> Applying:
         """Whether a claim of these queues and tasks has limits to hold (or jobs stored
         with the key of a limit there is none of any more), and whether they all may be
-        held on the shared path."""
+        held on the shared path. Also noted (`fair_waiting`): whether fair jobs wait in
+        the queues, for a claim with no limit to hold to take them in turns."""
         if self._declared and time.monotonic() - self._declared_at >= DECLARE_EVERY:
             self._declare(boot=False)
         params = {"queues": list(queues), "tasks": list(tasks), **_LANES}
         with translated("limit lookup failed", self.where), self.pool.connection() as conn:
             row = one(conn.execute(self.q["limits_apply"], params), _Applies)
+        self.fair_waiting = row is not None and row.fair
         if row is None or not (row.limits or row.keyed_unlimited):
             return Applying.NONE
         return Applying.SHARED if row.limits and row.shared else Applying.EXACT

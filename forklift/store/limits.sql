@@ -32,7 +32,11 @@ SELECT count(*) AS limits,
                  AND k.task NOT IN (SELECT t.name FROM {schema}.limits t
                                     WHERE t.scope = 'task'
                                       AND (t.concurrency IS NOT NULL OR t.rate IS NOT NULL)))
-           AS keyed_unlimited
+           AS keyed_unlimited,
+       -- fair jobs wait in these queues: with no limit to hold, claim in turns
+       -- (store/fair.sql); asked here, not in a round trip of its own
+       EXISTS (SELECT 1 FROM unnest(%(queues)s::text[]) AS q(name) WHERE {_fair_waiting})
+           AS fair
 FROM {schema}.limits l
 WHERE (l.concurrency IS NOT NULL OR l.rate IS NOT NULL)
   AND ((l.scope = 'task' AND l.name = ANY(%(tasks)s::text[]))

@@ -6,9 +6,10 @@ Whether one does is looked up at most once a second, so a limit set at run time
 (`forklift queues limit`) is obeyed by every replica within a second. The app's own task
 limits are written before its first claim, so they hold from the first job on. Fair jobs
 are looked for by what waits, not by what the app declares: a producer of another app,
-or an enqueue to another queue, is served in turns all the same. (In the second before a
-queue's first fair jobs are seen, the plain claim takes them in due order: nothing
-waits for a lookup.)
+or an enqueue to another queue, is served in turns all the same. The plain claim of one
+queue leaves them alone, and says when it found its own line empty while they wait: the
+worker claims them in turns at once, not at its next lookup. (A worker whose plain line
+never empties finds them at that lookup, within a second.)
 """
 
 from __future__ import annotations
@@ -24,14 +25,7 @@ from typing import TYPE_CHECKING, Any
 from forklift._events import emit
 from forklift.errors import DatabaseError
 from forklift.limits import Limit
-from forklift.store import (
-    Claim,
-    Completion,
-    ConnSource,
-    JobStore,
-    job_fair_queues,
-    job_release_unknown,
-)
+from forklift.store import Claim, Completion, ConnSource, JobStore, job_release_unknown
 from forklift.store.limits import LANE_CLAIM, Applying, LimitStore
 from forklift.workers.holdings import Holdings
 
@@ -188,9 +182,7 @@ class Claimer:
         now = time.monotonic()
         if now >= self._look_at:
             self.applying = self.limits.apply(self.queues, self.tasks)
-            self.fair = self.applying is Applying.NONE and bool(
-                job_fair_queues(self.store, self.queues)
-            )
+            self.fair = self.applying is Applying.NONE and self.limits.fair_waiting
             self._look_at = now + LOOK_EVERY
         self._due = None
         if self.fair:

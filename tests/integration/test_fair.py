@@ -16,7 +16,8 @@ import pytest
 import forklift
 from forklift.admin import JobAdmin
 from forklift.shown.jobview import print_detail
-from forklift.store import JobStore, claim_statement, job_fair_queues
+from forklift.store import claim_statement
+from forklift.store.limits import LimitStore
 from forklift.testing import wait_for
 from forklift.workers import Worker, WorkerConfig
 
@@ -248,12 +249,19 @@ def test_a_job_whose_key_cannot_be_drawn_is_refused_at_enqueue(app: forklift.App
         app.enqueue("report", {"tier": 5})
 
 
-def test_a_store_of_its_own_claims_fairly_too(dsn: str, schema: str, app: forklift.App) -> None:
-    """job_fair_queues finds the queues where fair jobs wait, and only those."""
-    app.enqueue("render", {"account": "a"})
+def test_the_limits_lookup_says_where_fair_jobs_wait(app: forklift.App) -> None:
+    """limits_apply, the claimer's lookup of what applies (once a second), also says
+    whether fair jobs wait in its queues: one due holding a turn, or one due without."""
+    limits = LimitStore(app.store.pool, app.schema, "test")
     app.enqueue("plain", {}, queue="other")
-    store: JobStore = app.store
-    assert job_fair_queues(store, ["default", "other", "none"]) == {"default"}
+    limits.apply(["default", "other"], [])
+    assert not limits.fair_waiting
+    app.enqueue("render", {"account": "a"}, delay=3600)  # due later: not yet
+    limits.apply(["default", "other"], [])
+    assert not limits.fair_waiting
+    app.enqueue("render", {"account": "a"})
+    limits.apply(["other", "default"], [])
+    assert limits.fair_waiting
 
 
 def test_jobs_show_says_the_fair_key_weight_and_turn(
