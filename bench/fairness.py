@@ -593,6 +593,24 @@ FILL = (
 )
 
 
+def plain_drains(
+    benches: dict[str, FairBench], args: argparse.Namespace, phase: str
+) -> dict[str, list[float]]:
+    """The --jobs no-op drain of `bench.apps:app` in each of `benches`, filled by its own
+    tree's producer, alternately, --rounds times each: jobs/s by label."""
+    n = args.jobs
+    rates: dict[str, list[float]] = {}
+    for r, label in rotated(tuple(benches), args.rounds):
+        say(f"{phase}: round {r + 1} of {args.rounds}, {n:,} no-ops, {label} ...")
+        one = benches[label]
+        one.reset()
+        one.run_tree("-c", FILL, str(n))
+        wait_quiet(QUIET_CORES, args.quiet)
+        rates.setdefault(label, []).append(one.drain(n, PLAIN_APP))
+        say(f"    {rates[label][-1]:,.0f} jobs/s")
+    return rates
+
+
 def phase_baseline(bench: FairBench, args: argparse.Namespace, rows: list[Row]) -> None:
     """Phase 3's rows (a row saying it was skipped without --baseline)."""
     if args.baseline is None:
@@ -600,20 +618,12 @@ def phase_baseline(bench: FairBench, args: argparse.Namespace, rows: list[Row]) 
         return
     n = args.jobs
     trees = {"this": HERE, "baseline": Tree("baseline", args.baseline.resolve())}
-    rates: dict[str, list[float]] = {}
     with contextlib.ExitStack() as stack:
         benches = {
             label: stack.enter_context(FairBench(bench.dsn, tree, apps.register).session())
             for label, tree in trees.items()
         }
-        for r, label in rotated(tuple(trees), args.rounds):
-            say(f"baseline: round {r + 1} of {args.rounds}, {n:,} no-ops by {label} ...")
-            one = benches[label]
-            one.reset()
-            one.run_tree("-c", FILL, str(n))
-            wait_quiet(QUIET_CORES, args.quiet)
-            rates.setdefault(label, []).append(one.drain(n, PLAIN_APP))
-            say(f"    {rates[label][-1]:,.0f} jobs/s")
+        rates = plain_drains(benches, args, "baseline")
         bench.logged += [line for one in benches.values() for line in one.logged]
     this, before = (statistics.median(rates[label]) for label in trees)
     each = f"median of {args.rounds}"
@@ -654,7 +664,6 @@ def phase_bare(bench: FairBench, args: argparse.Namespace, rows: list[Row]) -> N
     both, alternately: the schema's share of phase 3's ratio, without the noise of two
     versions' processes."""
     n = args.jobs
-    rates: dict[str, list[float]] = {}
     with contextlib.ExitStack() as stack:
         benches = {
             label: stack.enter_context(FairBench(bench.dsn, HERE, apps.register).session())
@@ -662,14 +671,7 @@ def phase_bare(bench: FairBench, args: argparse.Namespace, rows: list[Row]) -> N
         }
         for statement in BARE:
             benches["bare"].db.execute(statement.format(s=benches["bare"].schema))
-        for r, label in rotated(tuple(benches), args.rounds):
-            say(f"bare: round {r + 1} of {args.rounds}, {n:,} no-ops, schema {label} ...")
-            one = benches[label]
-            one.reset()
-            one.run_tree("-c", FILL, str(n))
-            wait_quiet(QUIET_CORES, args.quiet)
-            rates.setdefault(label, []).append(one.drain(n, PLAIN_APP))
-            say(f"    {rates[label][-1]:,.0f} jobs/s")
+        rates = plain_drains(benches, args, "bare")
         bench.logged += [line for one in benches.values() for line in one.logged]
     full, bare = (statistics.median(rates[label]) for label in benches)
     each = f"median of {args.rounds}"
