@@ -17,14 +17,13 @@ without `fair=`: run the fault test so once by hand to see it fail.
 from __future__ import annotations
 
 import os
-import threading
 import time
 import uuid
-from typing import Any
 
 import psycopg
 
 import forklift
+from tests.apps._recording import write
 
 # Short backoffs and room for the faults: a kill costs the job it hits an attempt and a
 # crash, a database restart an attempt to each job running through it.
@@ -43,29 +42,6 @@ CREATE TABLE {schema}.runs (
     ended    timestamptz              -- the handler's end; NULL: killed, or not written
 )"""
 
-_local = threading.local()
-
-
-def _recorder(app: forklift.App) -> psycopg.Connection[Any]:
-    """This thread's recording connection, opened in this process (never before a fork)."""
-    conn: psycopg.Connection[Any] | None = getattr(_local, "conn", None)
-    if conn is None or conn.closed or getattr(_local, "pid", None) != os.getpid():
-        conn = psycopg.connect(
-            app.dsn, autocommit=True, connect_timeout=3, application_name="fair-runs"
-        )
-        _local.conn, _local.pid = conn, os.getpid()
-    return conn
-
-
-def _write(app: forklift.App, sql: str, params: tuple[Any, ...]) -> None:
-    """Run `sql` on the recorder; once more on a fresh connection if the first broke (a
-    database restart). Raises psycopg.Error if both fail."""
-    try:
-        _recorder(app).execute(sql, params)
-    except psycopg.OperationalError:
-        _local.conn = None
-        _recorder(app).execute(sql, params)
-
 
 def declare(app: forklift.App) -> None:
     """Declare `render` on `app` (fair by `account` unless FORKLIFT_TEST_FAIR=off)."""
@@ -81,8 +57,9 @@ def declare(app: forklift.App) -> None:
         """Record the run's start (a run that cannot does nothing else and fails: every
         run that did anything is seen), sleep `pause`, commit the effect keyed `key`."""
         token = uuid.uuid4().hex
-        _write(
+        write(
             app,
+            "fair-runs",
             f"INSERT INTO {schema}.runs (token, job_id, attempt, account, pid, started)"
             f" VALUES (%s, %s, %s, %s, %s, clock_timestamp()) ON CONFLICT (token) DO NOTHING",
             (token, ctx.job_id, ctx.attempt, account, os.getpid()),
@@ -95,8 +72,9 @@ def declare(app: forklift.App) -> None:
             )
         # An end not written (the database away) leaves the run open.
         try:
-            _write(
+            write(
                 app,
+                "fair-runs",
                 f"UPDATE {schema}.runs SET ended = clock_timestamp() WHERE token = %s",
                 (token,),
             )

@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import os
 import random
-import threading
 import time
 import uuid
-from typing import Any
 
 import psycopg
 
 import forklift
+from tests.apps._recording import write
 
 # Short backoffs and room for the faults: a kill costs the job it hits an attempt and a
 # crash, a database restart an attempt to each job running through it.
@@ -108,36 +107,13 @@ def tables(schema: str) -> str:
     return (TABLES if INDEX else TABLES + NO_INDEX).format(schema=schema)
 
 
-_local = threading.local()
-
-
-def _recorder(app: forklift.App) -> psycopg.Connection[Any]:
-    """This thread's recording connection, opened in this process (never before a fork)."""
-    conn: psycopg.Connection[Any] | None = getattr(_local, "conn", None)
-    if conn is None or conn.closed or getattr(_local, "pid", None) != os.getpid():
-        conn = psycopg.connect(
-            app.dsn, autocommit=True, connect_timeout=3, application_name="unique-runs"
-        )
-        _local.conn, _local.pid = conn, os.getpid()
-    return conn
-
-
-def _write(app: forklift.App, sql: str, params: tuple[Any, ...]) -> None:
-    """Run `sql` on the recorder; once more on a fresh connection if the first broke (a
-    database restart). Raises psycopg.Error if both fail."""
-    try:
-        _recorder(app).execute(sql, params)
-    except psycopg.OperationalError:
-        _local.conn = None
-        _recorder(app).execute(sql, params)
-
-
 def _run(app: forklift.App, ctx: forklift.JobContext, task: str, key: str) -> str:
     """Record the run's start (a run that cannot does nothing else and fails: every run
     that did anything is seen), sleep a PAUSE, commit the effect keyed `key`."""
     schema, token, pause = app.schema, uuid.uuid4().hex, random.uniform(*PAUSE)
-    _write(
+    write(
         app,
+        "unique-runs",
         f"INSERT INTO {schema}.runs (token, job_id, attempt, task, key, pid, pause, started)"
         f" VALUES (%s, %s, %s, %s, %s, %s, %s, clock_timestamp())"
         f" ON CONFLICT (token) DO NOTHING",
@@ -151,9 +127,8 @@ def _run(app: forklift.App, ctx: forklift.JobContext, task: str, key: str) -> st
         )
     # An end not written (the database away) leaves the run open.
     try:
-        _write(
-            app, f"UPDATE {schema}.runs SET ended = clock_timestamp() WHERE token = %s", (token,)
-        )
+        ended = f"UPDATE {schema}.runs SET ended = clock_timestamp() WHERE token = %s"
+        write(app, "unique-runs", ended, (token,))
     except psycopg.Error:
         pass
     return key
