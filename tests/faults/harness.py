@@ -295,3 +295,32 @@ def time_until(condition: Any, timeout: float, interval: float = 0.01, what: str
     started = time.monotonic()
     wait_for(condition, timeout, interval, what)
     return time.monotonic() - started
+
+
+# A run of a fault-test app (tests/apps/fair.py, tests/apps/unique.py) that is still in
+# its window: no end written and no effect committed.
+MID_RUN = """
+SELECT r.ended IS NULL AND NOT EXISTS (
+    SELECT 1 FROM {s}.effects AS e WHERE e.job_id = r.job_id AND e.attempt = r.attempt)
+FROM {s}.runs AS r WHERE r.token = %s
+"""
+# Seconds for a statement the stopped worker had sent to reach its end at the server,
+# which is not stopped: a commit in flight lands within it, and is then seen.
+SETTLE = 0.1
+
+
+def stopped_mid_run(workload: Workload, pid: int, run: str) -> bool:
+    """SIGSTOP worker `pid` and tell whether its run `run` (`runs.token`) is still in its
+    window now that the worker stands still. If it is not (the aim was taken too late: the
+    test's own threads may hold it up past the run's end), the worker goes on (SIGCONT)
+    and a kill now would miss: the caller aims again."""
+    try:
+        os.kill(pid, signal.SIGSTOP)
+    except ProcessLookupError:
+        return False
+    time.sleep(SETTLE)
+    if workload.scalar(MID_RUN, run):
+        return True
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGCONT)
+    return False

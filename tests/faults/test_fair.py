@@ -70,7 +70,7 @@ from forklift.embedded import Cluster
 from forklift.testing import wait_for
 from tests.acceptance.proxy import Proxy
 from tests.apps.fair import ATTEMPTS, CRASHES, RUNS, declare
-from tests.faults.harness import Fleet, Workload
+from tests.faults.harness import Fleet, Workload, stopped_mid_run
 from tests.faults.injector import Fault, Injector
 
 APP = "tests.apps.fair:app"
@@ -246,6 +246,8 @@ class Run:
         sup = next((s for s in self.fleet.procs if pid in s.workers()), None)
         if sup is None:
             return None  # it moved on meanwhile
+        if not stopped_mid_run(self.workload, pid, held[1]):
+            return None  # it ended before it stood still
         if fault == KILL:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)

@@ -64,7 +64,7 @@ from forklift.testing import wait_for
 from forklift.unique import OnConflict
 from tests.acceptance.proxy import Proxy
 from tests.apps.unique import declare, tables
-from tests.faults.harness import Fleet, Workload
+from tests.faults.harness import Fleet, Workload, stopped_mid_run
 from tests.faults.injector import Fault, Injector
 
 APP = "tests.apps.unique:app"
@@ -301,9 +301,9 @@ class Faults:
 
     def _kill(self, fault: str) -> Aim | None:
         """SIGKILL the worker (KILL) or the whole group of the supervisor (GROUP, a fresh
-        one started as systemd would) of a job mid-run; None if no job is. The victim is
-        hit first, before anything else: this process's producer threads make each step
-        of it wait for the GIL, and a run has some 25 ms left."""
+        one started as systemd would) of a job mid-run; None if no job is, or if it ended
+        before the victim stood still: this process's producer threads make each step of
+        the aim wait for the GIL, and a run has some 25 ms left."""
         self.fleet.check_alive()
         owners = {pid: sup for sup in self.fleet.procs for pid in sup.workers()}
         try:
@@ -315,9 +315,12 @@ class Faults:
         sup = owners.get(pid)
         if held is None or sup is None:
             return None  # none mid-run, or it is a worker started since
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL if fault == KILL else signal.SIGSTOP)
-        if fault == GROUP:
+        if not stopped_mid_run(self.workload, pid, held[1]):
+            return None  # it ended before it stood still
+        if fault == KILL:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        else:
             # The rest stopped too, then the group killed: the walk of /proc that finds
             # the group takes long enough for its other workers to commit on.
             for stopped in (sup.pid, *sup.workers()):
