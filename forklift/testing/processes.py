@@ -177,10 +177,13 @@ class ForkliftProcess:
 
     def kill_session(self) -> None:
         """SIGKILL it and everything it started, as a lost node or a container's cgroup
-        kill would: it is stopped first, so it sees none of its children die."""
+        kill would: it is stopped first, so it sees none of its children die, and killed
+        last. Killed before them, it would orphan their process groups, and the kernel
+        wakes a stopped process in an orphaned group (SIGHUP, SIGCONT): a worker a test
+        had stopped mid-job would go on and finish it."""
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, SIGSTOP)
-        for pid in session_pids(self.pid):
+        for pid in sorted(session_pids(self.pid), key=lambda pid: pid == self.pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, SIGKILL)
         self.popen.wait(timeout=10)
