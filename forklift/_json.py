@@ -98,35 +98,35 @@ def check(value: Any) -> None:
         raise ArgumentError(refused.message("args")) from None
 
 
-def _as_dict(value: Any) -> Any:
-    # check() admitted any Mapping; json only encodes dicts itself.
+def one_shot(encoder: json.JSONEncoder) -> Callable[[Any], str]:
+    """`encoder.encode` (of ensure_ascii=False, no indent) without what it redoes per
+    call: JSONEncoder.iterencode builds a new C encoder (and its dict of the containers
+    seen) for every value, which made encoding `{"n": 5}` take 1.4 µs here instead of
+    0.5. This one is built once, without that dict, so a container nested in itself
+    recurses (RecursionError) instead of raising ValueError: check() refuses one (as too
+    deep) before any encoding. The same text, byte for byte. `encoder.encode` where the
+    C accelerator is missing."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None or encoder.ensure_ascii or encoder.indent is not None:
+        return encoder.encode
+    chunks = make(
+        None, encoder.default, json.encoder.encode_basestring, None, encoder.key_separator,
+        encoder.item_separator, encoder.sort_keys, encoder.skipkeys, encoder.allow_nan,
+    )  # fmt: skip
+    return lambda value: "".join(chunks(value, 0))
+
+
+def as_dict(value: Any) -> Any:
+    """JSONEncoder's `default`: a Mapping as a dict (check() admitted any Mapping; json
+    only encodes dicts itself); anything else is not JSON (TypeError)."""
     if isinstance(value, Mapping):
         return dict(value)
     raise TypeError(f"{type(value).__name__} is not JSON")
 
 
-# One encoder, built once: json.dumps() with options builds a new one per call.
-_ENCODER = json.JSONEncoder(
-    separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_as_dict
+_encode = one_shot(
+    json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=as_dict)
 )
-
-
-def _c_encoder() -> Callable[[Any], str]:
-    """_ENCODER.encode without what it redoes per call: JSONEncoder.iterencode builds a
-    new C encoder (and its dict of the containers seen) for every value, which made
-    encoding `{"n": 5}` take 1.4 µs here instead of 0.5. This one is built once, without
-    that dict: check() has refused a container nested in itself (as too deep) before
-    any encoding. _ENCODER.encode where the C accelerator is missing."""
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:
-        return _ENCODER.encode
-    chunks = make(
-        None, _as_dict, json.encoder.encode_basestring, None, ":", ",", False, False, False
-    )
-    return lambda value: "".join(chunks(value, 0))
-
-
-_encode = _c_encoder()
 
 
 def dumps_args(args: Mapping[str, Any], max_bytes: int = MAX_ARG_BYTES) -> str:

@@ -31,6 +31,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from forklift._json import as_dict, one_shot
 from forklift.errors import ArgumentError, ConfigError
 
 OnConflict = Literal["keep", "replace", "raise"]
@@ -96,23 +97,20 @@ class Unique:
         values = {name: given[name] for name in names if name in given}
         what = [task, self.period, self.mask, values]
         try:
-            text = _KEY_ENCODER.encode(what)
-        except (TypeError, ValueError) as exc:
+            text = _key_text(what)
+        except (TypeError, ValueError, RecursionError) as exc:
             raise ArgumentError(f"task {task!r}: its unique key's values: {exc}") from None
         return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def _as_dict(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return dict(value)
-    raise TypeError(f"{type(value).__name__} is not JSON")
-
-
-# One encoder, built once (json.dumps with options builds one per call): sorted keys, so
-# that the same arguments given in another order make the same key.
-_KEY_ENCODER = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_as_dict
-)
+# Built once: sorted keys, so that the same arguments given in another order make the
+# same key. (Keys are stored: this text may never change, byte for byte.)
+_key_text = one_shot(
+    json.JSONEncoder(
+        sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
+        default=as_dict,
+    )
+)  # fmt: skip
 
 
 def _checked_keys(keys: object) -> tuple[str, ...] | None:
