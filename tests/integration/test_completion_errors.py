@@ -311,6 +311,7 @@ def test_an_effect_commit_lost_with_its_connection_costs_no_attempt(
     blocked = (
         "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'forklift-worker:%%'"
         " AND wait_event_type = 'Lock' AND query ILIKE '%%succeeded%%'"
+        f" AND query LIKE '%%{schema}%%'"  # this test's worker, not another's at once
     )
     with psycopg.connect(dsn) as locker:
         locker.execute(f"SELECT 1 FROM {schema}.jobs WHERE id = %s FOR UPDATE", (job_id,))

@@ -17,6 +17,17 @@ from forklift.workers.maintenance import Maintained
 from tests.integration.conftest import RunWorker
 
 
+def listening(db: psycopg.Connection[Any], schema: str) -> bool:
+    """Whether a worker of `schema` listens for its jobs (another test's, on the same
+    server at the same time, does not count)."""
+    row = db.execute(
+        "SELECT count(*) >= 1 FROM pg_stat_activity"
+        " WHERE application_name = 'forklift-listener' AND query LIKE %s",
+        (f'LISTEN "{schema}_%',),
+    ).fetchone()
+    return bool(row and row[0])
+
+
 def job(db: psycopg.Connection[Any], schema: str, job_id: int) -> dict[str, Any]:
     cur = db.cursor(row_factory=psycopg.rows.dict_row)
     row = cur.execute(f"SELECT * FROM {schema}.jobs WHERE id = %s", (job_id,)).fetchone()
@@ -230,11 +241,7 @@ def test_notify_wakes_an_idle_worker(
     app: forklift.App, db: psycopg.Connection[Any], schema: str, run_worker: RunWorker
 ) -> None:
     worker = run_worker(poll_interval=60.0)  # no polling to speak of: only NOTIFY can wake it
-    listening = (
-        "SELECT count(*) >= 1 FROM pg_stat_activity"
-        " WHERE application_name = 'forklift-listener' AND query LIKE 'LISTEN%%'"
-    )
-    wait_for(lambda: (db.execute(listening).fetchone() or (False,))[0], what="listener connected")
+    wait_for(lambda: listening(db, schema), what="listener connected")
     worker.idle.wait()  # asleep now, for a minute unless a notification comes
     job_id = app.enqueue("noop")
     wait_for(lambda: state_is(db, schema, job_id, "succeeded"), timeout=3, what="woken by NOTIFY")
@@ -266,11 +273,7 @@ def test_a_worker_whose_claim_drained_the_queue_does_not_claim_again_as_jobs_end
     (a new job notifies). Claiming anyway after every job found nothing, and the next
     job's notification, coming mid-claim, found it blind until that claim returned."""
     worker = run_worker(poll_interval=60.0, concurrency=2)
-    listening = (
-        "SELECT count(*) >= 1 FROM pg_stat_activity"
-        " WHERE application_name = 'forklift-listener' AND query LIKE 'LISTEN%%'"
-    )
-    wait_for(lambda: (db.execute(listening).fetchone() or (False,))[0], what="listener connected")
+    wait_for(lambda: listening(db, schema), what="listener connected")
 
     def run_one() -> None:
         job_id = app.enqueue("noop")  # claimed alone: fewer than its 2 slots
