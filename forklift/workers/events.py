@@ -140,14 +140,16 @@ class JobEvents:
 
     def snoozed(self, ctx: JobContext, seconds: float, snoozes: int) -> None:
         """The job was given back to run again in `seconds` (forklift.Snooze), its
-        `snoozes`-th: its run ended (counted toward max_jobs, told to `on_job_end` as
-        `snoozed`), the job did not: no batch or workflow hears of it, and the metrics
-        count no outcome for it."""
+        `snoozes`-th: its run ended (counted toward max_jobs, told to `on_job_end` and
+        counted in the metrics as `snoozed`, an outcome no error rate counts), the job did
+        not: no batch or workflow hears of it."""
         if ctx.span is not None:
             _tracing.end_run(ctx, Outcome.SNOOZED)
         # At DEBUG, as a success: a handler's own choice, which a poller makes often.
         self.emit("job.snoozed", ctx, logging.DEBUG, seconds=round(seconds, 3), snoozes=snoozes)
         self.holdings.end(ctx)
+        if self.tally is not None:
+            self.tally.job(ctx.queue, ctx.task, Outcome.SNOOZED, ctx.duration)
         self._resumed(ctx)
         if self.on_job_end is not None:
             self.on_job_end(ctx.job, Outcome.SNOOZED)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import threading
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -17,9 +18,12 @@ import pytest
 import forklift
 from forklift.admin import JobAdmin
 from forklift.dashboard import views
+from forklift.metrics import Tally
 from forklift.shown import jobview
 from forklift.store import JobStore, job_snooze_many
 from forklift.testing import drain, inline, run_job, wait_for
+from forklift.workers import Worker
+from forklift.workers.config import WorkerConfig
 from tests.integration.conftest import RunWorker
 
 Conn = psycopg.Connection[Any]
@@ -63,6 +67,34 @@ def test_a_raised_snooze_runs_the_job_again_without_spending_an_attempt(
     assert (done["attempts"], done["snoozes"]) == (1, 3)
     assert done["errors"] == [] and done["last_error"] is None  # a snooze is no failure
     assert done["result"] == "ready at last"
+
+
+def test_the_metrics_count_each_snoozed_run_as_no_failure(
+    app: forklift.App, db: Conn, schema: str, task: Callable[..., str]
+) -> None:
+    runs: list[int] = []
+
+    def twice(ctx: forklift.JobContext) -> None:
+        runs.append(ctx.attempt)
+        if len(runs) <= 2:
+            raise forklift.Snooze(0)
+
+    name = task(twice)
+    job_id = app.enqueue(name)
+    tally = Tally()
+    worker = Worker(app, WorkerConfig(maintenance=False), tally=tally)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        ended(db, schema, job_id, "succeeded")
+    finally:
+        worker.request_stop(fast=True)
+        thread.join(15)
+    assert not thread.is_alive()
+    deltas = tally.take()
+    assert deltas is not None
+    counted = {(q, t, outcome): n for q, t, outcome, n in deltas["jobs"]}
+    assert counted == {("default", name, "snoozed"): 2, ("default", name, "succeeded"): 1}
 
 
 def test_a_returned_snooze_snoozes_the_same_way(
