@@ -47,6 +47,13 @@ from the jobs' timestamps (the database's clock).
    indexes (every row written evaluates their predicates), alternately, --rounds each.
    Target: >= 0.97x. (Phase 3 compares two versions' processes too, which the machine's
    noise makes hard to read at a few per cent.)
+5. under a held horizon: a backlog of 30,000 jobs of 100 keys, then 200 one-by-one
+   `enqueue`s of keys with nothing waiting (ms each); then 20,000 of the backlog taken out
+   of line (an UPDATE in line order, as claims move them) while a `REPEATABLE READ`
+   transaction holds the horizon back, and the same enqueues again: fair task against
+   plain. A fair job of a key with nothing waiting is dealt the head of the line's turn,
+   which the trigger looks up from the start of the fair index, past the dead versions
+   no vacuum may remove. No target: what it costs, for the next change to improve.
 
 Before each drain and run the bench waits up to --quiet seconds for the rest of the
 machine to go quiet. Every number is printed beside its target, in one table at the end.
@@ -70,6 +77,8 @@ from pathlib import Path
 
 if not __package__:  # run as `python bench/fairness.py`: put the repository root on sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import psycopg
 
 import forklift
 from bench import apps, fairness_app
@@ -103,7 +112,8 @@ TOP_UP_EVERY = 0.05  # seconds between the big key's top-ups
 WARMUP = 2.0  # seconds of load before the measured window
 CALIBRATION_SECONDS = 5.0  # of capacity, the calibration drain
 SEED = 40
-KEYS = 100  # phase 2's fair keys
+KEYS = 100  # phase 2's and 5's fair keys
+HORIZON_BACKLOG, HORIZON_TAKEN, HORIZON_ENQUEUES = 30_000, 20_000, 200  # phase 5
 ONE_BY_ONE = 1_000
 P99_RATIO = 2.0
 CONSERVING = 0.9
@@ -697,6 +707,53 @@ def phase_bare(bench: FairBench, args: argparse.Namespace, rows: list[Row]) -> N
 # -- command line ------------------------------------------------------------------------
 
 
+def newcomers_ms(bench: FairBench, task: str, tag: str) -> float:
+    """Milliseconds per one-by-one `enqueue` of HORIZON_ENQUEUES jobs of `task`, each of
+    a key with nothing waiting."""
+    started = time.perf_counter()
+    for i in range(HORIZON_ENQUEUES):
+        bench.app.enqueue(task, {"account": f"{tag}-{i}"})
+    return (time.perf_counter() - started) / HORIZON_ENQUEUES * 1000
+
+
+def held_horizon(bench: FairBench, task: str) -> tuple[float, float]:
+    """Phase 5 for `task`: newcomers_ms over the backlog, then after HORIZON_TAKEN of it
+    were taken out of line under a held horizon."""
+    bench.reset()
+    for _ in range(0, HORIZON_BACKLOG, 1000):
+        bench.app.enqueue_many(specs(task, 1000))
+    bench.db.execute(f"VACUUM ANALYZE {bench.schema}.jobs")
+    before = newcomers_ms(bench, task, "before")
+    take = (
+        f"UPDATE {bench.schema}.jobs SET state = 'cancelled' WHERE id IN ("
+        f" SELECT id FROM {bench.schema}.jobs WHERE state = 'ready' AND task = %s"
+        "  ORDER BY fair_turn, available_at, id LIMIT 1000)"
+    )
+    with psycopg.connect(bench.dsn) as holder:
+        holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        holder.execute("SELECT 1")  # the snapshot taken: the horizon held from here
+        for _ in range(0, HORIZON_TAKEN, 1000):
+            bench.db.execute(take, (task,))
+        after = newcomers_ms(bench, task, "after")
+        holder.rollback()
+    bench.reset()
+    return before, after
+
+
+def phase_horizon(bench: FairBench, args: argparse.Namespace, rows: list[Row]) -> None:
+    """Phase 5's rows."""
+    for task, what in ((FAIR_NOOP, "fair"), (PLAIN_NOOP, "plain")):
+        say(f"held horizon: {what} ...")
+        before, after = held_horizon(bench, task)
+        rows.append(
+            Row(
+                f"enqueue of a new key, {what}: over {HORIZON_BACKLOG:,} waiting / after"
+                f" {HORIZON_TAKEN:,} taken under a held horizon",
+                f"{before:.2f} / {after:.2f} ms ({after / before:.1f}x)",
+            )
+        )
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = parser("bench.fairness", __doc__)
     p.add_argument("--quick", action="store_true", help="shorter runs, fewer and smaller drains")
@@ -719,7 +776,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--phases",
-        default="1,2,3,4",
+        default="1,2,3,4,5",
         help="which phases to run, comma-separated (%(default)s; 3 needs --baseline)",
     )
     p.add_argument(
@@ -746,8 +803,8 @@ def defaults(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.N
     if args.baseline and not (args.baseline / "forklift" / "__init__.py").exists():
         p.error(f"--baseline {args.baseline}: no forklift package in it")
     args.phases = set(args.phases.split(","))
-    if not args.phases or not args.phases <= {"1", "2", "3", "4"}:
-        p.error("--phases takes 1, 2, 3 and 4, comma-separated")
+    if not args.phases or not args.phases <= {"1", "2", "3", "4", "5"}:
+        p.error("--phases takes 1, 2, 3, 4 and 5, comma-separated")
     return args
 
 
@@ -757,7 +814,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows: list[Row] = []
     started = time.monotonic()
     with FairBench(args.dsn).session() as bench:
-        phases = (("1", phase_noisy), ("2", phase_drain), ("3", phase_baseline), ("4", phase_bare))
+        phases = (
+            ("1", phase_noisy), ("2", phase_drain), ("3", phase_baseline), ("4", phase_bare),
+            ("5", phase_horizon),
+        )  # fmt: skip
         for phase, run in phases:
             if phase in args.phases:
                 run(bench, args, rows)
