@@ -3,6 +3,7 @@ stops at once with exit 2 and one line, and the password is nowhere, --debug or 
 
 from __future__ import annotations
 
+import concurrent.futures
 import subprocess
 import sys
 
@@ -48,9 +49,12 @@ def forklift(args: list[str], env: dict[str, str]) -> subprocess.CompletedProces
         pytest.fail(f"forklift {' '.join(args)} kept running (retrying?): {exc.stderr!r}")
 
 
-def assert_refused(result: subprocess.CompletedProcess[str], *, debug: bool = False) -> None:
+def assert_refused(
+    result: subprocess.CompletedProcess[str], command: list[str], *, debug: bool = False
+) -> None:
     said = result.stdout + result.stderr
-    assert "SECRET" not in said, said
+    assert "SECRET" not in said, f"{command[0]}: {said}"  # (the command may hold the DSN)
+    said = f"forklift {' '.join(command)}: {said}"
     assert result.returncode == 2, said
     lines = result.stderr.strip().splitlines()
     assert lines[-1].startswith("forklift: error: the database "), said
@@ -66,12 +70,19 @@ def test_a_malformed_dsn_stops_every_command_with_exit_2_and_no_secret(
     env: dict[str, str], name: str
 ) -> None:
     hostile = {**env, "FORKLIFT_DATABASE_URL": HOSTILE[name]}
-    for command in COMMANDS:
-        assert_refused(forklift(command, hostile))
+    runs = [(command, hostile, False) for command in COMMANDS]
     # From --dsn too, and with --debug the traceback says no more.
     for command in (["status"], ["run", "tests.apps.basic:app", "--workers", "1"]):
-        assert_refused(forklift([*command, "--dsn", HOSTILE[name]], env))
-        assert_refused(forklift([*command, "--debug"], hostile), debug=True)
+        runs += [
+            ([*command, "--dsn", HOSTILE[name]], env, False),
+            ([*command, "--debug"], hostile, True),
+        ]
+    # Each command in a process of its own, a few at once: they wait on nothing of each
+    # other's (a host name that is half a password may take a while to fail to resolve).
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda run: forklift(run[0], run[1]), runs))
+    for (command, _, debug), result in zip(runs, results, strict=True):
+        assert_refused(result, command, debug=debug)
 
 
 def test_the_redactor_hides_a_malformed_dsns_password_wherever_it_appears(
