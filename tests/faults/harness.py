@@ -324,3 +324,24 @@ def stopped_mid_run(workload: Workload, pid: int, run: str) -> bool:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGCONT)
     return False
+
+
+def kill_mid_run(
+    workload: Workload, fleet: Fleet, sup: Supervisor, pid: int, run: str, *, group: bool
+) -> bool:
+    """SIGKILL worker `pid` of `sup` mid-run `run` (stopped_mid_run), or with `group` the
+    whole of `sup` (its other workers stopped first, so that none commits during the
+    walk of /proc that finds them; a fresh one started as systemd would). False, and
+    nothing killed, if the run ended before its worker stood still."""
+    if not stopped_mid_run(workload, pid, run):
+        return False
+    if not group:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        return True
+    for stopped in (sup.pid, *sup.workers()):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(stopped, signal.SIGSTOP)
+    sup.kill_group()
+    fleet.replace(sup)
+    return True

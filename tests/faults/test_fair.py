@@ -50,10 +50,7 @@ attempt, killed ones too.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import os
-import signal
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -70,7 +67,7 @@ from forklift.embedded import Cluster
 from forklift.testing import wait_for
 from tests.acceptance.proxy import Proxy
 from tests.apps.fair import ATTEMPTS, CRASHES, RUNS, declare
-from tests.faults.harness import Fleet, Workload, stopped_mid_run
+from tests.faults.harness import Fleet, Workload, kill_mid_run
 from tests.faults.injector import Fault, Injector
 
 APP = "tests.apps.fair:app"
@@ -246,14 +243,8 @@ class Run:
         sup = next((s for s in self.fleet.procs if pid in s.workers()), None)
         if sup is None:
             return None  # it moved on meanwhile
-        if not stopped_mid_run(self.workload, pid, held[1]):
+        if not kill_mid_run(self.workload, self.fleet, sup, pid, held[1], group=fault != KILL):
             return None  # it ended before it stood still
-        if fault == KILL:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        else:
-            sup.kill_group()
-            self.fleet.replace(sup)
         return Aim(fault, held[0], held[1])
 
 

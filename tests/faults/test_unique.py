@@ -43,9 +43,7 @@ import contextlib
 import functools
 import itertools
 import math
-import os
 import random
-import signal
 import threading
 import time
 from collections import Counter, defaultdict
@@ -64,7 +62,7 @@ from forklift.testing import wait_for
 from forklift.unique import OnConflict
 from tests.acceptance.proxy import Proxy
 from tests.apps.unique import declare, tables
-from tests.faults.harness import Fleet, Workload, stopped_mid_run
+from tests.faults.harness import Fleet, Workload, kill_mid_run
 from tests.faults.injector import Fault, Injector
 
 APP = "tests.apps.unique:app"
@@ -315,19 +313,8 @@ class Faults:
         sup = owners.get(pid)
         if held is None or sup is None:
             return None  # none mid-run, or it is a worker started since
-        if not stopped_mid_run(self.workload, pid, held[1]):
+        if not kill_mid_run(self.workload, self.fleet, sup, pid, held[1], group=fault != KILL):
             return None  # it ended before it stood still
-        if fault == KILL:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        else:
-            # The rest stopped too, then the group killed: the walk of /proc that finds
-            # the group takes long enough for its other workers to commit on.
-            for stopped in (sup.pid, *sup.workers()):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(stopped, signal.SIGSTOP)
-            sup.kill_group()
-            self.fleet.replace(sup)
         return Aim(fault, held[0], held[1])
 
 

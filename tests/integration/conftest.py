@@ -12,6 +12,7 @@ import pytest
 
 import forklift
 from forklift import _db, _locks
+from forklift.metrics import Tally
 from forklift.store import JobStore
 from forklift.testing import wait_for
 from forklift.workers import Worker, WorkerConfig
@@ -89,6 +90,24 @@ def run_worker(app: forklift.App) -> Iterator[RunWorker]:
     for _, thread in started:
         thread.join(timeout=15)
         assert not thread.is_alive(), "worker did not stop"
+
+
+def tallied(app: forklift.App, until: Callable[[], object]) -> dict[str, Any]:
+    """Run Worker(app) with a metrics Tally in a thread until `until()` returns, then
+    stop it: what it counted (Tally.take), every count in since it stopped."""
+    tally = Tally()
+    worker = Worker(app, WorkerConfig(maintenance=False), tally=tally)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        until()
+    finally:
+        worker.request_stop(fast=True)
+        thread.join(15)
+    assert not thread.is_alive(), "worker did not stop"
+    deltas = tally.take()
+    assert deltas is not None, "nothing counted"
+    return deltas
 
 
 @pytest.fixture

@@ -12,12 +12,9 @@ from typing import Any
 import psycopg
 
 import forklift
-from forklift.metrics import Tally
 from forklift.store import JobStore, job_checkpoint, job_checkpoint_many
 from forklift.testing import wait_for
-from forklift.workers.config import WorkerConfig
-from forklift.workers.worker import Worker
-from tests.integration.conftest import RunWorker
+from tests.integration.conftest import RunWorker, tallied
 
 OWNER = "test-host:1:checkpoints"
 
@@ -270,18 +267,7 @@ def test_a_resumed_attempt_is_counted_with_the_work_its_checkpoint_stood_for(
             raise RuntimeError("first attempt")
 
     job_id = app.enqueue(task(resumes))
-    tally = Tally()
-    worker = Worker(app, WorkerConfig(maintenance=False), tally=tally)
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    try:
-        finished(db, schema, job_id, "succeeded")
-    finally:
-        worker.request_stop(fast=True)
-        thread.join(15)
-    assert not thread.is_alive()
-    deltas = tally.take()
-    assert deltas is not None
+    deltas = tallied(app, lambda: finished(db, schema, job_id, "succeeded"))
     assert [r[:3] for r in deltas["resumes"]] == [["default", "resumes", 1]]
     assert deltas["resumes"][0][3] >= 0
 

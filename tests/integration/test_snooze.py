@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import threading
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -18,13 +17,10 @@ import pytest
 import forklift
 from forklift.admin import JobAdmin
 from forklift.dashboard import views
-from forklift.metrics import Tally
 from forklift.shown import jobview
 from forklift.store import JobStore, job_snooze_many
 from forklift.testing import drain, inline, run_job, wait_for
-from forklift.workers import Worker
-from forklift.workers.config import WorkerConfig
-from tests.integration.conftest import RunWorker
+from tests.integration.conftest import RunWorker, tallied
 
 Conn = psycopg.Connection[Any]
 
@@ -81,18 +77,7 @@ def test_the_metrics_count_each_snoozed_run_as_no_failure(
 
     name = task(twice)
     job_id = app.enqueue(name)
-    tally = Tally()
-    worker = Worker(app, WorkerConfig(maintenance=False), tally=tally)
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    try:
-        ended(db, schema, job_id, "succeeded")
-    finally:
-        worker.request_stop(fast=True)
-        thread.join(15)
-    assert not thread.is_alive()
-    deltas = tally.take()
-    assert deltas is not None
+    deltas = tallied(app, lambda: ended(db, schema, job_id, "succeeded"))
     counted = {(q, t, outcome): n for q, t, outcome, n in deltas["jobs"]}
     assert counted == {("default", name, "snoozed"): 2, ("default", name, "succeeded"): 1}
 
