@@ -44,7 +44,8 @@ EVERY = 0.01  # seconds between the producer's enqueues
 BUILT = (
     "jobs_ready_usual_idx", "jobs_ready_ranked_idx", "jobs_scheduled_idx", "jobs_ready_fair_idx",
     "jobs_ready_fair_key_idx", "jobs_ready_fair_late_idx", "jobs_ready_plain_idx",
-    "jobs_ready_plain_ranked_idx",
+    "jobs_ready_plain_ranked_idx", "jobs_ready_labelled_idx", "jobs_ready_open_idx",
+    "jobs_ready_open_ranked_idx",
 )  # fmt: skip
 DROPPED = {"jobs_available_idx": "(available_at) WHERE state = 'ready'"}
 

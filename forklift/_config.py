@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable
 from typing import TypeVar
 
+from forklift import _names
 from forklift.errors import ConfigError
 
 T = TypeVar("T")
@@ -41,6 +42,14 @@ def queue_list(text: str) -> tuple[str, ...]:
     if not queues:
         raise argparse.ArgumentTypeError("name at least one queue, e.g. default,emails")
     return queues
+
+
+def label_list(text: str) -> tuple[str, ...]:
+    """`--labels gpu,model-x`: the labels, sorted; an empty list is none."""
+    try:
+        return _names.check_labels(q.strip() for q in text.split(",") if q.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def env(name: str, parse: Callable[[str], T], default: T) -> T:

@@ -71,6 +71,8 @@ class TaskDefaults(Protocol):
     def unique(self) -> Unique | None: ...
     def unique_key(self, task: str, args: Mapping[str, Any], unique: Unique) -> str: ...
     def fair_of(self, args: Mapping[str, Any]) -> tuple[str | None, float | None]: ...
+    @property
+    def requires(self) -> tuple[str, ...]: ...
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,10 @@ class Undeclared:
 
     def fair_of(self, args: Mapping[str, Any]) -> tuple[str | None, float | None]:
         return None, None
+
+    @property
+    def requires(self) -> tuple[str, ...]:
+        return ()
 
 
 UNDECLARED = Undeclared()
@@ -152,6 +158,7 @@ def build(spec: JobSpec, task: TaskDefaults | None, max_arg_bytes: int = MAX_ARG
         unique_period=None if unique is None else unique.period,
         unique_states=None if unique is None else unique.mask,
         on_conflict=spec.on_conflict or "keep",
+        requires=",".join(defaults.requires) or None,
     )
 
 

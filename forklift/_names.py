@@ -10,6 +10,7 @@ Unicode (no lone surrogate, which the database cannot store).
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Iterable
 from typing import Any
 
 from forklift import _display
@@ -68,6 +69,22 @@ def check(kind: str, value: Any, *, limit: int = MAX_NAME) -> str:
         shown = ascii(value)[:80] if isinstance(value, str) else type(value).__name__
         raise ValueError(f"{kind} name {shown} {problem}")
     return str(value)
+
+
+def check_labels(value: Any) -> tuple[str, ...]:
+    """Worker labels (`forklift run --labels`, a task's `requires=`) as stored: sorted and
+    unique, each a good name (see check) without a comma or surrounding spaces, since
+    jobs.requires holds them joined by commas; else ValueError."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise ValueError(f"labels are a set of names, e.g. {{'gpu'}}, not {value!r:.80}")
+    labels = {check("label", label) for label in value}
+    for label in labels:
+        if "," in label or label != label.strip():
+            raise ValueError(
+                f"label {ascii(label)[:80]} has a comma or a space at an end: labels are "
+                "given as a comma-separated list (forklift run --labels gpu,model-x)"
+            )
+    return tuple(sorted(labels))
 
 
 def check_key(value: Any) -> str:

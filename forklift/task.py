@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import (
     TYPE_CHECKING,
@@ -20,6 +20,7 @@ from typing import (
 
 import psycopg
 
+from forklift import _names
 from forklift._job import JobOptions, check_priority
 from forklift.backoff import Backoff
 from forklift.errors import ArgumentError, ConfigError
@@ -54,7 +55,10 @@ class TaskOptions(TypedDict, total=False):
     attempt not spent) before the next snooze counts as a failed attempt. A bound, so
     that a handler that snoozes forever (a condition that never comes) ends dead like any
     failing one, not polling without end; 100 snoozes a minute apart wait out more than
-    an hour and a half of a condition not yet met (raise it for longer waits).
+    an hour and a half of a condition not yet met (raise it for longer waits);
+    `requires`: labels (e.g. {"gpu"}) a worker must have every one of, from
+    `forklift run --labels`, to claim the task's jobs; a worker with them takes those
+    jobs before jobs any worker may take, and no other worker takes them.
     """
 
     queue: str
@@ -68,6 +72,7 @@ class TaskOptions(TypedDict, total=False):
     weights: Weights | None
     max_snoozes: int
     unique: Unique | None  # at most one live job per key: forklift.Unique
+    requires: Iterable[str]  # labels a worker must have to run its jobs (run --labels)
 
 
 class Producer(Protocol):
@@ -160,6 +165,22 @@ def _checked_unique(name: str, unique: object, signature: inspect.Signature) -> 
     return unique
 
 
+def _checked_requires(name: str, value: object, limited: bool, fair: bool) -> tuple[str, ...]:
+    """The labels a worker must have to run the task's jobs, sorted (none: any worker)."""
+    if value is None:
+        return ()
+    try:
+        labels = _names.check_labels(value)
+    except ValueError as exc:
+        raise ConfigError(f"task {name!r}: requires: {exc}") from None
+    if labels and (limited or fair):
+        raise ConfigError(
+            f"task {name!r}: requires= with {'limit=' if limited else 'fair='} is not "
+            "supported yet (jobs that require labels are claimed apart, in line order)"
+        )
+    return labels
+
+
 def _checked_max_snoozes(name: str, value: object) -> int:
     """The snoozes a job may take before the next is a failed attempt. Read by the worker
     that runs the job (only a worker that declares the task runs it): no column holds it."""
@@ -225,6 +246,10 @@ class Task(Generic[P, R]):
                 "task's jobs are claimed under its limit, in line order, not in turns)"
             )
         self.max_snoozes = _checked_max_snoozes(name, options.get("max_snoozes", 100))
+        # The labels a worker must have to claim its jobs (forklift run --labels), sorted.
+        self.requires = _checked_requires(
+            name, options.get("requires"), self.limit is not None, self.fair is not None
+        )
         # At most one live job per key (forklift/unique.py): its jobs' unless they say so.
         self.unique = _checked_unique(name, options.get("unique"), self.signature)
         self._defaults = {

@@ -59,6 +59,9 @@ class QueueStats:
     max_depth: int | None = None
     rejected: int = 0  # enqueues refused by max_depth
     blocked: int = 0  # workflow jobs waiting for their upstream jobs
+    # Ready jobs that require labels no registered worker of the queue has (among the
+    # first DEPTH_CAP that require labels): they wait until such a worker starts.
+    unrunnable: int = 0
 
     def limits(self) -> str:
         """Its limits as people read them, `concurrency 4, 10/1s, max depth 10000`; empty:
@@ -86,6 +89,7 @@ class ProcessRow:
     rss_bytes: int | None
     uptime: float
     heartbeat_age: float
+    labels: Sequence[str] = ()  # forklift run --labels
 
 
 class QueueDepth(NamedTuple):
@@ -98,6 +102,7 @@ class QueueDepth(NamedTuple):
     dead: int = 0
     oldest_ready_age: float | None = None
     blocked: int = 0
+    unrunnable: int = 0
 
 
 class QueueFinished(NamedTuple):
@@ -191,6 +196,7 @@ class AdminStore:
                     dead_last_hour=h.dead,
                     paused=q in paused,
                     blocked=d.blocked,
+                    unrunnable=d.unrunnable,
                     **_limits_of(limits.get(q)),
                 )
             )

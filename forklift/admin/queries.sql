@@ -38,8 +38,10 @@ ready(queue) AS (
 
 -- name: queue_depth
 -- Per queue: due, scheduled, running and dead jobs, the oldest due job's age (NULL:
--- nothing due), and blocked workflow jobs. Due, scheduled, dead and blocked are each
--- counted up to `cap` (a count of `cap`
+-- nothing due), blocked workflow jobs, and `unrunnable`: ready jobs that require labels
+-- no registered worker of the queue has every one of (migration 0025), among the first
+-- `cap` that require labels, in claim order (jobs_ready_labelled_idx). Due, scheduled,
+-- dead and blocked are each counted up to `cap` (a count of `cap`
 -- means `cap` or more): whatever a queue's backlog or the dead jobs retained, a call
 -- reads at most 5 x `cap` index entries a queue. The queues come from a loose scan
 -- of each index (a probe per queue), the counts from ranges of the due-time indexes
@@ -87,7 +89,14 @@ SELECT q.queue,
             WHERE j.state = 'ready' AND j.limit_key IS NOT NULL AND j.queue = q.queue
               AND j.available_at <= now() ORDER BY j.available_at LIMIT 1)))::float8 AS oldest_ready_age,
        (SELECT count(*) FROM (SELECT FROM {schema}.jobs AS j
-            WHERE j.state = 'blocked' AND j.queue = q.queue LIMIT %(cap)s::integer) AS c) AS blocked
+            WHERE j.state = 'blocked' AND j.queue = q.queue LIMIT %(cap)s::integer) AS c) AS blocked,
+       (SELECT count(*) FROM (SELECT j.requires FROM {schema}.jobs AS j
+            WHERE j.state = 'ready' AND j.requires IS NOT NULL AND j.queue = q.queue
+            ORDER BY j.priority DESC, j.available_at, j.id LIMIT %(cap)s::integer) AS w
+        WHERE NOT EXISTS (
+            SELECT 1 FROM {schema}.processes AS p
+            WHERE p.kind = 'worker' AND q.queue = ANY(p.queues)
+              AND string_to_array(w.requires, ',') <@ p.labels)) AS unrunnable
 FROM queues AS q
 ORDER BY q.queue;
 
@@ -105,7 +114,7 @@ GROUP BY j.queue;
 
 -- name: process_list
 -- Every registered process, with its heartbeat age and uptime in seconds.
-SELECT id, kind, host, pid, supervisor_id, queues, current_job, rss_bytes,
+SELECT id, kind, host, pid, supervisor_id, queues, current_job, rss_bytes, labels,
        extract(epoch FROM now() - started_at)::float8 AS uptime,
        extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age
 FROM {schema}.processes

@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from forklift._config import duration, env, positive_int, queue_list
+from forklift._config import duration, env, label_list, positive_int, queue_list
 from forklift.scheduler.config import SchedulerConfig
 from forklift.supervisor.config import SupervisorConfig
 from forklift.workers.config import WorkerConfig
@@ -123,6 +123,15 @@ def add_worker(p: argparse.ArgumentParser) -> None:
     """How each worker process claims and runs jobs (`run` and `worker`)."""
     flag(
         p, "--queues", queue_list, ("default",), "comma-separated queues to serve", shown="default"
+    )
+    flag(
+        p,
+        "--labels",
+        label_list,
+        (),
+        "comma-separated labels of this host (gpu,model-x): its workers also claim the "
+        "jobs of tasks declared requires={...} with labels they all have, before others",
+        shown="none",
     )
     flag(
         p,
@@ -302,6 +311,7 @@ def add_scheduling(p: argparse.ArgumentParser) -> None:
 def worker_config(args: argparse.Namespace) -> WorkerConfig:
     return WorkerConfig(
         queues=args.queues,
+        labels=args.labels,
         concurrency=args.concurrency,
         lease=args.lease,
         effect_statement_timeout=args.effect_statement_timeout,

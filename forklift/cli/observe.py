@@ -28,9 +28,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         output.print_json([vars(s) for s in stats])
         return 0
     blocked = any(s.blocked for s in stats)  # a column only where workflows wait
+    stuck = any(s.unrunnable for s in stats)  # a column only where labels are missing
     header = (
         "queue", "paused", "ready", "scheduled", "running", "dead",
-        *(("blocked",) if blocked else ()), "oldest ready",
+        *(("blocked",) if blocked else ()), *(("no worker",) if stuck else ()), "oldest ready",
         "done 1m", "dead 1m", "done 1h", "dead 1h", "limits",
     )  # fmt: skip
     rows = [
@@ -42,6 +43,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             s.running,
             s.dead,
             *((s.blocked,) if blocked else ()),
+            *((s.unrunnable,) if stuck else ()),
             "-" if s.oldest_ready_age is None else output.age(s.oldest_ready_age),
             s.succeeded_last_minute,
             s.dead_last_minute,
@@ -53,6 +55,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     ]
     output.table(header, rows, empty="no jobs")
     limits.print_task_lines(tasks)
+    if stuck:
+        print(
+            "\nno worker: ready jobs whose task requires labels (@app.task(requires=...)) "
+            "that no registered worker of the queue has; start one with --labels"
+        )
     return 0
 
 
@@ -60,10 +67,11 @@ PS_DESCRIPTION = """\
 Every registered supervisor and worker process, on every host, with the jobs each
 worker runs now (task#id), read from the jobs themselves as `forklift top` reads them
 (the registry's heartbeat, every few seconds, gives the rest). A worker that runs jobs
-before its registry row is written is listed too, as "not registered".
+before its registry row is written is listed too, as "not registered". The labels of a
+process started with --labels follow its queues in brackets: default [gpu,model-x].
 
 --json prints a list with one object per process: id, kind, host, pid, supervisor_id,
-queues, current_job (the first job it runs, or null), jobs (a list of objects with id,
+queues, labels, current_job (the first job it runs, or null), jobs (a list of objects with id,
 task, queue), rss_bytes, uptime and heartbeat_age (seconds; null when not registered),
 registered, paused_queues.
 """
@@ -82,7 +90,8 @@ def ps_json(line: Listed, paused: set[str]) -> dict[str, Any]:
     if p is None:
         return {
             "id": line.id, "kind": "worker", "host": line.host, "pid": line.pid,
-            "supervisor_id": None, "queues": [], "current_job": line.jobs[0].id, "jobs": jobs,
+            "supervisor_id": None, "queues": [], "labels": [], "current_job": line.jobs[0].id,
+            "jobs": jobs,
             "rss_bytes": None, "uptime": None, "heartbeat_age": None, "registered": False,
             "paused_queues": [],
         }  # fmt: skip
@@ -101,11 +110,12 @@ def ps_row(line: Listed, paused: set[str]) -> tuple[object, ...]:
     if p is None:
         queues = ",".join(sorted({j.queue for j in line.jobs}))
         return (line.host, line.pid, "  worker", queues, jobs, "-", "-", "not registered")
+    queues = ",".join(f"{q}(paused)" if q in paused else q for q in p.queues)
     return (
         p.host,
         p.pid,
         p.kind if p.kind == "supervisor" else "  worker",
-        ",".join(f"{q}(paused)" if q in paused else q for q in p.queues),
+        f"{queues} [{','.join(p.labels)}]" if p.labels else queues,
         jobs,
         output.age(p.uptime),
         f"{p.rss_bytes / 2**20:.0f} MiB" if p.rss_bytes else "-",
@@ -136,7 +146,8 @@ def register(
     p = sub.add_parser(
         "status",
         parents=common,
-        help="queues: paused, ready, scheduled, running, dead, oldest age, limits",
+        help="queues: paused, ready, scheduled, running, dead, oldest age, limits; jobs no "
+        "worker has the labels for",
         epilog=STATUS_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -202,13 +202,15 @@ class JobStore:
         expired: bool,
         floor: datetime | None = None,
         fair: bool = False,
+        labels: Sequence[str] = (),
     ) -> Claim:
         """Complete `done` (as job_complete_many) if any, then claim as job_claim (from
-        `floor`, None: a rewind; `fair`: in turns across fair keys, job_claim_fair) in one
-        transaction and round trip, the claim seeing the slots they free. A claim alone
-        commits without waiting for its flush."""
+        `floor`, None: a rewind; `fair`: in turns across fair keys, job_claim_fair;
+        `labels`: the jobs that require them, job_claim_labelled) in one transaction and
+        round trip, the claim seeing the slots they free. A claim alone commits without
+        waiting for its flush."""
         claiming = claim_statement(
-            self.q, queues, owner, limit, lease, expired, done, floor, fair=fair
+            self.q, queues, owner, limit, lease, expired, done, floor, fair=fair, labels=labels
         )
         with translated("claim failed", self.where), self.pool.connection() as conn:
             if not done:
@@ -342,6 +344,13 @@ class JobStore:
         params = {**_leases(held), "owner": owner}
         with translated("release failed", self.where), self.pool.connection() as conn:
             return set(_db.scalars(conn.execute(self.q["job_release_many"], params)))
+
+    def job_release_requiring(self, held: Sequence[tuple[int, int, str]], owner: str) -> set[int]:
+        """Give (id, attempt, requires) jobs back as job_release_many, storing the labels
+        their task requires (job_release_requiring)."""
+        params = {**_leases(held, requires=2), "owner": owner}
+        with translated("release failed", self.where), self.pool.connection() as conn:
+            return set(_db.scalars(conn.execute(self.q["job_release_requiring"], params)))
 
     def job_cancelled_among(self, held: Sequence[tuple[int, int]]) -> set[int]:
         """Which (id, attempt) jobs were cancelled by an operator (their lease taken)."""
@@ -524,13 +533,20 @@ def claim_statement(
     floor: datetime | None,
     *,
     fair: bool = False,
+    labels: Sequence[str] = (),
 ) -> tuple[str, dict[str, Any]]:
-    """The claim to run: job_claim_fair where fair jobs wait (`fair`); job_claim_one for
+    """The claim to run: job_claim_labelled of the jobs that require `labels` (a labelled
+    worker's first); job_claim_fair where fair jobs wait (`fair`); job_claim_one for
     one queue without the expiry scan (the usual claim, planned in half the time, its
     default priority read from `floor`), job_claim otherwise. Alone in its transaction
     (no completions `done` with it), it commits without waiting for its WAL flush
     (queries.sql, `_claim_commit`)."""
     common = {"owner": owner, "limit": limit, "lease": lease, "alone": not done}
+    if labels:
+        return q["job_claim_labelled"], {
+            "queues": list(queues), "expired": expired, "labels": list(labels), **common
+        }  # fmt: skip
+    common["labels"] = []  # (lost jobs that require labels are the labelled claim's)
     if fair:
         return q["job_claim_fair"], {"queues": list(queues), "expired": expired, **common}
     if len(queues) == 1 and not expired:

@@ -22,7 +22,7 @@ _T = TypeVar("_T")
 # (fragments.sql): job_copy's rows, and the columns every insert of a job selects.
 COLUMNS = (
     "queue", "task", "args", "priority", "max_attempts", "max_crashes", "timeout", "batch_id",
-    "limit_key", "trace_context", "fair_key", "fair_weight",
+    "limit_key", "trace_context", "fair_key", "fair_weight", "requires",
 )  # fmt: skip
 # An insert's parameters (the `_job_arrays` and `_job_values` fragments): the columns,
 # then the key and when the job is due (run_at, else now, plus delay: the database's clock).

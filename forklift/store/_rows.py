@@ -37,6 +37,9 @@ class NewJob:
     unique_period: float | None = None
     unique_states: int | None = None
     on_conflict: str = "keep"
+    # The labels a worker must have to run it (its task's `requires`), sorted and joined
+    # by commas; None: any worker may.
+    requires: str | None = None
 
     @property
     def due_now(self) -> bool:

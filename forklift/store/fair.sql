@@ -3,10 +3,10 @@
 -- name.
 
 -- name: _plain_ready
--- A fragment: whether job `j` is a plain one (no limit's key, no fair key) ready and due
--- in queue `q`.
-j.state = 'ready' AND j.limit_key IS NULL AND j.fair_key IS NULL AND j.queue = q.name
-           AND j.available_at <= now()
+-- A fragment: whether job `j` is a plain one (no limit's key, no fair key, no labels
+-- required) ready and due in queue `q`.
+j.state = 'ready' AND j.limit_key IS NULL AND j.fair_key IS NULL AND j.requires IS NULL
+           AND j.queue = q.name AND j.available_at <= now()
 
 -- name: job_claim_fair
 -- job_claim for queues that hold fair jobs: up to `limit` jobs in turn order. A fair
@@ -46,8 +46,8 @@ WITH fair AS (
     ) AS c
     WHERE q.name NOT IN (SELECT p.queue FROM {schema}.paused_queues AS p)
 ), plain AS (
-    -- The plain claim's two indexes (jobs_ready_plain_idx, jobs_ready_plain_ranked_idx,
-    -- migration 0024), read as job_claim_one reads them: higher priorities, the
+    -- The plain claim's two indexes (jobs_ready_open_idx, jobs_ready_open_ranked_idx,
+    -- migration 0026), read as job_claim_one reads them: higher priorities, the
     -- default, lower, each as far as the limit.
     SELECT c.id, c.priority, c.available_at
     FROM unnest(%(queues)s::text[]) AS q(name),

@@ -76,20 +76,23 @@ j.id, j.queue, j.task, j.args, j.idempotency_key, j.priority, j.attempts AS atte
 (NOT j.seen_running AND j.leases_forgiven < 3)
 
 -- name: _lease_expired
--- Whether running job `j` is a lost one a claim of these queues (`queues`) may take back:
--- its lease ran out, its queue is not paused, it has attempts left (or this one is
--- forgiven), and no live owner vouches for it (_owner_vouched, the costliest test, asked
+-- Whether running job `j` is a lost one a claim of these queues (`queues`), by a worker
+-- with these labels (`labels`), may take back: its lease ran out, its queue is not
+-- paused, it has attempts left (or this one is forgiven), the worker has every label it
+-- requires, and no live owner vouches for it (_owner_vouched, the costliest test, asked
 -- last). A lost job keeps its place in line: its original due time, not its lease's end.
 j.state = 'running' AND j.lease_until < now()
       AND j.queue NOT IN (SELECT p.queue FROM {schema}.paused_queues AS p)
       AND (j.attempts < j.max_attempts OR {_forgivable}) AND j.queue = ANY(%(queues)s::text[])
+      AND (j.requires IS NULL OR string_to_array(j.requires, ',') <@ %(labels)s::text[])
       AND NOT {_owner_vouched}
 
 -- name: _claimable
 -- Whether job `j` is one job_claim_one may take: ready and due in its queue, not a
--- limited task's, not a fair one (taken in turns: store/fair.sql), the queue not paused.
-j.state = 'ready' AND j.limit_key IS NULL AND j.fair_key IS NULL AND j.queue = %(queue)s::text
-      AND j.available_at <= now()
+-- limited task's, not a fair one (taken in turns: store/fair.sql), not one that requires
+-- labels (job_claim_labelled), the queue not paused.
+j.state = 'ready' AND j.limit_key IS NULL AND j.fair_key IS NULL AND j.requires IS NULL
+      AND j.queue = %(queue)s::text AND j.available_at <= now()
       AND NOT EXISTS (SELECT FROM {schema}.paused_queues AS p WHERE p.queue = %(queue)s::text)
 
 -- name: _lease_taken
@@ -136,7 +139,7 @@ last_error = CASE WHEN j.state = 'running' THEN {_lease_lost_error} ELSE j.last_
 -- but its id, idempotency key and due time), in the order of _inserts.COLUMNS: the rows
 -- job_copy writes, and the names every insert of a job selects them by.
 queue, task, args, priority, max_attempts, max_crashes, timeout, batch_id, limit_key,
-trace_context, fair_key, fair_weight
+trace_context, fair_key, fair_weight, requires
 
 -- name: _job_arrays
 -- A fragment: new jobs as parameters, one array per field of _inserts.FIELDS: those of
@@ -145,7 +148,7 @@ trace_context, fair_key, fair_weight
 %(queue)s::text[], %(task)s::text[], %(args)s::jsonb[], %(priority)s::smallint[],
 %(max_attempts)s::integer[], %(max_crashes)s::integer[], %(timeout)s::float8[],
 %(batch_id)s::bigint[], %(limit_key)s::text[], %(trace_context)s::jsonb[],
-%(fair_key)s::text[], %(fair_weight)s::real[],
+%(fair_key)s::text[], %(fair_weight)s::real[], %(requires)s::text[],
 %(idempotency_key)s::text[], %(run_at)s::timestamptz[], %(delay)s::float8[]
 
 -- name: _job_values
@@ -155,7 +158,7 @@ trace_context, fair_key, fair_weight
 %(queue)s::text, %(task)s::text, %(args)s::jsonb, %(priority)s::smallint,
 %(max_attempts)s::integer, %(max_crashes)s::integer, %(timeout)s::float8,
 %(batch_id)s::bigint, %(limit_key)s::text, %(trace_context)s::jsonb,
-%(fair_key)s::text, %(fair_weight)s::real,
+%(fair_key)s::text, %(fair_weight)s::real, %(requires)s::text,
 %(idempotency_key)s::text, %(run_at)s::timestamptz, %(delay)s::float8
 
 -- name: _job_due
@@ -197,7 +200,7 @@ j.unique_key || CASE WHEN j.unique_period IS NULL THEN ''
 -- it keeps its turn unless it is due later now (migration 0023 takes that).
 target AS (
     SELECT t.id, j.held_key, j.args, {_job_due} AS due, j.priority, j.limit_key,
-           j.trace_context, j.fair_key, j.fair_weight
+           j.trace_context, j.fair_key, j.fair_weight, j.requires
     FROM j JOIN {schema}.jobs AS t
         ON t.unique_key = j.held_key AND {schema}.unique_holds(t.state, t.unique_states)
     WHERE t.state = 'ready'
@@ -205,7 +208,8 @@ target AS (
 ), replaced AS (
     UPDATE {schema}.jobs AS t SET
         args = r.args, available_at = r.due, priority = r.priority, limit_key = r.limit_key,
-        trace_context = r.trace_context, fair_key = r.fair_key, fair_weight = r.fair_weight
+        trace_context = r.trace_context, fair_key = r.fair_key, fair_weight = r.fair_weight,
+        requires = r.requires
     FROM target AS r
     WHERE t.id = r.id AND t.state = 'ready'
     RETURNING t.id, t.unique_key, t.queue, t.available_at

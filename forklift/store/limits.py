@@ -231,7 +231,7 @@ def _params(
     return {
         "queues": list(queues), "tasks": list(tasks), "owner": owner, "limit": limit,
         "lease": lease, "expired": expired, "shared": shared, "visit": VISIT, "keys": KEYS,
-        "rekey": REKEY,
+        "rekey": REKEY, "labels": [],
         **_LANES,
     }  # fmt: skip
 

@@ -101,8 +101,8 @@ WITH {_limits_held}, {_lane_room}, ready AS (
     LATERAL (
         SELECT j.id, j.priority, j.available_at
         FROM {schema}.jobs j
-        WHERE j.state = 'ready' AND j.limit_key IS NULL AND j.queue = q.name
-          AND j.available_at <= now()
+        WHERE j.state = 'ready' AND j.limit_key IS NULL AND j.requires IS NULL
+          AND j.queue = q.name AND j.available_at <= now()
           AND j.task NOT IN (SELECT u.name FROM unheld u WHERE u.scope = 'task')
         ORDER BY j.priority DESC, j.available_at, j.id
         LIMIT least(%(limit)s, %(lane_claim)s)
@@ -261,8 +261,8 @@ open_queues AS (
     LATERAL (
         SELECT j.id, j.priority, j.available_at, j.queue, j.task, j.args
         FROM {schema}.jobs j
-        WHERE j.state = 'ready' AND j.limit_key IS NULL AND j.queue = q.name
-          AND j.available_at <= now()
+        WHERE j.state = 'ready' AND j.limit_key IS NULL AND j.requires IS NULL
+          AND j.queue = q.name AND j.available_at <= now()
         ORDER BY j.priority DESC, j.available_at, j.id
         LIMIT %(limit)s
     ) AS c
@@ -464,8 +464,8 @@ taken AS (
     SELECT v.id FROM open_queues q,
     LATERAL (
         SELECT w.id, w.task FROM {schema}.jobs w
-        WHERE w.state = 'ready' AND w.limit_key IS NULL AND w.queue = q.name
-          AND w.available_at <= now()
+        WHERE w.state = 'ready' AND w.limit_key IS NULL AND w.requires IS NULL
+          AND w.queue = q.name AND w.available_at <= now()
         ORDER BY w.priority DESC, w.available_at, w.id
         LIMIT %(limit)s + %(rekey)s
     ) AS v

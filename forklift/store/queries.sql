@@ -148,7 +148,9 @@ SELECT now(), extract(epoch FROM now())::float8;
 -- (when `expired` is true) running jobs whose lease expired, their attempt recorded as
 -- lost. One statement. The expiry scan is gated: workers ask for it now and then, not
 -- on every claim, since it walks every running row. Paused queues are skipped, and so are
--- the jobs of limited tasks (a limit's key stored: the claim under limits takes them).
+-- the jobs of limited tasks (a limit's key stored: the claim under limits takes them)
+-- and those that require labels (job_claim_labelled takes them; a lost one is taken
+-- back only by a worker with its labels: `labels`, _lease_expired).
 -- It locks no job it does not take (a job locked here is one another claim skips): the
 -- queues' lines are merged unlocked (`line`), then each queue's share of the first
 -- `limit` is locked (`ready`, past what other claims hold), and what a queue could not
@@ -159,8 +161,8 @@ WITH line AS (
     LATERAL (
         SELECT j.id, j.priority, j.available_at
         FROM {schema}.jobs j
-        WHERE j.state = 'ready' AND j.limit_key IS NULL AND j.queue = q.name
-          AND j.available_at <= now()
+        WHERE j.state = 'ready' AND j.limit_key IS NULL AND j.requires IS NULL
+          AND j.queue = q.name AND j.available_at <= now()
         ORDER BY j.priority DESC, j.available_at, j.id
         LIMIT %(limit)s
     ) AS c
@@ -188,8 +190,8 @@ WITH line AS (
     LATERAL (
         SELECT j.id, j.priority, j.available_at
         FROM {schema}.jobs j
-        WHERE j.state = 'ready' AND j.limit_key IS NULL AND j.queue = s.queue
-          AND j.available_at <= now()
+        WHERE j.state = 'ready' AND j.limit_key IS NULL AND j.requires IS NULL
+          AND j.queue = s.queue AND j.available_at <= now()
         ORDER BY j.priority DESC, j.available_at, j.id
         LIMIT s.n
         FOR UPDATE SKIP LOCKED
@@ -199,7 +201,8 @@ WITH line AS (
     FROM {schema}.jobs j
     WHERE j.id = ANY(ARRAY(SELECT l.id FROM line AS l
                            WHERE l.id NOT IN (SELECT r.id FROM ready AS r)))
-      AND j.state = 'ready' AND j.limit_key IS NULL AND j.available_at <= now()
+      AND j.state = 'ready' AND j.limit_key IS NULL AND j.requires IS NULL
+      AND j.available_at <= now()
     ORDER BY j.priority DESC, j.available_at, j.id
     LIMIT (SELECT coalesce(sum(s.n), 0) FROM share AS s) - (SELECT count(*) FROM ready)
     FOR UPDATE SKIP LOCKED
@@ -224,12 +227,12 @@ RETURNING {_claimed};
 -- the time an idle worker took to claim a new job (0.5 of 1.0 ms, fsync included).
 --
 -- The default priority's jobs are read from `floor` on (workers/claimer.py, Floors),
--- through an index of their own (jobs_ready_plain_idx, migrations 0016 and 0024). Every job of
+-- through an index of their own (jobs_ready_open_idx, migrations 0016, 0024 and 0026). Every job of
 -- the queue claimed before leaves a dead version in the ready indexes, which no vacuum
 -- can remove while another transaction holds the horizon back (an idle transaction, a
 -- long report): a claim from the start of the line walks them all (35 ms a claim under
 -- 120,000 of them, against 0.4 ms from the floor). Jobs of other priorities (their own
--- index, jobs_ready_plain_ranked_idx), and a claim with no floor (NULL: a rewind), are read
+-- index, jobs_ready_open_ranked_idx), and a claim with no floor (NULL: a rewind), are read
 -- from the start. The lines are read one after another, highest priority first, each
 -- only as far as the limit still needs: a job locked here is one this claim takes.
 -- Each row says where the next claim's floor may be (`floor`): the due time of the last
@@ -293,6 +296,48 @@ SELECT t.*,
                       %(floor)s::timestamptz)
     END AS floor
 FROM emptied AS e LEFT JOIN taken AS t ON true;
+
+-- name: job_claim_labelled
+-- The claim of a worker with labels (`labels`: forklift run --labels), made before its
+-- plain one: up to `limit` due jobs of the given queues that require labels (a task's
+-- `requires`, jobs.requires: migration 0025) the worker has every one of, in priority
+-- then due order, plus (when `expired`) such jobs lost with their workers. Those jobs
+-- wait for a worker that can run them, so a worker that can takes them before jobs any
+-- worker may take; no other claim takes them. Through jobs_ready_labelled_idx (migration
+-- 0026): jobs whose labels this worker lacks are read past, not locked. What the merge
+-- of the queues leaves is unlocked at the commit.
+WITH line AS (
+    SELECT c.id, c.priority, c.available_at
+    FROM unnest(%(queues)s::text[]) AS q(name),
+    LATERAL (
+        SELECT j.id, j.priority, j.available_at
+        FROM {schema}.jobs j
+        WHERE j.state = 'ready' AND j.requires IS NOT NULL AND j.queue = q.name
+          AND j.available_at <= now()
+          AND string_to_array(j.requires, ',') <@ %(labels)s::text[]
+        ORDER BY j.priority DESC, j.available_at, j.id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+    WHERE q.name NOT IN (SELECT p.queue FROM {schema}.paused_queues AS p)
+), expired AS (
+    SELECT j.id, j.priority, j.available_at
+    FROM {schema}.jobs j
+    WHERE %(expired)s::boolean AND j.requires IS NOT NULL AND {_lease_expired}
+    ORDER BY j.priority DESC, j.available_at, j.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT id FROM (SELECT * FROM expired UNION ALL SELECT * FROM line) AS p
+    ORDER BY priority DESC, available_at, id
+    LIMIT %(limit)s
+)
+UPDATE {schema}.jobs AS j SET
+    {_lease_taken},
+    started_at = now(),
+    {_lease_lost}
+WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND {_claim_commit}
+RETURNING {_claimed};
 
 -- name: job_next_available
 -- Seconds until the next job a plain claim of the given queues could take falls due,
@@ -416,6 +461,28 @@ released AS (
     FROM (SELECT DISTINCT queue FROM released) AS q
 )
 SELECT released.id FROM released, woken
+
+-- name: job_release_requiring
+-- Give jobs back as job_release_many does, each storing the labels its task requires
+-- (`requires`, one per job, sorted and joined by commas), which its producer did not
+-- store (it did not declare the task): the worker that claimed it lacks them, and from
+-- now on only a worker that has them claims it (job_claim_labelled).
+WITH mine AS (
+    SELECT j.id
+    FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS h(id, attempt),
+    {_held_lease}
+), released AS (
+    UPDATE {schema}.jobs AS j SET
+        state = 'ready', attempts = j.attempts - 1, lease_owner = NULL, lease_until = NULL,
+        requires = r.requires
+    FROM unnest(%(ids)s::bigint[], %(requires)s::text[]) AS r(id, requires)
+    WHERE j.id = r.id AND j.id = ANY(ARRAY(SELECT id FROM mine))
+    RETURNING j.id, j.queue
+), woken AS (
+    SELECT count(pg_notify('{channel}', q.queue)) AS n
+    FROM (SELECT DISTINCT queue FROM released) AS q
+)
+SELECT released.id FROM released, woken;
 
 -- name: job_release_many
 -- Give jobs back (graceful stop, or claimed ahead and not started in time): ready at

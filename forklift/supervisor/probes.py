@@ -212,6 +212,11 @@ class LiveCollector(Collector):
         paused = GaugeMetricFamily(
             "forklift_queue_paused", "1 while the queue is paused (no claims).", labels=["queue"]
         )
+        unrunnable = GaugeMetricFamily(
+            "forklift_queue_unrunnable",
+            "Ready jobs that require labels no registered worker of the queue has.",
+            labels=["queue"],
+        )
         for s in stats:
             for state, n in (
                 ("ready", s.ready),
@@ -223,9 +228,11 @@ class LiveCollector(Collector):
                 depth.add_metric([s.queue, state], n)
             oldest.add_metric([s.queue], s.oldest_ready_age or 0.0)
             paused.add_metric([s.queue], 1 if s.paused else 0)
+            unrunnable.add_metric([s.queue], s.unrunnable)
         yield depth
         yield oldest
         yield paused
+        yield unrunnable
 
     @staticmethod
     def _limit_metrics(stats: list[QueueStats]) -> Iterator[Metric]:

@@ -142,14 +142,15 @@ SELECT count(*) FROM (
 -- Register or heartbeat a supervisor and its workers in one statement.
 INSERT INTO {schema}.processes
     (id, kind, host, pid, supervisor_id, queues, current_job, rss_bytes, started_at,
-     heartbeat_at)
+     heartbeat_at, labels)
 SELECT id, kind, host, pid, supervisor_id, string_to_array(queues, ','), current_job,
-       rss_bytes, now() - make_interval(secs => uptime), now()
+       rss_bytes, now() - make_interval(secs => uptime), now(),
+       coalesce(string_to_array(nullif(labels, ''), ','), '{}')
 FROM unnest(
     %(id)s::text[], %(kind)s::text[], %(host)s::text[], %(pid)s::integer[],
     %(supervisor_id)s::text[], %(queues)s::text[], %(current_job)s::bigint[],
-    %(rss_bytes)s::bigint[], %(uptime)s::float8[]
-) AS p(id, kind, host, pid, supervisor_id, queues, current_job, rss_bytes, uptime)
+    %(rss_bytes)s::bigint[], %(uptime)s::float8[], %(labels)s::text[]
+) AS p(id, kind, host, pid, supervisor_id, queues, current_job, rss_bytes, uptime, labels)
 ON CONFLICT (id) DO UPDATE SET
     current_job = excluded.current_job,
     rss_bytes = excluded.rss_bytes,

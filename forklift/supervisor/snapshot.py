@@ -27,11 +27,13 @@ class Identity:
     pid: int
     queues: str  # comma-separated, as the registry row takes them
     started: float  # monotonic
+    labels: str = ""  # comma-separated, as queues (forklift run --labels)
 
     @classmethod
-    def new(cls, queues: tuple[str, ...], now: float) -> Identity:
+    def new(cls, queues: tuple[str, ...], now: float, labels: tuple[str, ...] = ()) -> Identity:
         pid = os.getpid()
-        return cls(make_owner(pid), socket.gethostname(), pid, ",".join(queues), now)
+        host = socket.gethostname()
+        return cls(make_owner(pid), host, pid, ",".join(queues), now, ",".join(labels))
 
 
 @dataclass(frozen=True)
@@ -74,13 +76,13 @@ def registry_rows(identity: Identity, children: Children, now: float) -> tuple[P
     rows = [
         ProcessInfo(
             me.id, "supervisor", me.host, me.pid, None, me.queues, None,
-            rss_of(me.pid), now - me.started,
+            rss_of(me.pid), now - me.started, me.labels,
         )
     ]  # fmt: skip
     rows += (
         ProcessInfo(
             c.owner, "worker", me.host, c.pid, me.id, me.queues, next(iter(c.jobs), None),
-            c.rss or None, now - c.started,
+            c.rss or None, now - c.started, me.labels,
         )
         for c in children
     )  # fmt: skip

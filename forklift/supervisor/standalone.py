@@ -47,6 +47,7 @@ class StandaloneWorker:
         timeouts = _db.Timeouts.for_lease(config.lease)
         self.store = SupervisorStore(app.dsn, app.schema, timeouts)
         self.queues = ",".join(config.queues)
+        self.labels = config.labels
         self.begun = time.monotonic()
         self._stopped = threading.Event()
 
@@ -74,7 +75,7 @@ class StandaloneWorker:
         current = next(iter(self.current), None)
         row = ProcessInfo(
             self.owner, "worker", socket.gethostname(), os.getpid(), None, self.queues,
-            current, rss_of() or None, time.monotonic() - self.begun,
+            current, rss_of() or None, time.monotonic() - self.begun, ",".join(self.labels),
         )  # fmt: skip
         self.store.process_upsert_many([row])
 

@@ -69,6 +69,7 @@ class ProcessInfo:
     current_job: int | None
     rss_bytes: int | None
     uptime: float
+    labels: str = ""  # comma-separated (forklift run --labels)
 
 
 class SupervisorStore:

@@ -102,8 +102,12 @@ class Claimer:
         owner: str,
         lease: float,
         holdings: Holdings | None = None,
+        labels: Sequence[str] = (),
     ) -> None:
         self.store = store
+        self.labels = list(labels)  # its host's (forklift run --labels)
+        # The labels each of its app's tasks requires, for those that require any.
+        self.requires: dict[str, tuple[str, ...]] = {}
         # The jobs this worker holds (None: no reconciliation after a claim whose answer
         # was lost), and whether one was lost since the last reconciliation.
         self.holdings = holdings
@@ -138,7 +142,11 @@ class Claimer:
         `holdings`, the jobs it holds."""
         limits = LimitStore(conns, app.schema, store.where)
         declared = {name: task.limit for name, task in app.tasks.items()}
-        return cls(store, limits, config.queues, declared, owner, config.lease, holdings)
+        claimer = cls(
+            store, limits, config.queues, declared, owner, config.lease, holdings, config.labels
+        )
+        claimer.requires = {name: t.requires for name, t in app.tasks.items() if t.requires}
+        return claimer
 
     def claim(self, free: int, *, expired: bool, complete: Sequence[Completion] = ()) -> Claim:
         """Claim up to `free` jobs, after completing `complete` in the same transaction;
@@ -156,7 +164,7 @@ class Claimer:
         if self._unsure:
             self.reconcile()
         try:
-            return self._claim(free, expired=expired, complete=complete)
+            return self._misplaced(self._claim(free, expired=expired, complete=complete))
         except DatabaseError as exc:
             if exc.transient and self.holdings is not None:
                 self._unsure = True
@@ -164,6 +172,26 @@ class Claimer:
             # claims too: jobs they had locked, which this one skipped, are behind.
             self.floors.rewind()
             raise
+
+    def _misplaced(self, made: Claim) -> Claim:
+        """`made` without the jobs this worker may not run: their task requires labels
+        it lacks, which their row does not say (a producer that did not declare the task
+        stored none). Given back at once, attempt not counted, with the labels stored, so
+        that only a worker that has them claims them again. If that fails, they are
+        released at the next claim (reconcile) and come back here until it does not."""
+        wanted = [(j, self.requires[j.task]) for j in made.jobs if j.task in self.requires]
+        wrong = [(j, r) for j, r in wanted if not set(r) <= set(self.labels)]
+        if not wrong:
+            return made
+        held = [(j.id, j.attempt, ",".join(r)) for j, r in wrong]
+        try:
+            self.store.job_release_requiring(held, self.owner)
+        except DatabaseError as exc:
+            self._unsure = True
+            emit(log, "worker.release_failed", logging.WARNING, error=exc)
+        emit(log, "worker.jobs_misplaced", logging.WARNING, jobs=[j.id for j, _ in wrong])
+        ids = {j.id for j, _ in wrong}
+        return made._replace(jobs=[j for j in made.jobs if j.id not in ids])
 
     def reconcile(self) -> set[int]:
         """Release the jobs leased to this owner that it does not hold; their ids."""
@@ -176,6 +204,22 @@ class Claimer:
         return released
 
     def _claim(self, free: int, *, expired: bool, complete: Sequence[Completion]) -> Claim:
+        """A labelled worker's claim: first the jobs that require its labels (only such a
+        worker can run them), then, in the slots left, as any worker (_unlabelled)."""
+        if not self.labels:
+            return self._unlabelled(free, expired=expired, complete=complete)
+        made = self.store.job_claim_next(
+            complete, self.queues, self.owner, free, self.lease, expired=expired, labels=self.labels
+        )
+        if len(made.jobs) >= free:
+            return made
+        rest = self._unlabelled(free - len(made.jobs), expired=expired, complete=())
+        # The plain claim's look at what falls due next knows nothing of the jobs that
+        # require labels: due_in looks them up (job_next_available sees both).
+        self._due = None
+        return rest._replace(jobs=made.jobs + rest.jobs, completed=made.completed)
+
+    def _unlabelled(self, free: int, *, expired: bool, complete: Sequence[Completion]) -> Claim:
         if self._declared is not None:
             self.limits.register(self._declared)
             self._declared = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from forklift import _names
 from forklift.errors import ConfigError
 
 
@@ -12,6 +13,9 @@ class WorkerConfig:
     """How one worker process claims and runs jobs."""
 
     queues: tuple[str, ...] = ("default",)
+    # What this host has that some tasks require (@app.task(requires={"gpu"})): the
+    # worker also claims jobs that require labels it has every one of, before others.
+    labels: tuple[str, ...] = ()
     # Jobs at once in this process (plain handlers on threads, async ones on its event
     # loop); 1 suits CPU-heavy work (one process per core), more suits I/O-bound or tiny
     # jobs, hundreds async ones. The worker never claims more than it can run.
@@ -45,6 +49,10 @@ class WorkerConfig:
     def __post_init__(self) -> None:
         if not self.queues or any(not q for q in self.queues):
             raise ConfigError("queues must name at least one non-empty queue")
+        try:
+            object.__setattr__(self, "labels", _names.check_labels(self.labels))
+        except ValueError as exc:
+            raise ConfigError(f"labels: {exc}") from None
         if self.concurrency < 1:
             raise ConfigError("concurrency must be >= 1")
         if self.pool is not None and self.pool < 1:

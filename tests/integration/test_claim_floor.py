@@ -49,7 +49,7 @@ def index_buffers(db: psycopg.Connection[Any], store: JobStore, floor: datetime 
     return sum(
         node.get("Shared Hit Blocks", 0) + node.get("Shared Read Blocks", 0)
         for node in nodes(plan(db, store, floor, "ANALYZE, BUFFERS, "))
-        if node.get("Index Name") == "jobs_ready_plain_idx"
+        if node.get("Index Name") == "jobs_ready_open_idx"
     )
 
 
@@ -102,7 +102,7 @@ def test_each_branch_of_the_claim_reads_its_own_line_when_the_statistics_say_all
         app.enqueue_many([("noop", {}) for _ in range(CHURNED)])
         floor = churn(store, floor)
         app.enqueue("noop")
-        own = {"jobs_ready_plain_ranked_idx", "jobs_ready_plain_idx"}
+        own = {"jobs_ready_open_ranked_idx", "jobs_ready_open_idx"}
         for at in (floor, None):  # from the floor, and a rewind
             assert picked_indexes(db, store, at) == own
 

@@ -14,7 +14,7 @@ QUEUES = ["q0", "q1", "q2", "q3"]
 
 def claim_sql(schema: str, queues: list[str], limit: int, expired: bool) -> tuple[str, Any]:
     params = {"queues": queues, "owner": "host:1:w", "limit": limit, "lease": 30.0,
-              "expired": expired, "alone": True}  # fmt: skip
+              "expired": expired, "alone": True, "labels": []}  # fmt: skip
     return _sql.load("forklift.store", "queries.sql", schema)["job_claim"], params
 
 

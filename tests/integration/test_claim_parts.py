@@ -46,7 +46,7 @@ def params(**given: Any) -> dict[str, Any]:
         "queues": ["default"], "tasks": ["t1", "free"], "owner": OWNER, "limit": 10,
         "lease": 30.0, "expired": True, "shared": False, "lanes": 4, "lane_claim": 256,
         "visit": 64, "keys": 32, "rekey": 256, "after_queues": [], "after_tasks": [],
-        "after_keys": [], **given,
+        "after_keys": [], "labels": [], **given,
     }  # fmt: skip
 
 
@@ -136,7 +136,7 @@ def test_lease_expired_selects_the_lost_jobs_a_claim_of_these_queues_may_take_ba
     db.execute(f"INSERT INTO {schema}.paused_queues (queue, paused_by) VALUES ('held', 't')")
     running = {"state": "running", "task": "t", "lease_owner": LOST, "seen_running": True}
     spent = {**running, "queue": "q", "attempts": 5, "max_attempts": 5}
-    lost, *_, unseen, _ = jobs(db, schema, [
+    lost, *_, unseen, _, gpu, both = jobs(db, schema, [
         {**running, "queue": "q"},
         {**running, "queue": "q", "lease_until": "2999-01-01"},  # its lease runs
         {**running, "queue": "held"},  # paused
@@ -145,10 +145,18 @@ def test_lease_expired_selects_the_lost_jobs_a_claim_of_these_queues_may_take_ba
         {"queue": "q", "task": "t"},  # ready
         {**spent, "seen_running": False},  # no attempt left, but this one is forgiven
         {**spent, "seen_running": False, "leases_forgiven": 3},  # forgiven 3 times already
+        {**running, "queue": "q", "requires": "gpu"},  # only a worker with "gpu" takes it
+        {**running, "queue": "q", "requires": "gpu,model-x"},
     ])  # fmt: skip
     sql = f"SELECT j.id FROM {schema}.jobs AS j WHERE {fragment(schema, '_lease_expired')}"
-    found = db.execute(sql, {"queues": ["q", "held"]}).fetchall()
-    assert found == [(lost,), (unseen,)]
+
+    def found(*labels: str) -> list[int]:
+        params = {"queues": ["q", "held"], "labels": list(labels)}
+        return [r[0] for r in db.execute(sql + " ORDER BY j.id", params)]
+
+    assert found() == [lost, unseen]
+    assert found("gpu") == [lost, unseen, gpu]
+    assert found("model-x", "gpu", "other") == [lost, unseen, gpu, both]
 
 
 def test_lease_taken_and_lost_set_a_claimed_job_and_record_a_lost_attempt(

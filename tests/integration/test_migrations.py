@@ -466,7 +466,7 @@ ONLINE = [m for m in migrations.migrations() if m.online]
 
 
 def test_online_migrations_only_build_and_drop_indexes() -> None:
-    assert [m.version for m in ONLINE] == [16, 17, 24]
+    assert [m.version for m in ONLINE] == [16, 17, 24, 26]
     for migration in ONLINE:
         body = [line for line in migration.text.splitlines() if not line.startswith("--")]
         statements = [s.strip() for s in "\n".join(body).split(";") if s.strip()]
@@ -486,17 +486,19 @@ def test_on_a_big_table_an_online_migration_builds_concurrently_and_rebuilds_a_c
     app = forklift.App(dsn, schema=fresh)
     with caplog.at_level("INFO", logger="forklift.schema"):
         assert app.migrate() == ALL
-    # 0017 and 0024 drop some, too
-    for name in ("0016_claim_floor", "0017_scheduled_index", "0024_fair_indexes"):
+    # 0017, 0024 and 0026 drop some, too
+    for name in (
+        "0016_claim_floor", "0017_scheduled_index", "0024_fair_indexes", "0026_labelled_indexes"
+    ):  # fmt: skip
         assert re.search(f"applied migration {name} to schema .* \\(concurrently\\)", caplog.text)
     assert_matches_snapshot(catalog(dsn, fresh))
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f'DELETE FROM "{fresh}".schema_migrations WHERE version = 24')
+        conn.execute(f'DELETE FROM "{fresh}".schema_migrations WHERE version = 26')
         conn.execute(  # as a build killed halfway leaves it
             "UPDATE pg_index SET indisvalid = false WHERE indexrelid = %s::regclass",
-            (f'"{fresh}".jobs_ready_plain_idx',),
+            (f'"{fresh}".jobs_ready_open_idx',),
         )
-    assert app.migrate() == [24]
+    assert app.migrate() == [26]
     assert_matches_snapshot(catalog(dsn, fresh))
     with psycopg.connect(dsn, autocommit=True) as conn:
         invalid = conn.execute(
@@ -510,23 +512,22 @@ def test_on_a_big_table_an_online_migration_builds_concurrently_and_rebuilds_a_c
 
 def test_a_migration_never_deadlocks_with_a_worker_mid_claim(dsn: str, fresh: str) -> None:
     """A worker mid-claim holds what its claim read (AccessShareLock on jobs) and then
-    updates (RowExclusiveLock). Migration 0024 builds indexes (ShareLock), then drops
-    some (AccessExclusiveLock): applied in a transaction, it deadlocked with such a worker
-    between the two (CI: test_first_run's supervisor, whose worker began claiming once
-    0023 was in). Each migration now takes the strongest lock first (jobs_lock): it waits
-    while the worker finishes, and both go through."""
+    updates (RowExclusiveLock). Migration 0024 (here 0026, its like) builds indexes
+    (ShareLock), then drops some (AccessExclusiveLock): applied in a transaction, it
+    deadlocked with such a worker between the two (CI: test_first_run's supervisor, whose
+    worker began claiming once 0023 was in). Each migration now takes the strongest lock
+    first (jobs_lock): it waits while the worker finishes, and both go through."""
     app = forklift.App(dsn, schema=fresh)
     app.migrate()
-    undo_0024 = [
+    undo_0026 = [
         *(f'DROP INDEX "{fresh}".{name}' for name in (
-            "jobs_ready_fair_idx", "jobs_ready_fair_key_idx", "jobs_ready_fair_late_idx",
-            "jobs_ready_plain_idx", "jobs_ready_plain_ranked_idx")),
-        f'CREATE INDEX jobs_ready_usual_idx ON "{fresh}".jobs (queue, available_at, id)'
-        " WHERE state = 'ready' AND limit_key IS NULL AND priority = 0",
-        f'DELETE FROM "{fresh}".schema_migrations WHERE version = 24',
+            "jobs_ready_labelled_idx", "jobs_ready_open_idx", "jobs_ready_open_ranked_idx")),
+        f'CREATE INDEX jobs_ready_plain_idx ON "{fresh}".jobs (queue, available_at, id)'
+        " WHERE state = 'ready' AND limit_key IS NULL AND fair_key IS NULL AND priority = 0",
+        f'DELETE FROM "{fresh}".schema_migrations WHERE version = 26',
     ]  # fmt: skip
     with psycopg.connect(dsn, autocommit=True) as conn:
-        for statement in undo_0024:
+        for statement in undo_0026:
             conn.execute(statement)
     outcome: list[object] = []
     with psycopg.connect(dsn) as worker, psycopg.connect(dsn, autocommit=True) as db:
@@ -543,7 +544,7 @@ def test_a_migration_never_deadlocks_with_a_worker_mid_claim(dsn: str, fresh: st
         worker.execute(f'UPDATE "{fresh}".jobs SET priority = 1 WHERE false')  # its update
         worker.commit()
         migrating.join(timeout=30)
-    assert outcome == [[24]]
+    assert outcome == [[26]]
 
 
 def _migrated(app: forklift.App) -> object:

@@ -225,7 +225,7 @@ def test_claims_under_limits_read_the_jobs_table_through_its_indexes(
         "shared": False, "lanes": 4, "lane_claim": 256, "visit": 64, "keys": 32, "rekey": 256,
         "after_queues": ["q0"], "after_tasks": ["t1"], "after_keys": ["k"], "since": 0.01,
         "names": ["t1", "t3"], "stale": 600.0, "ids": [5, 6], "attempts": [1, 1], "id": 5,
-        "attempt": 1,
+        "attempt": 1, "labels": [],
     }  # fmt: skip
     scanned = []
     with db.transaction():
@@ -254,12 +254,14 @@ def test_plain_claims_read_the_jobs_table_through_its_indexes(
     finished jobs in it."""
     queries = _sql.load("forklift.store", "queries.sql", filled)
     params = {"queue": "q1", "queues": ["q1"], "owner": "host:1:w", "lease": 30.0, "alone": True,
-              "floor": None}  # fmt: skip
+              "floor": None, "labels": ["gpu"]}  # fmt: skip
     scanned = []
     for name, queues, expired in [
         ("job_claim_one", ["q1"], False),
         ("job_claim", ["q1"], True),
         ("job_claim", ["q0", "q1", "q2"], False),
+        ("job_claim_labelled", ["q1"], True),
+        ("job_claim_labelled", ["q0", "q1", "q2"], False),
     ]:
         for limit in (1, 128):
             params.update(queues=queues, expired=expired, limit=limit)
@@ -429,7 +431,7 @@ def test_hot_statements_are_bounded_by_an_index_whatever_other_queues_hold(
         "limit": 128, "lease": 30.0, "expired": False, "alone": True, "since": 0.01,
         "upto": 1000, "cap": 10_000, "shared": False, "lanes": 4, "lane_claim": 256,
         "visit": 64, "keys": 32, "rekey": 256, "after_queues": ["q1"], "after_tasks": ["t1"],
-        "after_keys": ["k"], "floor": None,
+        "after_keys": ["k"], "floor": None, "labels": [],
     }  # fmt: skip
     statements: list[tuple[str, str, dict[str, Any]]] = [
         ("job_claim_one", store["job_claim_one"], {}),

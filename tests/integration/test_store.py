@@ -176,7 +176,8 @@ def test_the_one_queue_claim_takes_what_the_general_claim_would(
 
     def claim(name: str, limit: int, queue: str = "default") -> list[int]:
         params = {"queue": queue, "queues": [queue], "owner": OWNER, "limit": limit,
-                  "lease": 30.0, "expired": False, "alone": True, "floor": None}  # fmt: skip
+                  "lease": 30.0, "expired": False, "alone": True, "floor": None,
+                  "labels": []}  # fmt: skip
         with db.transaction(force_rollback=True):
             rows = [r for r in db.execute(queries[name], params).fetchall() if r[0] is not None]
             assert all(state == "running" for (state,) in db.execute(
