@@ -58,7 +58,11 @@ class TaskOptions(TypedDict, total=False):
     an hour and a half of a condition not yet met (raise it for longer waits);
     `requires`: labels (e.g. {"gpu"}) a worker must have every one of, from
     `forklift run --labels`, to claim the task's jobs; a worker with them takes those
-    jobs before jobs any worker may take, and no other worker takes them.
+    jobs before jobs any worker may take, and no other worker takes them;
+    `cost` (1): how many of its worker's `--concurrency` slots one of its jobs takes, so
+    that a memory- or thread-heavy job does not start beside others that would
+    oversubscribe the host (a worker whose queues take a task costing more slots than it
+    has refuses to start; async handlers share the event loop, and cost 1).
     """
 
     queue: str
@@ -73,6 +77,7 @@ class TaskOptions(TypedDict, total=False):
     max_snoozes: int
     unique: Unique | None  # at most one live job per key: forklift.Unique
     requires: Iterable[str]  # labels a worker must have to run its jobs (run --labels)
+    cost: int  # concurrency slots one of its jobs takes on its worker (default 1)
 
 
 class Producer(Protocol):
@@ -181,6 +186,20 @@ def _checked_requires(name: str, value: object, limited: bool, fair: bool) -> tu
     return labels
 
 
+def _checked_cost(name: str, value: object, is_async: bool) -> int:
+    """The concurrency slots one of the task's jobs takes (workers/slots.py), read by the
+    worker that runs it: no column holds it."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"task {name!r}: cost must be an int >= 1, got {value!r}")
+    if value > 1 and is_async:
+        raise ConfigError(
+            f"task {name!r}: cost= is for plain def handlers: async ones share their "
+            "worker's event loop (give the task a queue of its own, with a worker of "
+            "lower --concurrency, instead)"
+        )
+    return value
+
+
 def _checked_max_snoozes(name: str, value: object) -> int:
     """The snoozes a job may take before the next is a failed attempt. Read by the worker
     that runs the job (only a worker that declares the task runs it): no column holds it."""
@@ -236,6 +255,14 @@ class Task(Generic[P, R]):
         self._positional = frozenset(
             p.name for p in params[1:] if p.kind is inspect.Parameter.POSITIONAL_ONLY
         )
+        self._declare_policies(name, options)
+        self._defaults = {
+            p.name: p.default for p in params[1:] if p.default is not inspect.Parameter.empty
+        }
+
+    def _declare_policies(self, name: str, options: TaskOptions) -> None:
+        """How its jobs are scheduled: limit, fair shares, snoozes, uniqueness, cost and
+        the labels they require, each checked (ConfigError)."""
         self.limit = _checked_limit(name, options.get("limit"), self.signature)
         self.fair = FairShare.declared(
             name, options.get("fair"), options.get("weights"), self.signature
@@ -246,15 +273,14 @@ class Task(Generic[P, R]):
                 "task's jobs are claimed under its limit, in line order, not in turns)"
             )
         self.max_snoozes = _checked_max_snoozes(name, options.get("max_snoozes", 100))
+        # The slots of its worker's concurrency one of its jobs takes (workers/slots.py).
+        self.cost = _checked_cost(name, options.get("cost", 1), self.is_async)
         # The labels a worker must have to claim its jobs (forklift run --labels), sorted.
         self.requires = _checked_requires(
             name, options.get("requires"), self.limit is not None, self.fair is not None
         )
         # At most one live job per key (forklift/unique.py): its jobs' unless they say so.
         self.unique = _checked_unique(name, options.get("unique"), self.signature)
-        self._defaults = {
-            p.name: p.default for p in params[1:] if p.default is not inspect.Parameter.empty
-        }
 
     def limit_key(self, args: Mapping[str, Any]) -> str | None:
         """The key a job with `args` is stored with (jobs.limit_key): its limit's key's

@@ -119,11 +119,7 @@ def add_logging(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_worker(p: argparse.ArgumentParser) -> None:
-    """How each worker process claims and runs jobs (`run` and `worker`)."""
-    flag(
-        p, "--queues", queue_list, ("default",), "comma-separated queues to serve", shown="default"
-    )
+def _add_labels(p: argparse.ArgumentParser) -> None:
     flag(
         p,
         "--labels",
@@ -133,6 +129,14 @@ def add_worker(p: argparse.ArgumentParser) -> None:
         "jobs of tasks declared requires={...} with labels they all have, before others",
         shown="none",
     )
+
+
+def add_worker(p: argparse.ArgumentParser) -> None:
+    """How each worker process claims and runs jobs (`run` and `worker`)."""
+    flag(
+        p, "--queues", queue_list, ("default",), "comma-separated queues to serve", shown="default"
+    )
+    _add_labels(p)
     flag(
         p,
         "--concurrency",

@@ -51,6 +51,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from forklift.supervisor import Supervisor
     from forklift.supervisor.reload import reimport
+    from forklift.workers.slots import check_costs
 
     # An app that does not import stops here (exit 3), before any fork would loop on it.
     app = _loading.load_app(args.app)
@@ -59,6 +60,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     app.dsn  # noqa: B018 - fail now, not in every child, when no database is configured
     _use_session_dsn(args)
     config = flags.supervisor_config(args)
+    check_costs(app, config.worker)  # here, not in a crash loop of every child
     return Supervisor(app, config, app_target=args.app, reimport=reimport).run()
 
 

@@ -345,13 +345,6 @@ class JobStore:
         with translated("release failed", self.where), self.pool.connection() as conn:
             return set(_db.scalars(conn.execute(self.q["job_release_many"], params)))
 
-    def job_release_requiring(self, held: Sequence[tuple[int, int, str]], owner: str) -> set[int]:
-        """Give (id, attempt, requires) jobs back as job_release_many, storing the labels
-        their task requires (job_release_requiring)."""
-        params = {**_leases(held, requires=2), "owner": owner}
-        with translated("release failed", self.where), self.pool.connection() as conn:
-            return set(_db.scalars(conn.execute(self.q["job_release_requiring"], params)))
-
     def job_cancelled_among(self, held: Sequence[tuple[int, int]]) -> set[int]:
         """Which (id, attempt) jobs were cancelled by an operator (their lease taken)."""
         params = _leases(held)
@@ -520,6 +513,16 @@ def job_release_unknown(store: JobStore, owner: str, known: Sequence[int]) -> se
     params = {"owner": owner, "known": list(known)}
     with translated("claim reconciliation failed", store.where), store.pool.connection() as conn:
         return set(_db.scalars(conn.execute(store.q["job_release_unknown"], params)))
+
+
+def job_release_requiring(
+    store: JobStore, held: Sequence[tuple[int, int, str]], owner: str
+) -> set[int]:
+    """Give (id, attempt, requires) jobs back as job_release_many, storing the labels
+    their task requires (job_release_requiring); the ids released."""
+    params = {**_leases(held, requires=2), "owner": owner}
+    with translated("release failed", store.where), store.pool.connection() as conn:
+        return set(_db.scalars(conn.execute(store.q["job_release_requiring"], params)))
 
 
 def claim_statement(

@@ -154,9 +154,7 @@ class Supervisor:
     def run(self) -> int:
         """Until stopped: 0; or the error that made it give up (a pooler's URL with no
         session URL, a database that refuses forklift since the start)."""
-        self.identity = Identity.new(
-            self.config.worker.queues, time.monotonic(), self.config.worker.labels
-        )
+        self.identity = Identity.new(self.config.worker, time.monotonic())
         self.session.supervisor_id = self.identity.id  # its liveness lock vouches for all
         self.spawner.supervisor_id = self.identity.id
         self.signals.install()

@@ -16,6 +16,7 @@ from forklift._ids import make_owner
 from forklift.supervisor.child import Children
 from forklift.supervisor.rss import rss_of
 from forklift.supervisor.store import ProcessInfo
+from forklift.workers.config import WorkerConfig
 
 
 @dataclass(frozen=True)
@@ -30,10 +31,10 @@ class Identity:
     labels: str = ""  # comma-separated, as queues (forklift run --labels)
 
     @classmethod
-    def new(cls, queues: tuple[str, ...], now: float, labels: tuple[str, ...] = ()) -> Identity:
-        pid = os.getpid()
-        host = socket.gethostname()
-        return cls(make_owner(pid), host, pid, ",".join(queues), now, ",".join(labels))
+    def new(cls, worker: WorkerConfig, now: float) -> Identity:
+        """This supervisor's, serving `worker`'s queues with its labels."""
+        pid, host, queues = os.getpid(), socket.gethostname(), ",".join(worker.queues)
+        return cls(make_owner(pid), host, pid, queues, now, ",".join(worker.labels))
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,14 @@ from typing import TYPE_CHECKING, Any
 from forklift._events import emit
 from forklift.errors import DatabaseError
 from forklift.limits import Limit
-from forklift.store import Claim, Completion, ConnSource, JobStore, job_release_unknown
+from forklift.store import (
+    Claim,
+    Completion,
+    ConnSource,
+    JobStore,
+    job_release_requiring,
+    job_release_unknown,
+)
 from forklift.store.limits import LANE_CLAIM, Applying, LimitStore
 from forklift.workers.holdings import Holdings
 
@@ -108,6 +115,8 @@ class Claimer:
         self.labels = list(labels)  # its host's (forklift run --labels)
         # The labels each of its app's tasks requires, for those that require any.
         self.requires: dict[str, tuple[str, ...]] = {}
+        # The slots a job of each task that costs more than one takes (workers/slots.py).
+        self.costs = holdings.costs if holdings is not None else {}
         # The jobs this worker holds (None: no reconciliation after a claim whose answer
         # was lost), and whether one was lost since the last reconciliation.
         self.holdings = holdings
@@ -164,7 +173,8 @@ class Claimer:
         if self._unsure:
             self.reconcile()
         try:
-            return self._misplaced(self._claim(free, expired=expired, complete=complete))
+            made = self._misplaced(self._claim(free, expired=expired, complete=complete))
+            return self._fitted(made, free)
         except DatabaseError as exc:
             if exc.transient and self.holdings is not None:
                 self._unsure = True
@@ -185,13 +195,39 @@ class Claimer:
             return made
         held = [(j.id, j.attempt, ",".join(r)) for j, r in wrong]
         try:
-            self.store.job_release_requiring(held, self.owner)
+            job_release_requiring(self.store, held, self.owner)
         except DatabaseError as exc:
             self._unsure = True
             emit(log, "worker.release_failed", logging.WARNING, error=exc)
         emit(log, "worker.jobs_misplaced", logging.WARNING, jobs=[j.id for j, _ in wrong])
         ids = {j.id for j, _ in wrong}
         return made._replace(jobs=[j for j in made.jobs if j.id not in ids])
+
+    def _fitted(self, made: Claim, free: int) -> Claim:
+        """`made` without the jobs past the `free` slots by their cost (workers/slots.py):
+        the jobs in line order while their costs fit, and the first whatever it costs (it
+        waits for its slots, SlotGate, holding its place: a costly job is not passed over
+        for ever by cheap ones). The rest are given back at once, attempt not counted, in
+        their place in line, for a worker with the slots; if that fails, they are
+        released at the next claim (reconcile)."""
+        if not self.costs or len(made.jobs) < 2:
+            return made
+        used, keep = 0, 0
+        for job in made.jobs:
+            used += self.costs.get(job.task, 1)
+            if keep and used > free:
+                break
+            keep += 1
+        if keep == len(made.jobs):
+            return made
+        extra = made.jobs[keep:]
+        try:
+            self.store.job_release_many([(j.id, j.attempt) for j in extra], self.owner)
+        except DatabaseError as exc:
+            self._unsure = True
+            emit(log, "worker.release_failed", logging.WARNING, error=exc)
+        self.floors.rewind()  # given back in their place in line: behind the floor
+        return made._replace(jobs=made.jobs[:keep])
 
     def reconcile(self) -> set[int]:
         """Release the jobs leased to this owner that it does not hold; their ids."""

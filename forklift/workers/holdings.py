@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from forklift.workers.context import JobContext, Stage, Writing
 
@@ -29,12 +29,14 @@ class Holdings:
     own write ended was taken before that write was sent, so before the renewal ran.
     """
 
-    def __init__(self, concurrency: int) -> None:
+    def __init__(self, concurrency: int, costs: Mapping[str, int] | None = None) -> None:
         self.concurrency = concurrency
+        # The slots a job of each task that costs more than one takes (workers/slots.py).
+        self.costs = costs or {}
         self.ended = 0  # jobs whose outcome was recorded (releases are not counted)
         self._lock = threading.Lock()
         self._jobs: dict[int, JobContext] = {}
-        self._busy = 0  # held jobs whose handler has not returned yet
+        self._busy = 0  # the slots of the held jobs whose handler has not returned yet
         # Kept as they change, not counted from `_jobs` (hundreds of jobs claimed ahead,
         # looked at several times a claim): jobs claimed whose handler has not started,
         # and those whose handler runs now, by id.
@@ -68,7 +70,7 @@ class Holdings:
             if (displaced := self._jobs.get(ctx.job_id)) is not None:
                 self._uncount(displaced)  # its lease was lost, and the job claimed again
             self._jobs[ctx.job_id] = ctx
-            self._busy += 1
+            self._busy += self.costs.get(ctx.task, 1)
             self._waiting += 1
 
     def free_slot(self, ctx: JobContext) -> bool:
@@ -201,7 +203,7 @@ class Holdings:
         if self._jobs.get(ctx.job_id) is ctx:
             self._uncount(ctx)
         ctx.stage = Stage.RAN if ctx.stage is Stage.RUNNING else Stage.UNRUN
-        self._busy -= 1
+        self._busy -= self.costs.get(ctx.task, 1)
         return True
 
     def _uncount(self, ctx: JobContext) -> None:

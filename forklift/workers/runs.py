@@ -25,6 +25,7 @@ from forklift.workers.executor import Result
 from forklift.workers.holdings import Holdings
 from forklift.workers.prefetch import Prefetch
 from forklift.workers.recorder import Recorder
+from forklift.workers.slots import SlotGate
 from forklift.workers.threads import ExecutorThreads
 
 log = logging.getLogger("forklift.workers.worker")
@@ -46,6 +47,7 @@ class RunDeps:
     async_effects: AsyncEffects
     on_job_start: Callable[[ClaimedJob], None] | None
     stopping: Callable[[], bool]
+    gate: SlotGate | None = None  # some task costs more than one slot (workers/slots.py)
 
 
 class JobRuns:
@@ -64,6 +66,7 @@ class JobRuns:
         self.completer = d.completer
         self.on_job_start = d.on_job_start
         self.stopping = d.stopping
+        self.gate = d.gate
         self.threads = ExecutorThreads(d.concurrency, self._execute)
         self.aio = AsyncRunner(d.app, d.owner, self, d.recorder, d.events, d.async_effects)
         self.tracer = _tracing.tracer()  # None: no tracer provider configured
@@ -107,18 +110,21 @@ class JobRuns:
 
     def _run_job(self, ctx: JobContext) -> None:
         """Run one claimed job's handler, then record its outcome (or hand it over)."""
-        begin = self.begin(ctx)
-        if begin is Begin.RELEASE:
-            self.release(ctx)
-        if begin is not Begin.RUN:
-            return
-        task = self.app.tasks.get(ctx.task)
-        token = _tracing.activate(ctx)
-        started = time.monotonic()
+        slots = 0
+        if self.gate is not None:  # some task costs more than one slot (workers/slots.py)
+            entered = self.gate.enter(ctx.task, lambda: ctx.writing is not Writing.NONE)
+            if entered is None:  # taken while it waited: passed over (Holdings.start)
+                self.begin(ctx)
+                return
+            slots = entered
         try:
-            result = executor.run(task, ctx, self.owner)
+            ran = self._call(ctx)
         finally:
-            _tracing.deactivate(token)
+            if self.gate is not None and slots:
+                self.gate.leave(slots)
+        if ran is None:
+            return
+        task, result, started = ran
         result, effect = self.returned(ctx, result, started)
         assert effect is None or isinstance(effect, Effect)
         if not self.take(ctx):  # released (or being) at a stop past its grace
@@ -133,6 +139,22 @@ class JobRuns:
             else:
                 result = failed
         self.record(ctx, task, result)
+
+    def _call(self, ctx: JobContext) -> tuple[Task[Any, Any] | None, Result, float] | None:
+        """Call the job's handler, if it is to run now (begin): its task, what it
+        returned or raised, and when it started."""
+        begin = self.begin(ctx)
+        if begin is Begin.RELEASE:
+            self.release(ctx)
+        if begin is not Begin.RUN:
+            return None
+        task = self.app.tasks.get(ctx.task)
+        token = _tracing.activate(ctx)
+        started = time.monotonic()
+        try:
+            return task, executor.run(task, ctx, self.owner), started
+        finally:
+            _tracing.deactivate(token)
 
     # The steps around a handler's call, the same on a thread and on the loop (aio.JobSteps).
 

@@ -36,6 +36,7 @@ from forklift.shared_vouch import SharedVouch
 from forklift.store import Claim, ClaimedJob, Completion
 from forklift.store.batches import BatchStore
 from forklift.store.limits import Applying
+from forklift.workers import slots
 from forklift.workers.batch_ends import BatchEnds
 from forklift.workers.claimer import Claimer
 from forklift.workers.config import WorkerConfig
@@ -172,6 +173,7 @@ class Worker:
         self.hints_fd = hints_fd  # a supervisor's child: its hints pipe (services.py)
         self.vouch = vouch  # a supervisor's child: whether its supervisor's lock is held
         self.config = config or WorkerConfig()
+        slots.check_costs(app, self.config)
         self.owner = owner or ""
         self.on_job_start = on_job_start
         self.on_job_end = on_job_end
@@ -225,7 +227,8 @@ class Worker:
             self.app.dsn, self._timeouts, application_name(self.owner), cfg.pool_size
         )
         self.store = self._conns.store(self.app.schema)
-        held = self.holdings = Holdings(cfg.concurrency)
+        costs = slots.costs(self.app, cfg.concurrency)
+        held = self.holdings = Holdings(cfg.concurrency, costs)
         self.claimer = Claimer.of_worker(
             self.app, self.store, self._conns.own, cfg, self.owner, held
         )
@@ -249,6 +252,7 @@ class Worker:
                 self.app, cfg.concurrency, self.owner, self.store, held, self.events,
                 self.recorder, self.prefetch, self.services.completer,
                 self._conns.async_effects, self.on_job_start, lambda: self._stopping,
+                slots.SlotGate(cfg.concurrency, costs) if costs else None,
             )
         )  # fmt: skip
         completer = self.services.completer
