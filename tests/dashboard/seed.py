@@ -159,12 +159,18 @@ def _processes(db: psycopg.Connection[Any], schema: str) -> None:
         ),
     ]
     for id_, kind, host, pid, sup, queues in rows:
+        labels = ["gpu"] if host == "web-2" else []  # forklift run --labels gpu
         db.execute(
             f"""INSERT INTO {schema}.processes (id, kind, host, pid, supervisor_id, queues,
-                   rss_bytes, started_at) VALUES (%s, %s, %s, %s, %s, %s, %s,
-                   now() - interval '2 hours')""",
-            (id_, kind, host, pid, sup, queues, 80 * 2**20),
+                   rss_bytes, started_at, labels) VALUES (%s, %s, %s, %s, %s, %s, %s,
+                   now() - interval '2 hours', %s)""",
+            (id_, kind, host, pid, sup, queues, 80 * 2**20, labels),
         )
+    # Two jobs whose task requires labels no registered worker has: "2 no worker".
+    db.execute(
+        f"""INSERT INTO {schema}.jobs (queue, task, args, requires)
+           SELECT 'media', 'transcribe', '{{}}', 'gpu,whisper' FROM generate_series(1, 2)"""
+    )
 
 
 def _schedules(db: psycopg.Connection[Any], schema: str) -> None:

@@ -33,7 +33,8 @@ def test_every_page_renders_and_refreshes_with_no_console_error(
     w: Watched = watched()
     expected = {
         "/": ["Queues", "images", "web-1", "web-2", "resize#", "Latest dead jobs",
-              "OSError: truncated image", "done per minute", "dead per minute"],
+              "OSError: truncated image", "done per minute", "dead per minute",
+              "2 no worker"],
         "/jobs": ["Jobs", "resize", "succeeded", "OSError: truncated image"],
         "/jobs?state=scheduled": ["build_report", "reports"],
         "/jobs?queue=emails": ["send_receipt", "dead", "5/5"],
@@ -46,7 +47,7 @@ def test_every_page_renders_and_refreshes_with_no_console_error(
         f"/batches/{seeded.batch}": ["27 of 40 done", "25 succeeded", "2 dead", "eta",
                                     "assemble in queue default", "MemoryError"],
         "/schedules": ["nightly-reindex", "0 3 * * *", "Europe/Zagreb", "TimeoutError"],
-        "/processes": ["web-1", "web-2", "supervisor", "80 MiB", "emails, reports"],
+        "/processes": ["web-1", "web-2", "supervisor", "80 MiB", "emails, reports [gpu]"],
     }  # fmt: skip
     # Each page in a tab of its own, all open at once: their live parts refresh together.
     tabs = {path: w.tab() for path in expected}
