@@ -61,7 +61,7 @@ SELECT j.id, j.queue, j.task, j.state::text AS state, j.priority, j.attempts,
        now() AS now, j.result::text AS result, j.progress, j.batch_id, j.limit_key, j.ran_by,
        j.leases_forgiven, j.checkpoint, j.checkpoint_at, j.workflow_id, j.step,
        j.waiting_on, j.upstream_failed, j.snoozes, j.snoozed_at, j.unique_key,
-       j.unique_states, j.fair_key, j.fair_weight, j.fair_turn
+       j.unique_states, j.fair_key, j.fair_weight, j.fair_turn, j.requires
 FROM {schema}.jobs AS j
 WHERE j.id = %(id)s::bigint;
 

@@ -175,6 +175,7 @@ class JobDetail:
     fair_key: str | None = None  # a fair task's job (forklift/fair.py): its key, its
     fair_weight: float | None = None  # weight (None: 1), its turn while it waits due
     fair_turn: float | None = None  # (None: due later, or not waiting)
+    requires: str | None = None  # the labels a worker must have to run it, comma-joined
 
 
 @dataclass(frozen=True)

@@ -85,6 +85,7 @@ snoozes (runs that snoozed: forklift.Snooze, not counted as attempts) and snooze
 (when it last did: ISO 8601 UTC, or null), unique_key and unique_states (a unique job's
 key and the states in which it holds it, or null), fair_key, fair_weight and fair_turn
 (a fair task's job: its key, its weight, its turn in line while it waits due; or null),
+requires (the labels a worker must have to run it, from its task's requires=; or null),
 checkpoint (a resumable job's checkpoint, whole, secrets hidden as above: an object with
 v, state, cursors, steps, ran; null: none) and checkpoint_at (when it was written: ISO
 8601 UTC, or null).

@@ -74,6 +74,7 @@ class JobView:
             ("progress", self.progress),
             ("limit key", d.limit_key or "-"),
             *([] if (fair := jobview.fair_text(d)) is None else [("fair key", fair)]),
+            *([] if (labels := jobview.requires_text(d)) is None else [("requires", labels)]),
             ("timeout", "-" if d.timeout is None else f"{d.timeout:g} s"),
             ("enqueued", output.when(j.created_at, now)),
             ("available", output.when(j.available_at, now)),

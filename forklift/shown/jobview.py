@@ -95,6 +95,7 @@ def detail_json(detail: JobDetail) -> dict[str, Any]:
         "fair_key": detail.fair_key,
         "fair_weight": detail.fair_weight,
         "fair_turn": detail.fair_turn,
+        "requires": None if detail.requires is None else detail.requires.split(","),
     }
 
 
@@ -155,6 +156,17 @@ def fair_lines(detail: JobDetail) -> list[str]:
     """`jobs show`'s fair key line, for a fair task's job."""
     text = fair_text(detail)
     return [] if text is None else [f"  fair key     {_display.line(text)}"]
+
+
+def requires_text(detail: JobDetail) -> str | None:
+    """The labels a worker must have to run the job (None: any worker may)."""
+    return None if detail.requires is None else detail.requires.replace(",", ", ")
+
+
+def requires_lines(detail: JobDetail) -> list[str]:
+    """`jobs show`'s requires line, for a job whose task requires labels."""
+    text = requires_text(detail)
+    return [] if text is None else [f"  requires     {_display.line(text)} (forklift run --labels)"]
 
 
 def _forgiven_text(detail: JobDetail) -> str:
@@ -304,6 +316,7 @@ def print_detail(detail: JobDetail) -> None:
         f"  workflow     {shown(workflow_text(detail))}",
         f"  limit key    {shown(detail.limit_key or '-')}",
         *fair_lines(detail),
+        *requires_lines(detail),
         f"  timeout      {'-' if detail.timeout is None else f'{detail.timeout:g} s'}",
         f"  enqueued     {output.when(job.created_at, now)}",
         f"  available    {output.when(job.available_at, now)}",

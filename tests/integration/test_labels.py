@@ -16,8 +16,9 @@ import pytest
 
 import forklift
 from forklift._config import label_list
-from forklift.admin import AdminStore
+from forklift.admin import AdminStore, JobAdmin
 from forklift.cli.observe import ps_json, ps_row
+from forklift.shown.jobview import detail_json, print_detail
 from forklift.shown.processes import listed
 from forklift.testing import wait_for
 from forklift.workers import Worker, WorkerConfig
@@ -253,3 +254,16 @@ def test_bad_labels_are_refused_by_the_worker_and_the_flag() -> None:
     assert label_list("") == ()
     with pytest.raises(argparse.ArgumentTypeError, match="control character"):
         label_list("gpu,\x1b[31m")
+
+
+def test_jobs_show_says_what_labels_a_job_requires(
+    app: forklift.App, capsys: pytest.CaptureFixture[str]
+) -> None:
+    needy, plain = app.enqueue("infer"), app.enqueue("plain")
+    admin = JobAdmin(app.dsn, app.schema)
+    print_detail(admin.job_get(needy))
+    assert "  requires     gpu, model-x (forklift run --labels)\n" in capsys.readouterr().out
+    print_detail(admin.job_get(plain))
+    assert "requires" not in capsys.readouterr().out
+    assert detail_json(admin.job_get(needy))["requires"] == ["gpu", "model-x"]
+    assert detail_json(admin.job_get(plain))["requires"] is None
