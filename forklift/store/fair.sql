@@ -98,9 +98,4 @@ WITH fair AS (
     ORDER BY priority DESC, turn, id
     LIMIT %(limit)s
 )
-UPDATE {schema}.jobs AS j SET
-    {_lease_taken},
-    started_at = now(),
-    {_lease_lost}
-WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND {_claim_commit}
-RETURNING {_claimed};
+{_take_picked};

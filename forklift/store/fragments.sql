@@ -110,6 +110,17 @@ state = 'running',
     lease_owner = %(owner)s::text,
     lease_until = now() + make_interval(secs => %(lease)s::float8)
 
+-- name: _take_picked
+-- A fragment: the end of a claim whose CTE `picked` holds the ids of the jobs it takes,
+-- ready ones and lost ones (still `running`, their lease run out): each taken for
+-- `owner` (_lease_taken), a lost one's attempt recorded (_lease_lost); their columns.
+UPDATE {schema}.jobs AS j SET
+    {_lease_taken},
+    started_at = now(),
+    {_lease_lost}
+WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND {_claim_commit}
+RETURNING {_claimed}
+
 -- name: _lease_lost
 -- What a claim sets on a job it takes back from an expired lease (still `running` as it
 -- is taken; UPDATE ... SET): the lost attempt recorded as its last error and among its

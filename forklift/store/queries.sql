@@ -212,12 +212,7 @@ WITH line AS (
     ORDER BY priority DESC, available_at, id
     LIMIT %(limit)s
 )
-UPDATE {schema}.jobs AS j SET
-    {_lease_taken},
-    started_at = now(),
-    {_lease_lost}
-WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND {_claim_commit}
-RETURNING {_claimed};
+{_take_picked};
 
 -- name: job_claim_one
 -- job_claim for the usual case, one queue and no expiry scan: the same jobs in the same
@@ -332,12 +327,7 @@ WITH line AS (
     ORDER BY priority DESC, available_at, id
     LIMIT %(limit)s
 )
-UPDATE {schema}.jobs AS j SET
-    {_lease_taken},
-    started_at = now(),
-    {_lease_lost}
-WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND {_claim_commit}
-RETURNING {_claimed};
+{_take_picked};
 
 -- name: job_next_available
 -- Seconds until the next job a plain claim of the given queues could take falls due,

@@ -326,6 +326,16 @@ def stopped_mid_run(workload: Workload, pid: int, run: str) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class Aim:
+    """A kill, and the run it was aimed at (`runs.token`, the test's record of a handler's
+    start: that run must not end, and its job must run again)."""
+
+    fault: str
+    job_id: int
+    run: str
+
+
 def kill_mid_run(
     workload: Workload, fleet: Fleet, sup: Supervisor, pid: int, run: str, *, group: bool
 ) -> bool:

@@ -67,7 +67,7 @@ from forklift.embedded import Cluster
 from forklift.testing import wait_for
 from tests.acceptance.proxy import Proxy
 from tests.apps.fair import ATTEMPTS, CRASHES, RUNS, declare
-from tests.faults.harness import Fleet, Workload, kill_mid_run
+from tests.faults.harness import Aim, Fleet, Workload, kill_mid_run
 from tests.faults.injector import Fault, Injector
 
 APP = "tests.apps.fair:app"
@@ -115,17 +115,6 @@ def render(account: str, key: str) -> forklift.JobSpec:
 
 
 # -- the run -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Aim:
-    """A kill, and the big job's run it was aimed at (`runs.token`: it must not end, and
-    its job must run again; its attempt number may come again, forgiven, when no lease
-    renewal had seen it running)."""
-
-    fault: str
-    job_id: int
-    run: str
 
 
 # A big job mid-run: its run began 10 ms ago or more, and at least half its pause is left.

@@ -54,7 +54,7 @@ from forklift.embedded import Cluster
 from forklift.testing import wait_for
 from tests.acceptance.proxy import Proxy
 from tests.apps._recording import write
-from tests.faults.harness import Fleet, Workload, kill_mid_run
+from tests.faults.harness import Aim, Fleet, Workload, kill_mid_run
 from tests.faults.injector import Fault, Injector
 
 # -- the app (run by the supervisors as APP) -----------------------------------------------
@@ -221,16 +221,6 @@ def wave(n: int) -> tuple[list[forklift.JobSpec], list[forklift.JobSpec]]:
 
 
 # -- the run -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Aim:
-    """A kill, and the run it was aimed at (`runs.token`: it must not end, and its job
-    must run again)."""
-
-    fault: str
-    job_id: int
-    run: str
 
 
 # The runs of `task` mid-run on workers with `labels`: begun 10 ms ago or more, with at

@@ -62,7 +62,7 @@ from forklift.testing import wait_for
 from forklift.unique import OnConflict
 from tests.acceptance.proxy import Proxy
 from tests.apps.unique import declare, tables
-from tests.faults.harness import Fleet, Workload, kill_mid_run
+from tests.faults.harness import Aim, Fleet, Workload, kill_mid_run
 from tests.faults.injector import Fault, Injector
 
 APP = "tests.apps.unique:app"
@@ -230,16 +230,6 @@ class Marks:
 
 
 # -- the faults ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Aim:
-    """A kill, and the run it was aimed at (`runs.token`: it must not end, and its job
-    must run again)."""
-
-    fault: str
-    job_id: int
-    run: str
 
 
 # A job mid-run: its run began 10 ms ago or more, and at least half its pause is left.

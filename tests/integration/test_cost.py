@@ -22,6 +22,7 @@ from forklift.workers import Worker, WorkerConfig
 from forklift.workers.claimer import Claimer
 from forklift.workers.holdings import Holdings
 from forklift.workers.slots import check_costs, costs
+from tests.integration.conftest import RunWorker
 
 Db = psycopg.Connection[Any]
 
@@ -71,28 +72,6 @@ def app(dsn: str, schema: str, meter: Meter) -> Iterator[forklift.App]:
     a.close()
 
 
-@pytest.fixture
-def run(app: forklift.App) -> Iterator[Any]:
-    started: list[tuple[Worker, threading.Thread]] = []
-
-    def start(concurrency: int, **options: Any) -> Worker:
-        config = WorkerConfig(concurrency=concurrency, maintenance=False, **options)
-        worker = Worker(app, config)
-        worker.booted.enable()
-        thread = threading.Thread(target=worker.run, daemon=True)
-        thread.start()
-        started.append((worker, thread))
-        worker.booted.wait()
-        return worker
-
-    yield start
-    for worker, _ in started:
-        worker.request_stop(fast=True)
-    for _, thread in started:
-        thread.join(timeout=15)
-        assert not thread.is_alive(), "worker did not stop"
-
-
 def finished(db: Db, schema: str) -> bool:
     row = db.execute(f"SELECT count(*) FROM {schema}.jobs WHERE state <> 'succeeded'").fetchone()
     return row == (0,)
@@ -104,12 +83,12 @@ def attempts(db: Db, schema: str) -> set[int]:
 
 @pytest.mark.parametrize("prefetch", [True, False])
 def test_the_handlers_running_never_take_more_slots_than_the_worker_has(
-    app: forklift.App, db: Db, run: Any, meter: Meter, prefetch: bool
+    app: forklift.App, db: Db, run_worker: RunWorker, meter: Meter, prefetch: bool
 ) -> None:
     jobs = [("heavy", {"n": i}) for i in range(8)] + [("double", {"n": i}) for i in range(8)]
     jobs += [("light", {"n": i}) for i in range(40)]
     app.enqueue_many(jobs[::3] + jobs[1::3] + jobs[2::3])  # mixed in line
-    run(4, prefetch=prefetch, queues=("default", "big"))
+    run_worker(concurrency=4, prefetch=prefetch, queues=("default", "big"))
     wait_for(lambda: finished(db, app.schema), timeout=60, what="every job done")
     assert meter.most <= 4
     assert meter.most >= 3  # they did run side by side where they fit
@@ -118,7 +97,7 @@ def test_the_handlers_running_never_take_more_slots_than_the_worker_has(
 
 
 def test_a_costly_job_starts_in_its_turn_not_after_every_cheap_one(
-    app: forklift.App, db: Db, run: Any, meter: Meter
+    app: forklift.App, db: Db, run_worker: RunWorker, meter: Meter
 ) -> None:
     """Two slots, two cheap jobs running: the heavy one after them in line waits for both
     to end (it is not passed over by the cheap ones behind it, which would fit the slot
@@ -126,7 +105,7 @@ def test_a_costly_job_starts_in_its_turn_not_after_every_cheap_one(
     app.enqueue_many([("light", {"n": i, "seconds": 0.3}) for i in range(2)])
     app.enqueue("double", {"n": 0, "seconds": 0.1})
     app.enqueue_many([("light", {"n": i, "seconds": 0.05}) for i in range(2, 8)])
-    run(2, prefetch=False)
+    run_worker(concurrency=2, prefetch=False)
     wait_for(lambda: finished(db, app.schema), timeout=30, what="every job done")
     assert meter.started.index("double0") == 2
     assert meter.most <= 2

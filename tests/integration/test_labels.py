@@ -21,7 +21,8 @@ from forklift.cli.observe import ps_json, ps_row
 from forklift.shown.jobview import detail_json, print_detail
 from forklift.shown.processes import listed
 from forklift.testing import wait_for
-from forklift.workers import Worker, WorkerConfig
+from forklift.workers import WorkerConfig
+from tests.integration.conftest import RunWorker
 
 Db = psycopg.Connection[Any]
 OWNER = "test-host:1:labels"
@@ -58,28 +59,6 @@ def app(dsn: str, schema: str, ran: list[tuple[str, int]]) -> Iterator[forklift.
     a.close()
 
 
-@pytest.fixture
-def workers(app: forklift.App) -> Iterator[Any]:
-    started: list[tuple[Worker, threading.Thread]] = []
-
-    def start(*labels: str, concurrency: int = 1) -> Worker:
-        config = WorkerConfig(labels=labels, concurrency=concurrency, maintenance=False)
-        worker = Worker(app, config)
-        worker.booted.enable()
-        thread = threading.Thread(target=worker.run, daemon=True)
-        thread.start()
-        started.append((worker, thread))
-        worker.booted.wait()
-        return worker
-
-    yield start
-    for worker, _ in started:
-        worker.request_stop(fast=True)
-    for _, thread in started:
-        thread.join(timeout=15)
-        assert not thread.is_alive(), "worker did not stop"
-
-
 def states(db: Db, schema: str, task: str) -> list[tuple[str, int]]:
     return [
         (r[0], r[1])
@@ -103,36 +82,36 @@ def test_the_jobs_store_what_their_task_requires_sorted(app: forklift.App, db: D
 
 
 def test_a_worker_without_the_labels_leaves_the_jobs_for_one_with_them(
-    app: forklift.App, db: Db, workers: Any, ran: list[tuple[str, int]]
+    app: forklift.App, db: Db, run_worker: RunWorker, ran: list[tuple[str, int]]
 ) -> None:
     schema = app.schema
     app.enqueue_many([("render", {"n": i}) for i in range(10)])
     app.enqueue_many([("plain", {"n": i}) for i in range(10)])
     app.enqueue_many([("infer", {"n": i}) for i in range(5)])
-    workers()  # no labels
+    run_worker()  # no labels
     wait_for(lambda: all_in(db, schema, "plain", "succeeded"), timeout=20, what="plain done")
-    gpu = workers("gpu")  # "gpu" only: infer requires model-x too
+    gpu = run_worker(labels=("gpu",))  # "gpu" only: infer requires model-x too
     wait_for(lambda: all_in(db, schema, "render", "succeeded"), timeout=20, what="render done")
     assert states(db, schema, "infer") == [("ready", 0)] * 5  # nobody could take them
     gpu.request_stop(fast=True)
-    workers("model-x", "gpu", "extra")
+    run_worker(labels=("model-x", "gpu", "extra"))
     wait_for(lambda: all_in(db, schema, "infer", "succeeded"), timeout=20, what="infer done")
     assert all(a == 1 for _, a in states(db, schema, "render") + states(db, schema, "infer"))
     assert sorted(n for name, n in ran if name == "render") == list(range(10))
 
 
 def test_a_labelled_worker_takes_the_jobs_only_it_can_run_first(
-    app: forklift.App, db: Db, workers: Any, ran: list[tuple[str, int]]
+    app: forklift.App, db: Db, run_worker: RunWorker, ran: list[tuple[str, int]]
 ) -> None:
     app.enqueue_many([("plain", {"n": i}) for i in range(5)])
     app.enqueue_many([("render", {"n": i}) for i in range(5)])
-    workers("gpu")
+    run_worker(labels=("gpu",))
     wait_for(lambda: len(ran) == 10, timeout=20, what="ten jobs run")
     assert [name for name, _ in ran] == ["render"] * 5 + ["plain"] * 5
 
 
 def test_a_job_stored_without_its_labels_is_given_back_with_them_uncharged(
-    app: forklift.App, dsn: str, db: Db, workers: Any, ran: list[tuple[str, int]]
+    app: forklift.App, dsn: str, db: Db, run_worker: RunWorker, ran: list[tuple[str, int]]
 ) -> None:
     """A producer that does not declare the task stores no labels: the first worker
     without them that claims the job gives it back, labels stored, attempt not spent."""
@@ -141,7 +120,7 @@ def test_a_job_stored_without_its_labels_is_given_back_with_them_uncharged(
         job_id = producer.enqueue("render", {"n": 7})
     finally:
         producer.close()
-    workers()
+    run_worker()
     wait_for(
         lambda: (
             db.execute(
@@ -153,7 +132,7 @@ def test_a_job_stored_without_its_labels_is_given_back_with_them_uncharged(
         what="labels stored",
     )
     assert states(db, app.schema, "render") == [("ready", 0)] and ran == []
-    workers("gpu")
+    run_worker(labels=("gpu",))
     wait_for(lambda: all_in(db, app.schema, "render", "succeeded"), timeout=20, what="run")
     assert states(db, app.schema, "render") == [("succeeded", 1)] and ran == [("render", 7)]
 
