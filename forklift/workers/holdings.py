@@ -119,15 +119,21 @@ class Holdings:
                 ctx.writing = Writing.TAKEN
         return taken
 
-    def take_waiting(self) -> list[JobContext]:
+    def take_waiting(self, *, reserved: bool = False) -> list[JobContext]:
         """The jobs claimed but not started, taken so that no executor starts them: to
-        be released (they would wait too long, or the worker is stopping)."""
+        be released (they would wait too long, or the worker is stopping). `reserved`:
+        but the first, where jobs cost slots (workers/slots.py): a job claimed into free
+        slots too few for it waits for its own, its place kept (Claimer._fitted). Given
+        back, it was claimed again at once by this worker, whose free slots it did not
+        fit either: a claim and a release every few milliseconds."""
         with self._lock:
             waiting = [
                 c
                 for c in self._jobs.values()
                 if c.stage is Stage.WAITING and c.writing is Writing.NONE
             ]
+            if reserved and self.costs:
+                waiting = waiting[1:]
             for ctx in waiting:
                 ctx.writing = Writing.TAKEN
             return waiting

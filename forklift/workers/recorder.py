@@ -242,7 +242,7 @@ class Recorder:
         passed over meanwhile), or a try a moment later gives them back."""
         if time.monotonic() < self._release_at:
             return
-        taken = self.holdings.take_waiting()
+        taken = self.holdings.take_waiting(reserved=True)
         if self.release(taken, why):
             self._release_errors.succeeded()
         else:

@@ -133,6 +133,25 @@ def test_a_claim_gives_back_at_once_the_jobs_past_its_slots(app: forklift.App, d
     assert rows.fetchall() == [("running", 1)] * 3
 
 
+def test_a_job_waiting_for_its_slots_is_not_given_back_and_claimed_again_in_a_loop(
+    app: forklift.App, db: Db, run_worker: RunWorker, meter: Meter, caplog: Any
+) -> None:
+    """A heavy job runs (3 of 4 slots); the job next in line costs 2: claimed into the one
+    slot free, it waits for its slots, its place kept. It was given back as "waited too
+    long for a slot" (the prefetch's release of jobs waiting behind a long one) and, the
+    slot free again, claimed again at once by the same worker: a claim and a release
+    every few milliseconds for as long as the heavy job ran (80 to 280 a second)."""
+    app.enqueue("heavy", {"seconds": 1.0}, queue="big")
+    run_worker(concurrency=4, queues=("default", "big"))
+    wait_for(lambda: meter.started == ["heavy0"], what="the heavy job started")
+    with caplog.at_level("DEBUG", logger="forklift.workers.worker"):
+        app.enqueue("double", {"seconds": 0.05})
+        wait_for(lambda: finished(db, app.schema), timeout=30, what="both jobs done")
+    released = [r for r in caplog.records if "job.released" in r.getMessage()]
+    assert released == [], [r.getMessage() for r in released[:3]]
+    assert meter.started == ["heavy0", "double0"] and meter.most == 3
+
+
 def test_a_worker_refuses_queues_whose_tasks_cost_more_than_its_slots(app: forklift.App) -> None:
     with pytest.raises(forklift.ConfigError, match=r"'heavy' costs 3 slots.*concurrency \(2\)"):
         Worker(app, WorkerConfig(concurrency=2, queues=("default", "big")))
