@@ -45,9 +45,13 @@ BUILT = (
     "jobs_ready_usual_idx", "jobs_ready_ranked_idx", "jobs_scheduled_idx", "jobs_ready_fair_idx",
     "jobs_ready_fair_key_idx", "jobs_ready_fair_late_idx", "jobs_ready_plain_idx",
     "jobs_ready_plain_ranked_idx", "jobs_ready_labelled_idx", "jobs_ready_open_idx",
-    "jobs_ready_open_ranked_idx",
+    "jobs_ready_open_ranked_idx", "jobs_ready_unlabelled_idx",
 )  # fmt: skip
-DROPPED = {"jobs_available_idx": "(available_at) WHERE state = 'ready'"}
+DROPPED = {
+    "jobs_available_idx": "(available_at) WHERE state = 'ready'",
+    "jobs_ready_unlimited_idx": "(queue, priority DESC, available_at, id)"
+    " WHERE state = 'ready' AND limit_key IS NULL",
+}
 
 
 def undo(conn: psycopg.Connection[Any], schema: str) -> None:

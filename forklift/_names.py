@@ -9,6 +9,8 @@ Unicode (no lone surrogate, which the database cannot store).
 
 from __future__ import annotations
 
+import functools
+import itertools
 import unicodedata
 from collections.abc import Iterable
 from typing import Any
@@ -85,6 +87,23 @@ def check_labels(value: Any) -> tuple[str, ...]:
                 "given as a comma-separated list (forklift run --labels gpu,model-x)"
             )
     return tuple(sorted(labels))
+
+
+# The labels one worker may have: its labelled claim probes every set of them
+# (label_sets: 2^n - 1 of them, 1,023 at most).
+MAX_LABELS = 10
+
+
+@functools.lru_cache(maxsize=16)
+def label_sets(labels: tuple[str, ...]) -> list[str]:
+    """Every non-empty set of `labels` (sorted, as check_labels gives them) as
+    jobs.requires holds one: joined by commas, in sorted order. A job a worker with
+    `labels` may run requires one of them."""
+    return [
+        ",".join(chosen)
+        for n in range(1, len(labels) + 1)
+        for chosen in itertools.combinations(labels, n)
+    ]
 
 
 def check_key(value: Any) -> str:

@@ -9,9 +9,10 @@
 -- through the primary key, the dead/cancelled index or, for scheduled jobs, the index of
 -- jobs put off (jobs_scheduled_idx: a job due after now() was due after its creation,
 -- said here so that PostgreSQL may read it), and filtered by queue, task and error text;
--- never more than the window is read. Ready jobs are read through the two indexes of
--- ready jobs, with a limit and without (jobs_ready_limited_idx, jobs_ready_unlimited_idx):
--- a condition true of every job says there are two kinds, so that PostgreSQL reads both.
+-- never more than the window is read. Ready jobs are read through the three indexes of
+-- ready jobs: with a limit, without one, and those that require labels
+-- (jobs_ready_limited_idx, jobs_ready_unlabelled_idx, jobs_ready_labelled_idx): a
+-- condition true of every job says there are three kinds, so that PostgreSQL reads all.
 -- No index holds every ready job, because the claim would read it (migration 0017).
 SELECT w.id, w.queue, w.task, w.state::text AS state, w.priority, w.attempts,
        w.max_attempts, w.crashes, w.max_crashes, w.created_at, w.available_at, w.started_at,
@@ -22,7 +23,8 @@ FROM (
     WHERE (%(state)s::{schema}.job_state IS NULL OR j.state = %(state)s::{schema}.job_state)
       AND (NOT %(scheduled)s::boolean
            OR (j.available_at > now() AND j.available_at > j.created_at))
-      AND (j.limit_key IS NULL OR j.limit_key IS NOT NULL)
+      AND (j.limit_key IS NOT NULL OR (j.limit_key IS NULL AND j.requires IS NULL)
+           OR j.requires IS NOT NULL)
       AND (%(before)s::bigint IS NULL OR j.id < %(before)s::bigint)
     ORDER BY j.id DESC
     LIMIT %(window)s
@@ -41,7 +43,8 @@ SELECT count(*) AS scanned, min(w.id) AS oldest FROM (
     WHERE (%(state)s::{schema}.job_state IS NULL OR j.state = %(state)s::{schema}.job_state)
       AND (NOT %(scheduled)s::boolean
            OR (j.available_at > now() AND j.available_at > j.created_at))
-      AND (j.limit_key IS NULL OR j.limit_key IS NOT NULL)
+      AND (j.limit_key IS NOT NULL OR (j.limit_key IS NULL AND j.requires IS NULL)
+           OR j.requires IS NOT NULL)
       AND (%(before)s::bigint IS NULL OR j.id < %(before)s::bigint)
     ORDER BY j.id DESC
     LIMIT %(window)s

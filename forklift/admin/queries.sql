@@ -39,8 +39,8 @@ ready(queue) AS (
 -- name: queue_depth
 -- Per queue: due, scheduled, running and dead jobs, the oldest due job's age (NULL:
 -- nothing due), blocked workflow jobs, and `unrunnable`: ready jobs that require labels
--- no registered worker of the queue has every one of (migration 0025), among the first
--- `cap` that require labels, in claim order (jobs_ready_labelled_idx). Due, scheduled,
+-- no registered worker of the queue has every one of (migration 0025), among `cap` of
+-- those that require labels, read from jobs_ready_labelled_idx alone. Due, scheduled,
 -- dead and blocked are each counted up to `cap` (a count of `cap`
 -- means `cap` or more): whatever a queue's backlog or the dead jobs retained, a call
 -- reads at most 5 x `cap` index entries a queue. The queues come from a loose scan
@@ -92,7 +92,7 @@ SELECT q.queue,
             WHERE j.state = 'blocked' AND j.queue = q.queue LIMIT %(cap)s::integer) AS c) AS blocked,
        (SELECT count(*) FROM (SELECT j.requires FROM {schema}.jobs AS j
             WHERE j.state = 'ready' AND j.requires IS NOT NULL AND j.queue = q.queue
-            ORDER BY j.priority DESC, j.available_at, j.id LIMIT %(cap)s::integer) AS w
+            LIMIT %(cap)s::integer) AS w
         WHERE NOT EXISTS (
             SELECT 1 FROM {schema}.processes AS p
             WHERE p.kind = 'worker' AND q.queue = ANY(p.queues)

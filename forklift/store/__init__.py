@@ -14,7 +14,7 @@ from typing import Any, NamedTuple, Protocol
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from forklift import _db, _deadlines, _sql
+from forklift import _db, _deadlines, _names, _sql
 from forklift._db import LiveAsyncPool
 from forklift.store import _rows, _steps
 from forklift.store._boundary import AsyncConn, Conn, pipelined, short_connection, translated
@@ -547,7 +547,8 @@ def claim_statement(
     common = {"owner": owner, "limit": limit, "lease": lease, "alone": not done}
     if labels:
         return q["job_claim_labelled"], {
-            "queues": list(queues), "expired": expired, "labels": list(labels), **common
+            "queues": list(queues), "expired": expired, "labels": list(labels),
+            "sets": _names.label_sets(tuple(labels)), **common
         }  # fmt: skip
     common["labels"] = []  # (lost jobs that require labels are the labelled claim's)
     if fair:

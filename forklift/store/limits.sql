@@ -242,7 +242,7 @@ task_limits AS (
 -- name: _limited_walks
 -- Where a claim under limits looks first, per queue neither paused, nor under a limit it
 -- does not hold, nor full (`open_queues`), in line order (migration 0007):
--- - `plain`: the first `limit` jobs with no key stored (jobs_ready_unlimited_idx), each
+-- - `plain`: the first `limit` jobs with no key stored (jobs_ready_unlabelled_idx), each
 --   with the key a limit of its task gives it (NULL: no limit). A job of a limited task
 --   among them (its producer did not know the limit) is keyed by its arguments; if there
 --   are any, the first `limit` + `rekey` of the queue's jobs are stored with their keys

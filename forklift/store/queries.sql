@@ -293,23 +293,27 @@ SELECT t.*,
 FROM emptied AS e LEFT JOIN taken AS t ON true;
 
 -- name: job_claim_labelled
--- The claim of a worker with labels (`labels`: forklift run --labels), made before its
--- plain one: up to `limit` due jobs of the given queues that require labels (a task's
--- `requires`, jobs.requires: migration 0025) the worker has every one of, in priority
--- then due order, plus (when `expired`) such jobs lost with their workers. Those jobs
--- wait for a worker that can run them, so a worker that can takes them before jobs any
--- worker may take; no other claim takes them. Through jobs_ready_labelled_idx (migration
--- 0026): jobs whose labels this worker lacks are read past, not locked. What the merge
--- of the queues leaves is unlocked at the commit.
+-- The claim of a worker with labels (forklift run --labels), made before its plain one:
+-- up to `limit` due jobs of the given queues that require labels (a task's `requires`,
+-- jobs.requires: migration 0025) the worker has every one of, in priority then due
+-- order, plus (when `expired`) such jobs lost with their workers (`labels`: the
+-- worker's). Those jobs wait for a worker that can run them, so a worker that can takes
+-- them before jobs any worker may take; no other claim takes them. They are read
+-- through jobs_ready_labelled_idx (migration 0026), by queue and by the labels they
+-- require: one probe for each queue and each set of the worker's labels (`sets`, as
+-- jobs.requires holds them: sorted, joined by commas; Claimer.label_sets), so jobs that
+-- require labels it lacks are never read, and every plan is the index's order. Each
+-- probe locks what it reads past other claims' locks; what the merge leaves is unlocked
+-- at the commit.
 WITH line AS (
     SELECT c.id, c.priority, c.available_at
-    FROM unnest(%(queues)s::text[]) AS q(name),
+    FROM unnest(%(queues)s::text[]) AS q(name)
+    CROSS JOIN unnest(%(sets)s::text[]) AS l(requires),
     LATERAL (
         SELECT j.id, j.priority, j.available_at
         FROM {schema}.jobs j
-        WHERE j.state = 'ready' AND j.requires IS NOT NULL AND j.queue = q.name
+        WHERE j.state = 'ready' AND j.queue = q.name AND j.requires = l.requires
           AND j.available_at <= now()
-          AND string_to_array(j.requires, ',') <@ %(labels)s::text[]
         ORDER BY j.priority DESC, j.available_at, j.id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED

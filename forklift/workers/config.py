@@ -53,6 +53,11 @@ class WorkerConfig:
             object.__setattr__(self, "labels", _names.check_labels(self.labels))
         except ValueError as exc:
             raise ConfigError(f"labels: {exc}") from None
+        if len(self.labels) > _names.MAX_LABELS:
+            raise ConfigError(
+                f"labels: {len(self.labels)} given, at most {_names.MAX_LABELS} (a worker's "
+                "claim looks for every set of them)"
+            )
         if self.concurrency < 1:
             raise ConfigError("concurrency must be >= 1")
         if self.pool is not None and self.pool < 1:

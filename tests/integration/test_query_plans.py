@@ -254,7 +254,7 @@ def test_plain_claims_read_the_jobs_table_through_its_indexes(
     finished jobs in it."""
     queries = _sql.load("forklift.store", "queries.sql", filled)
     params = {"queue": "q1", "queues": ["q1"], "owner": "host:1:w", "lease": 30.0, "alone": True,
-              "floor": None, "labels": ["gpu"]}  # fmt: skip
+              "floor": None, "labels": ["gpu"], "sets": ["gpu"]}  # fmt: skip
     scanned = []
     for name, queues, expired in [
         ("job_claim_one", ["q1"], False),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
+from forklift._names import MAX_LABELS, label_sets
 from forklift.testing import wait_for
 from forklift.workers.slots import SlotGate
 
@@ -76,3 +77,11 @@ def test_many_threads_never_take_more_slots_than_there_are() -> None:
     for t in threads:
         t.join(30)
     assert most[0] <= 5 and gate.used == 0 and not gate._line
+
+
+def test_label_sets_are_every_set_of_a_workers_labels_as_jobs_store_them() -> None:
+    assert label_sets(("gpu",)) == ["gpu"]
+    assert label_sets(("a", "gpu", "model-x")) == [
+        "a", "gpu", "model-x", "a,gpu", "a,model-x", "gpu,model-x", "a,gpu,model-x",
+    ]  # fmt: skip
+    assert len(label_sets(tuple(f"l{i:02d}" for i in range(MAX_LABELS)))) == 2**MAX_LABELS - 1
