@@ -297,6 +297,15 @@ class ForkliftProcess(testing.ForkliftProcess):
         self.signal(signal.SIGTERM)
 
 
+def stopped(supervisor: ForkliftProcess, logged: list[str]) -> None:
+    """SIGTERM a drain's supervisor and wait for it; what it printed goes to `logged`,
+    and its exit code too if it was not 0."""
+    code = supervisor.stop()
+    logged += supervisor.output().splitlines()
+    if code != 0:
+        logged.append(f"supervisor {supervisor.pid} exited with {code}")
+
+
 class Command(ForkliftProcess):
     """Any command (`argv`, the program first) handled as a ForkliftProcess: its own
     session, its output in a file in `logdir`, run from the repo root; a peer's worker."""

@@ -96,6 +96,7 @@ from bench._harness import (
     positive_float,
     print_table,
     say,
+    stopped,
     wait_quiet,
 )
 from bench.cpu import HERE, Tree
@@ -180,13 +181,9 @@ class FairBench(Bench):
 
     def stop_supervisor(self) -> None:
         """SIGTERM the supervisor and wait for it; keep what it printed."""
-        if self.supervisor is None:
-            return
-        code = self.supervisor.stop()
-        self.logged += self.supervisor.output().splitlines()
-        if code != 0:
-            self.logged.append(f"supervisor {self.supervisor.pid} exited with {code}")
-        self.supervisor = None
+        if self.supervisor is not None:
+            stopped(self.supervisor, self.logged)
+            self.supervisor = None
 
     def now(self) -> datetime:
         """The database's clock."""

@@ -77,6 +77,7 @@ from bench._harness import (
     print_grid,
     print_table,
     say,
+    stopped,
     wait_quiet,
 )
 from bench.labels_app import GPU, GPU_NOOP, MODEL, MODEL_NOOP, PLAIN_NOOP
@@ -179,13 +180,9 @@ class LabelBench(Bench):
 
     def stop_supervisor(self) -> None:
         """SIGTERM the supervisor and wait for it; keep what it printed."""
-        if self.supervisor is None:
-            return
-        code = self.supervisor.stop()
-        self.logged += self.supervisor.output().splitlines()
-        if code != 0:
-            self.logged.append(f"supervisor {self.supervisor.pid} exited with {code}")
-        self.supervisor = None
+        if self.supervisor is not None:
+            stopped(self.supervisor, self.logged)
+            self.supervisor = None
 
     def drain(self, task: str, n: int, worker: Worker) -> float:
         """Drain the `n` jobs of `task` in the table with a supervisor of `worker`'s
