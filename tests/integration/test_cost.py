@@ -3,7 +3,7 @@ slots, so the costs of the handlers running at once never exceed the concurrency
 costly job is started in its turn, not passed over by cheap ones; the jobs a claim took
 past the slots free are given back uncharged; and what cannot fit is refused. The
 SlotGate's own logic is in tests/unit/test_slots.py; the kills in
-tests/faults/test_labels.py (which runs costly jobs too)."""
+tests/faults/test_cost.py."""
 
 from __future__ import annotations
 
