@@ -26,7 +26,7 @@ SHOW_KEYS = JOB_KEYS | {
     "result", "progress", "batch_id", "limit_key", "worker", "leases_forgiven", "checkpoint",
     "checkpoint_at", "workflow_id", "step", "waiting_on", "upstream_failed",
     "snoozes", "snoozed_at", "unique_key", "unique_states", "fair_key", "fair_weight",
-    "fair_turn",
+    "fair_turn", "requires",
 }  # fmt: skip
 ERROR_KEYS = {"attempt", "at", "worker", "error", "traceback"}
 
