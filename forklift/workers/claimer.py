@@ -189,6 +189,8 @@ class Claimer:
         stored none). Given back at once, attempt not counted, with the labels stored, so
         that only a worker that has them claims them again. If that fails, they are
         released at the next claim (reconcile) and come back here until it does not."""
+        if not self.requires:  # no task of its app requires labels: nothing to look at
+            return made
         wanted = [(j, self.requires[j.task]) for j in made.jobs if j.task in self.requires]
         wrong = [(j, r) for j, r in wanted if not set(r) <= set(self.labels)]
         if not wrong:
